@@ -1,0 +1,309 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"chatd/internal/llm"
+)
+
+var update = flag.Bool("update", false, "rewrite the .golden files from the adapter's output")
+
+// serveBytes answers every request with body, written in pieces of at most step bytes, each flushed, so
+// the decoder sees chunks split at arbitrary points.
+func serveBytes(t *testing.T, body []byte, step int) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for b := body; len(b) > 0; {
+			n := min(step, len(b))
+			w.Write(b[:n])
+			rc.Flush()
+			b = b[n:]
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func newTestClient(t *testing.T, baseURL string) *Client {
+	t.Helper()
+	c, err := New(Options{Name: "openai", BaseURL: baseURL, APIKey: "sk-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// describe renders events one per line, for golden files a person can read.
+func describe(t *testing.T, c *Client) string {
+	t.Helper()
+	var b strings.Builder
+	req := &llm.Request{Model: "m", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}}
+	for ev, err := range c.Stream(t.Context(), req) {
+		if err != nil {
+			e, ok := errors.AsType[*llm.Error](err)
+			if !ok {
+				fmt.Fprintf(&b, "error %v\n", err)
+				continue
+			}
+			fmt.Fprintf(&b, "error kind=%s status=%d code=%q message=%q\n", e.Kind, e.Status, e.Code, e.Message)
+			continue
+		}
+		switch ev.Kind {
+		case llm.EventText:
+			fmt.Fprintf(&b, "text %q\n", ev.Text)
+		case llm.EventReasoning:
+			fmt.Fprintf(&b, "reasoning %q\n", ev.Text)
+		case llm.EventToolCallDelta:
+			fmt.Fprintf(&b, "tool_call_delta index=%d id=%q name=%q args=%q\n", ev.Index, ev.ID, ev.Name, ev.Text)
+		case llm.EventToolCallEnd:
+			fmt.Fprintf(&b, "tool_call_end index=%d\n", ev.Index)
+		case llm.EventFinish:
+			fmt.Fprintf(&b, "finish %s\n", ev.FinishReason)
+		case llm.EventUsage:
+			fmt.Fprintf(&b, "usage %+v\n", ev.Usage)
+		default:
+			t.Fatalf("unknown event kind %d", ev.Kind)
+		}
+	}
+	return b.String()
+}
+
+// TestRecordedStreams decodes streams shaped like recordings of real servers and compares the events with
+// testdata/*.golden, at several split points of the bytes.
+func TestRecordedStreams(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.sse")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata: %v", err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".sse")
+		t.Run(name, func(t *testing.T) {
+			body, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := strings.TrimSuffix(file, ".sse") + ".golden"
+			got := describe(t, newTestClient(t, serveBytes(t, body, len(body)).URL))
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Fatalf("events differ from %s (-want +got):\n%s", golden, diff)
+			}
+			for _, step := range []int{1, 7, 64} {
+				if again := describe(t, newTestClient(t, serveBytes(t, body, step).URL)); again != got {
+					t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
+				}
+			}
+		})
+	}
+}
+
+func TestHTTPErrors(t *testing.T) {
+	tests := []struct {
+		name       string
+		status     int
+		header     map[string]string
+		body       string
+		want       llm.Error
+		retryable  bool
+		retryAfter time.Duration
+	}{
+		{
+			name: "rate limit", status: 429, header: map[string]string{"Retry-After": "7"},
+			body: `{"error":{"message":"Rate limit reached for gpt-4o-mini in organization org-x on tokens per min (TPM): Limit 200000, Used 199000, Requested 4000.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`,
+			want: llm.Error{Kind: llm.KindRateLimit, Status: 429, Code: "rate_limit_exceeded",
+				Message: "Rate limit reached for gpt-4o-mini in organization org-x on tokens per min (TPM): Limit 200000, Used 199000, Requested 4000."},
+			retryable: true, retryAfter: 7 * time.Second,
+		},
+		{
+			name: "retry-after-ms wins", status: 503, header: map[string]string{"Retry-After": "7", "Retry-After-Ms": "1500"},
+			body:      `{"error":{"message":"The engine is currently overloaded, please try again later","type":"server_error","param":null,"code":null}}`,
+			want:      llm.Error{Kind: llm.KindOverloaded, Status: 503, Code: "server_error", Message: "The engine is currently overloaded, please try again later"},
+			retryable: true, retryAfter: 1500 * time.Millisecond,
+		},
+		{
+			name: "bad key", status: 401,
+			body: `{"error":{"message":"Incorrect API key provided: sk-test. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`,
+			want: llm.Error{Kind: llm.KindAuth, Status: 401, Code: "invalid_api_key",
+				Message: "Incorrect API key provided: sk-test. You can find your API key at https://platform.openai.com/account/api-keys."},
+		},
+		{
+			name: "unknown model", status: 404,
+			body: `{"error":{"message":"The model ` + "`gpt-9`" + ` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}`,
+			want: llm.Error{Kind: llm.KindNotFound, Status: 404, Code: "model_not_found", Message: "The model `gpt-9` does not exist or you do not have access to it."},
+		},
+		{
+			name: "context length", status: 400,
+			body: `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130532 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`,
+			want: llm.Error{Kind: llm.KindContextLength, Status: 400, Code: "context_length_exceeded",
+				Message: "This model's maximum context length is 128000 tokens. However, your messages resulted in 130532 tokens."},
+		},
+		{
+			name: "vllm numeric code", status: 400,
+			body: `{"object":"error","message":"[{'type': 'missing', 'loc': ('body', 'messages')}]","type":"BadRequestError","param":null,"code":400}`,
+			want: llm.Error{Kind: llm.KindInvalid, Status: 400, Message: "[{'type': 'missing', 'loc': ('body', 'messages')}]"},
+		},
+		{
+			name: "ollama plain error", status: 404,
+			body: `{"error":{"message":"model \"llama9\" not found, try pulling it first","type":"api_error","param":null,"code":null}}`,
+			want: llm.Error{Kind: llm.KindNotFound, Status: 404, Code: "api_error", Message: `model "llama9" not found, try pulling it first`},
+		},
+		{
+			name: "html from a proxy", status: 502, body: "<html><body>Bad Gateway</body></html>",
+			want:      llm.Error{Kind: llm.KindServer, Status: 502, Message: "<html><body>Bad Gateway</body></html>"},
+			retryable: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tt.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tt.status)
+				w.Write([]byte(tt.body))
+			}))
+			defer srv.Close()
+			c := newTestClient(t, srv.URL)
+			var got error
+			for _, err := range c.Stream(t.Context(), &llm.Request{Model: "m"}) {
+				got = err
+			}
+			e, ok := errors.AsType[*llm.Error](got)
+			if !ok {
+				t.Fatalf("error = %v, want *llm.Error", got)
+			}
+			tt.want.Provider = "openai"
+			tt.want.RetryAfter = tt.retryAfter
+			if diff := cmp.Diff(tt.want, *e); diff != "" {
+				t.Errorf("error (-want +got):\n%s", diff)
+			}
+			if e.Retryable() != tt.retryable {
+				t.Errorf("Retryable() = %v, want %v", e.Retryable(), tt.retryable)
+			}
+		})
+	}
+}
+
+func TestTransportError(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // nothing listens there now
+	var got error
+	for _, err := range newTestClient(t, url).Stream(t.Context(), &llm.Request{Model: "m"}) {
+		got = err
+	}
+	e, ok := errors.AsType[*llm.Error](got)
+	if !ok || e.Kind != llm.KindTransport || !e.Retryable() {
+		t.Fatalf("error = %#v, want a retryable transport *llm.Error", got)
+	}
+}
+
+func TestCancelStopsTheStream(t *testing.T) {
+	started := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		close(started)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var texts []string
+	var last error
+	for ev, err := range newTestClient(t, srv.URL).Stream(ctx, &llm.Request{Model: "m"}) {
+		if err != nil {
+			last = err
+			break
+		}
+		texts = append(texts, ev.Text)
+		<-started
+		cancel()
+	}
+	if !errors.Is(last, context.Canceled) {
+		t.Fatalf("error = %v, want context.Canceled", last)
+	}
+	if diff := cmp.Diff([]string{"Hi"}, texts); diff != "" {
+		t.Errorf("texts (-want +got):\n%s", diff)
+	}
+}
+
+// TestBreakClosesTheConnection: a consumer that stops early must not leave the upstream connection open.
+func TestBreakClosesTheConnection(t *testing.T) {
+	closed := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; ; i++ {
+			_, err := fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%d \"}}]}\n\n", i)
+			if err != nil || http.NewResponseController(w).Flush() != nil {
+				close(closed)
+				return
+			}
+			select {
+			case <-r.Context().Done():
+				close(closed)
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}))
+	defer srv.Close()
+	for range newTestClient(t, srv.URL).Stream(t.Context(), &llm.Request{Model: "m"}) {
+		break
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server still streams after the consumer broke out of the loop")
+	}
+}
+
+func TestWholeArgumentsObject(t *testing.T) {
+	body := "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{\"a\":1}}}]}}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n"
+	got := describe(t, newTestClient(t, serveBytes(t, []byte(body), 1000).URL))
+	want := "tool_call_delta index=0 id=\"c1\" name=\"f\" args=\"{\\\"a\\\":1}\"\n" +
+		"tool_call_end index=0\nfinish tool_calls\n"
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestBadChunkIsAStreamError(t *testing.T) {
+	body := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\ndata: {not json\n\n"
+	got := describe(t, newTestClient(t, serveBytes(t, []byte(body), 1000).URL))
+	if !strings.HasPrefix(got, "text \"ok\"\nerror kind=stream") {
+		t.Errorf("got:\n%s", got)
+	}
+}
+
+func TestNewRejectsBadBaseURL(t *testing.T) {
+	for _, u := range []string{"ftp://x", "localhost:11434", "http://"} {
+		if _, err := New(Options{BaseURL: u}); err == nil {
+			t.Errorf("New(%q) succeeded", u)
+		}
+	}
+}
