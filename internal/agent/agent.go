@@ -1,0 +1,197 @@
+// Package agent runs the model ⇄ tools loop of one run: it streams each model call, hands every step to an
+// Observer as it happens, runs tool calls in parallel (read-only ones while the model still streams),
+// continues answers cut by the token limit, and stops at an answer without tool calls or at the iteration
+// cap. It owns no storage: the Observer persists each turn and each tool result, and the loop waits for it.
+//
+// It imports llm and the standard library; tools are reached through the Tools interface declared here.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"chatd/internal/llm"
+)
+
+// Tools is what the loop needs of the tools offered to the model.
+type Tools interface {
+	// ReadOnly reports whether the named tool may start while the model is still streaming.
+	ReadOnly(name string) bool
+	// Call runs one call. It never panics and always returns; a failure is a result with Success false.
+	Call(ctx context.Context, call llm.ToolCall) ToolResult
+}
+
+// ToolResult is the outcome of one tool call.
+type ToolResult struct {
+	Arguments json.RawMessage // the arguments as run (repaired); nil when the call did not run
+	Content   string          // text for the model
+	Payload   json.RawMessage // structured data for the UI
+	Success   bool
+	Duration  time.Duration
+}
+
+// Observer receives the steps of a run in order, from the goroutine that called Run.
+type Observer interface {
+	Status(message string)
+	TextDelta(text string)
+	ReasoningDelta(text string)
+	ToolCallDelta(index int, id, name, argumentsDelta string)
+	ToolStart(call llm.ToolCall)
+	ToolComplete(call llm.ToolCall, res ToolResult)
+	// Usage reports the usage of one model call.
+	Usage(model string, u llm.Usage)
+	// Turn is called once when a model turn has ended (continuations included). The observer stores it;
+	// an error fails the run.
+	Turn(ctx context.Context, t *Turn) error
+	// ToolResult is called once for every call of a stored turn, as each call ends. The observer stores
+	// it; an error fails the run.
+	ToolResult(ctx context.Context, t *Turn, call llm.ToolCall, res ToolResult) error
+}
+
+// Turn is one assistant turn: what the model said, thought and asked to call.
+type Turn struct {
+	Text      string
+	Reasoning string
+	// ToolCalls have ids unique within the turn and arguments that are JSON objects.
+	ToolCalls    []llm.ToolCall
+	FinishReason string // stop, tool_calls, length, content_filter, cancelled, error
+	Usage        llm.Usage
+	Model        string
+}
+
+// Status is how a run ended.
+type Status string
+
+// Run statuses.
+const (
+	StatusCompleted     Status = "completed"
+	StatusFailed        Status = "failed"
+	StatusCancelled     Status = "cancelled"
+	StatusMaxIterations Status = "max_iterations"
+)
+
+// Config is one run's settings. The zero value of each limit means its default.
+type Config struct {
+	Provider    llm.Provider
+	Model       string // the provider's model name
+	System      string
+	ToolSpecs   []llm.ToolSpec // the tools the model sees; nil: none
+	Tools       Tools
+	Temperature *float64
+	MaxTokens   int
+
+	MaxIterations    int           // tool rounds before the last turn without tools; default 10
+	MaxContinuations int           // automatic continuations of an answer cut by length; default 3, <0 none
+	MaxToolCalls     int           // calls run per turn; default 32 (more get failed results)
+	Retries          int           // retries of a model call that failed before any output; default 2, <0 none
+	RetryBase        time.Duration // first backoff; default 1s, doubled each time
+	MaxRetryWait     time.Duration // a longer retry-after fails at once; default 30s
+	Logger           *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.MaxIterations <= 0 {
+		c.MaxIterations = 10
+	}
+	if c.MaxContinuations == 0 {
+		c.MaxContinuations = 3
+	}
+	if c.MaxToolCalls <= 0 {
+		c.MaxToolCalls = 32
+	}
+	if c.Retries == 0 {
+		c.Retries = 2
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = time.Second
+	}
+	if c.MaxRetryWait <= 0 {
+		c.MaxRetryWait = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Result is how a run ended.
+type Result struct {
+	Status       Status
+	FinishReason string
+	Usage        llm.Usage // the sum over every model call
+	// Final is the last stored turn; nil when the run stored none.
+	Final *Turn
+	// Err is the failure of a failed run.
+	Err error
+}
+
+// Run runs the loop on history (which ends with the user's new message) until the model answers without
+// tool calls, the iteration cap, a failure, or ctx is cancelled. Cancelling ctx keeps the partial answer:
+// the observer still gets the turn and a result for every call, on a context that is not cancelled.
+func Run(ctx context.Context, cfg Config, history []llm.Message, obs Observer) Result {
+	cfg.defaults()
+	r := &runner{cfg: cfg, obs: obs, messages: history}
+	return r.run(ctx)
+}
+
+type runner struct {
+	cfg      Config
+	obs      Observer
+	messages []llm.Message
+	usage    llm.Usage
+	final    *Turn
+}
+
+func (r *runner) run(ctx context.Context) Result {
+	for round := 1; ; round++ {
+		last := round > r.cfg.MaxIterations
+		t, err := r.runPhaseModel(ctx, last)
+		if t == nil {
+			return r.end(ctx, "", err)
+		}
+		r.final = &t.Turn
+		reason := notRunReason(ctx, err, last, r.cfg.MaxIterations)
+		if err := r.runPhaseTools(ctx, t, reason); err != nil {
+			return r.end(ctx, "", err)
+		}
+		switch {
+		case err != nil || ctx.Err() != nil:
+			return r.end(ctx, t.FinishReason, err)
+		case len(t.ToolCalls) == 0 || last:
+			res := r.end(ctx, t.FinishReason, nil)
+			if last {
+				res.Status = StatusMaxIterations
+			}
+			return res
+		}
+	}
+}
+
+// end builds the result of a run that stops now.
+func (r *runner) end(ctx context.Context, finish string, err error) Result {
+	res := Result{Status: StatusCompleted, FinishReason: finish, Usage: r.usage, Final: r.final, Err: err}
+	switch {
+	case ctx.Err() != nil:
+		res.Status, res.FinishReason, res.Err = StatusCancelled, "cancelled", nil
+	case err != nil:
+		res.Status = StatusFailed
+		if res.FinishReason == "" {
+			res.FinishReason = "error"
+		}
+	}
+	return res
+}
+
+// notRunReason is the content of the failed result of a call that will not run, or "" when calls run.
+func notRunReason(ctx context.Context, streamErr error, last bool, max int) string {
+	switch {
+	case ctx.Err() != nil:
+		return "The run was cancelled before this call ran."
+	case streamErr != nil:
+		return "The model's response broke off before this call could run."
+	case last:
+		return "Not run: the run reached its limit of " + itoa(max) + " tool rounds, so the model had to answer without tools."
+	}
+	return ""
+}

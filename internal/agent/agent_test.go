@@ -1,0 +1,473 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"chatd/internal/agent"
+	"chatd/internal/llm"
+	"chatd/internal/llm/llmtest"
+	"chatd/internal/llm/openai"
+)
+
+// recorder is an Observer that keeps a readable log of every step and the stored turns and results.
+type recorder struct {
+	mu      sync.Mutex
+	log     []string
+	turns   []agent.Turn
+	results map[string]agent.ToolResult // by call id, the last turn's
+	seen    map[string]bool             // turn and call id: a second result is a bug
+	failOn  string                      // "turn" or "tool": storing fails
+}
+
+func (r *recorder) add(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) Status(m string)         { r.add("status %s", m) }
+func (r *recorder) TextDelta(t string)      { r.add("text %s", t) }
+func (r *recorder) ReasoningDelta(t string) { r.add("reasoning %s", t) }
+func (r *recorder) Usage(m string, u llm.Usage) {
+	r.add("usage %s in=%d out=%d", m, u.InputTokens, u.OutputTokens)
+}
+func (r *recorder) ToolCallDelta(i int, id, name, args string) {
+	r.add("tool_call_delta %d", i)
+}
+func (r *recorder) ToolStart(c llm.ToolCall) { r.add("tool_start %s %s %s", c.ID, c.Name, c.Arguments) }
+func (r *recorder) ToolComplete(c llm.ToolCall, res agent.ToolResult) {
+	r.add("tool_complete %s %v %s", c.ID, res.Success, res.Content)
+}
+
+func (r *recorder) Turn(ctx context.Context, t *agent.Turn) error {
+	if ctx.Err() != nil {
+		return errors.New("Turn got a cancelled context")
+	}
+	if r.failOn == "turn" {
+		return errors.New("disk full")
+	}
+	r.add("turn %q calls=%d finish=%s", t.Text, len(t.ToolCalls), t.FinishReason)
+	r.mu.Lock()
+	r.turns = append(r.turns, *t)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) ToolResult(ctx context.Context, t *agent.Turn, c llm.ToolCall, res agent.ToolResult) error {
+	if ctx.Err() != nil {
+		return errors.New("ToolResult got a cancelled context")
+	}
+	if r.failOn == "tool" {
+		return errors.New("disk full")
+	}
+	r.add("tool_result %s %v", c.ID, res.Success)
+	r.mu.Lock()
+	if r.results == nil {
+		r.results, r.seen = map[string]agent.ToolResult{}, map[string]bool{}
+	}
+	key := fmt.Sprintf("%p/%s", t, c.ID)
+	if r.seen[key] {
+		r.mu.Unlock()
+		return fmt.Errorf("second result for %s", c.ID)
+	}
+	r.seen[key] = true
+	r.results[c.ID] = res
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) has(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, l := range r.log {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *recorder) index(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, l := range r.log {
+		if strings.HasPrefix(l, prefix) {
+			return i
+		}
+	}
+	return -1
+}
+
+// fakeTools runs functions by name; names starting with "read_" are read-only.
+type fakeTools map[string]func(ctx context.Context, args json.RawMessage) agent.ToolResult
+
+func (f fakeTools) ReadOnly(name string) bool { return strings.HasPrefix(name, "read_") }
+
+func (f fakeTools) Call(ctx context.Context, c llm.ToolCall) agent.ToolResult {
+	fn, ok := f[c.Name]
+	if !ok {
+		return agent.ToolResult{Content: "unknown tool " + c.Name}
+	}
+	return fn(ctx, c.Arguments)
+}
+
+func echo(ctx context.Context, args json.RawMessage) agent.ToolResult {
+	return agent.ToolResult{Arguments: args, Content: "ok " + string(args), Success: true}
+}
+
+func config(t *testing.T, srv *llmtest.Server, tools agent.Tools) agent.Config {
+	t.Helper()
+	c, err := openai.New(openai.Options{BaseURL: srv.BaseURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agent.Config{
+		Provider:  c,
+		Model:     "llmtest-1",
+		ToolSpecs: []llm.ToolSpec{{Name: "read_time"}, {Name: "write_note"}},
+		Tools:     tools,
+		RetryBase: time.Millisecond,
+	}
+}
+
+var hello = []llm.Message{llm.TextMessage(llm.RoleUser, "hello")}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestTextAnswer(t *testing.T) {
+	srv := llmtest.NewServer(t, llmtest.Turn{Reasoning: "think", Text: "Hello there!", ChunkRunes: 5})
+	rec := &recorder{}
+	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, rec)
+	if res.Status != agent.StatusCompleted || res.FinishReason != "stop" || res.Err != nil {
+		t.Fatalf("result = %+v", res)
+	}
+	want := []string{
+		"status Thinking…", "reasoning think", "text Hello", "text  ther", "text e!",
+		"usage llmtest-1 in=42 out=8", `turn "Hello there!" calls=0 finish=stop`,
+	}
+	if diff := cmp.Diff(want, rec.log); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
+	}
+	if res.Final == nil || res.Final.Reasoning != "think" || res.Usage.InputTokens != 42 {
+		t.Errorf("final = %+v usage = %+v", res.Final, res.Usage)
+	}
+}
+
+// TestReadOnlyToolsStartWhileStreaming: the server holds the finish chunk until both read-only calls
+// have started, so the test deadlocks (and fails) unless they start while the model streams; the
+// other call must wait for the end of the turn.
+func TestReadOnlyToolsStartWhileStreaming(t *testing.T) {
+	started := make(chan string, 3)
+	var finishSent atomic.Bool
+	tools := fakeTools{
+		"read_time": func(ctx context.Context, a json.RawMessage) agent.ToolResult {
+			started <- "read_time"
+			return echo(ctx, a)
+		},
+		"write_note": func(ctx context.Context, a json.RawMessage) agent.ToolResult {
+			if !finishSent.Load() {
+				return agent.ToolResult{Content: "started before the turn ended"}
+			}
+			return echo(ctx, a)
+		},
+	}
+	turn := llmtest.Turn{
+		ToolCalls: []llmtest.ToolCall{
+			{ID: "call_1", Name: "read_time", Arguments: `{"timezone":"Europe/Paris"}`},
+			{ID: "call_2", Name: "read_time", Arguments: `{"timezone":"Asia/Tokyo"}`},
+			{ID: "call_3", Name: "write_note", Arguments: `{"text":"hi"}`},
+		},
+		BeforeFinish: func() {
+			for range 2 {
+				select {
+				case <-started:
+				case <-time.After(20 * time.Second):
+					return // the test fails below: calls did not start early
+				}
+			}
+			finishSent.Store(true)
+		},
+	}
+	srv := llmtest.NewServer(t, turn, llmtest.Turn{Text: "Done."})
+	rec := &recorder{}
+	res := agent.Run(t.Context(), config(t, srv, tools), hello, rec)
+	if res.Status != agent.StatusCompleted {
+		t.Fatalf("result = %+v", res)
+	}
+	if !finishSent.Load() {
+		t.Fatal("the read-only calls did not start while the model was streaming")
+	}
+	for _, id := range []string{"call_1", "call_2", "call_3"} {
+		if r := rec.results[id]; !r.Success {
+			t.Errorf("%s: %+v", id, r)
+		}
+	}
+	if i, j := rec.index("tool_start call_1"), rec.index("turn "); i < 0 || i > j {
+		t.Errorf("tool_start of call_1 at %d, turn stored at %d: want it before", i, j)
+	}
+	if i, j := rec.index("tool_start call_3"), rec.index("turn "); i < j {
+		t.Errorf("write_note started at %d before the turn was stored at %d", i, j)
+	}
+	// The second request carries the assistant turn and the three results in call order.
+	msgs := srv.Requests()[1].Messages()
+	var roles []string
+	for _, m := range msgs {
+		roles = append(roles, fmt.Sprint(m["role"], m["tool_call_id"]))
+	}
+	if diff := cmp.Diff([]string{"user<nil>", "assistant<nil>", "toolcall_1", "toolcall_2", "toolcall_3"}, roles); diff != "" {
+		t.Errorf("second request (-want +got):\n%s", diff)
+	}
+}
+
+func TestMaxIterations(t *testing.T) {
+	calls := llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "write_note", Arguments: `{}`}}}
+	srv := llmtest.NewServer(t, calls, calls, calls)
+	cfg := config(t, srv, fakeTools{"write_note": echo})
+	cfg.MaxIterations = 2
+	rec := &recorder{}
+	res := agent.Run(t.Context(), cfg, hello, rec)
+	if res.Status != agent.StatusMaxIterations {
+		t.Fatalf("status = %s, want max_iterations (%v)", res.Status, res.Err)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d model calls, want 3 (2 rounds and a last turn)", len(reqs))
+	}
+	if reqs[0].Body["tool_choice"] != nil || reqs[2].Body["tool_choice"] != "none" {
+		t.Errorf("tool_choice = %v, %v; want unset then none", reqs[0].Body["tool_choice"], reqs[2].Body["tool_choice"])
+	}
+	// The model called a tool anyway on the last turn: stored with a failed result, not run.
+	if n := rec.has("tool_result call_1 true"); n != 2 {
+		t.Errorf("%d successful results, want 2", n)
+	}
+	if n := rec.has("tool_complete call_1 false Not run: the run reached its limit of 2 tool rounds"); n != 1 {
+		t.Errorf("log:\n%s", strings.Join(rec.log, "\n"))
+	}
+}
+
+func TestLengthContinues(t *testing.T) {
+	srv := llmtest.NewServer(t,
+		llmtest.Turn{Text: "Once upon a ", FinishReason: "length"},
+		llmtest.Turn{Text: "time, the ", FinishReason: "length"},
+		llmtest.Turn{Text: "end.", FinishReason: "stop"},
+	)
+	rec := &recorder{}
+	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, rec)
+	if res.Status != agent.StatusCompleted || res.FinishReason != "stop" {
+		t.Fatalf("result = %+v", res)
+	}
+	if len(rec.turns) != 1 || rec.turns[0].Text != "Once upon a time, the end." {
+		t.Fatalf("turns = %+v", rec.turns)
+	}
+	if rec.turns[0].Usage.InputTokens != 3*42 {
+		t.Errorf("usage = %+v, want the sum of three calls", rec.turns[0].Usage)
+	}
+	msgs := srv.Requests()[2].Messages()
+	last := msgs[len(msgs)-2:]
+	if last[0]["role"] != "assistant" || last[0]["content"] != "Once upon a time, the " || last[1]["role"] != "user" {
+		t.Errorf("continuation request ends with %v", last)
+	}
+}
+
+func TestLengthContinuesAtMostThreeTimes(t *testing.T) {
+	cut := llmtest.Turn{Text: "more ", FinishReason: "length"}
+	srv := llmtest.NewServer(t, cut, cut, cut, cut, cut)
+	rec := &recorder{}
+	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, rec)
+	if n := len(srv.Requests()); n != 4 {
+		t.Fatalf("%d model calls, want 4", n)
+	}
+	if res.FinishReason != "length" || len(rec.turns) != 1 || rec.turns[0].Text != "more more more more " {
+		t.Fatalf("result = %+v turns = %+v", res, rec.turns)
+	}
+}
+
+func TestTruncatedCallNeverRuns(t *testing.T) {
+	var ran atomic.Int32
+	tools := fakeTools{"write_note": func(ctx context.Context, a json.RawMessage) agent.ToolResult {
+		ran.Add(1)
+		return echo(ctx, a)
+	}}
+	srv := llmtest.NewServer(t,
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{
+			{ID: "call_ok", Name: "write_note", Arguments: `{"text":"a"}`},
+			{ID: "call_cut", Name: "write_note", Arguments: `{"text":"a long note"}`},
+		}, FinishReason: "length", CutArguments: true},
+		llmtest.Turn{Text: "ok"},
+	)
+	rec := &recorder{}
+	res := agent.Run(t.Context(), config(t, srv, tools), hello, rec)
+	if res.Status != agent.StatusCompleted {
+		t.Fatalf("result = %+v", res)
+	}
+	if ran.Load() != 1 || !rec.results["call_ok"].Success || rec.results["call_cut"].Success {
+		t.Fatalf("ran %d; results %+v", ran.Load(), rec.results)
+	}
+	if got := string(rec.turns[0].ToolCalls[1].Arguments); got != "{}" {
+		t.Errorf("stored arguments of the cut call = %s, want {}", got)
+	}
+	if !strings.Contains(rec.results["call_cut"].Content, "cut off by the output token limit") {
+		t.Errorf("cut call result = %q", rec.results["call_cut"].Content)
+	}
+}
+
+func TestCancelKeepsPartialAnswer(t *testing.T) {
+	srv := llmtest.NewServer(t, llmtest.Turn{
+		Text:      "Partial answer",
+		ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "read_time", Arguments: `{}`}, {ID: "call_2", Name: "write_note", Arguments: `{}`}},
+		Block:     true,
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	tools := fakeTools{"read_time": func(ctx context.Context, a json.RawMessage) agent.ToolResult {
+		cancel() // the user cancels while the read-only tool runs
+		<-ctx.Done()
+		return agent.ToolResult{Content: "cancelled"}
+	}}
+	rec := &recorder{}
+	res := agent.Run(ctx, config(t, srv, tools), hello, rec)
+	if res.Status != agent.StatusCancelled {
+		t.Fatalf("status = %s", res.Status)
+	}
+	if len(rec.turns) != 1 || rec.turns[0].Text != "Partial answer" || rec.turns[0].FinishReason != "cancelled" {
+		t.Fatalf("turns = %+v", rec.turns)
+	}
+	if len(rec.results) != 2 || rec.results["call_1"].Success || rec.results["call_2"].Content != "The run was cancelled before this call ran." {
+		t.Fatalf("results = %+v", rec.results)
+	}
+}
+
+func TestRetryBeforeOutput(t *testing.T) {
+	srv := llmtest.NewServer(t,
+		llmtest.Turn{Status: 429, RetryAfter: "0", ErrorMessage: "Rate limit reached"},
+		llmtest.Turn{Status: 503, ErrorMessage: "overloaded"},
+		llmtest.Turn{Text: "finally"},
+	)
+	rec := &recorder{}
+	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, rec)
+	if res.Status != agent.StatusCompleted || res.Final.Text != "finally" {
+		t.Fatalf("result = %+v", res)
+	}
+	if n := rec.has("status The model is unavailable; retrying"); n != 2 {
+		t.Errorf("%d retry statuses, want 2", n)
+	}
+}
+
+func TestNoRetryOfBadRequest(t *testing.T) {
+	srv := llmtest.NewServer(t, llmtest.Turn{Status: 400, ErrorMessage: "bad"}, llmtest.Turn{Text: "never"})
+	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, &recorder{})
+	var e *llm.Error
+	if res.Status != agent.StatusFailed || !errors.As(res.Err, &e) || e.Status != 400 || len(srv.Requests()) != 1 {
+		t.Fatalf("result = %+v after %d requests", res, len(srv.Requests()))
+	}
+	if res.Final != nil {
+		t.Errorf("a turn was stored for a call without output: %+v", res.Final)
+	}
+}
+
+func TestFailureAfterOutputKeepsText(t *testing.T) {
+	srv := llmtest.NewServer(t, llmtest.Turn{Text: "Half an ans", InBandError: "The server had an error"}, llmtest.Turn{Text: "never"})
+	rec := &recorder{}
+	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, rec)
+	if res.Status != agent.StatusFailed || res.Err == nil || len(srv.Requests()) != 1 {
+		t.Fatalf("result = %+v", res)
+	}
+	if len(rec.turns) != 1 || rec.turns[0].Text != "Half an ans" || rec.turns[0].FinishReason != "error" {
+		t.Fatalf("turns = %+v", rec.turns)
+	}
+}
+
+func TestCutConnectionClosesCalls(t *testing.T) {
+	srv := llmtest.NewServer(t, llmtest.Turn{
+		ToolCalls:      []llmtest.ToolCall{{ID: "call_1", Name: "write_note", Arguments: `{"text":"x"}`}},
+		CutAfterChunks: 4,
+	})
+	rec := &recorder{}
+	res := agent.Run(t.Context(), config(t, srv, fakeTools{"write_note": echo}), hello, rec)
+	if res.Status != agent.StatusFailed {
+		t.Fatalf("result = %+v", res)
+	}
+	r, ok := rec.results["call_1"]
+	if !ok || r.Success || !strings.Contains(r.Content, "broke off") {
+		t.Fatalf("results = %+v", rec.results)
+	}
+}
+
+func TestMissingAndRepeatedIDsAreMadeUnique(t *testing.T) {
+	srv := llmtest.NewServer(t,
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{
+			{ID: "", Name: "write_note", Arguments: `{"n":1}`},
+			{ID: "dup", Name: "write_note", Arguments: `{"n":2}`},
+			{ID: "dup", Name: "write_note", Arguments: `{"n":3}`},
+		}},
+		llmtest.Turn{Text: "ok"},
+	)
+	rec := &recorder{}
+	agent.Run(t.Context(), config(t, srv, fakeTools{"write_note": echo}), hello, rec)
+	seen := map[string]bool{}
+	for _, c := range rec.turns[0].ToolCalls {
+		if c.ID == "" || seen[c.ID] {
+			t.Fatalf("ids not unique: %+v", rec.turns[0].ToolCalls)
+		}
+		seen[c.ID] = true
+	}
+	if len(rec.results) != 3 {
+		t.Errorf("results = %+v", rec.results)
+	}
+}
+
+func TestStoreFailureEndsTheRun(t *testing.T) {
+	for _, failOn := range []string{"turn", "tool"} {
+		t.Run(failOn, func(t *testing.T) {
+			srv := llmtest.NewServer(t, llmtest.Turn{ToolCalls: []llmtest.ToolCall{
+				{ID: "c1", Name: "read_time", Arguments: `{}`}, {ID: "c2", Name: "write_note", Arguments: `{}`},
+			}}, llmtest.Turn{Text: "never"})
+			rec := &recorder{failOn: failOn}
+			res := agent.Run(t.Context(), config(t, srv, fakeTools{"read_time": echo, "write_note": echo}), hello, rec)
+			if res.Status != agent.StatusFailed || !strings.Contains(fmt.Sprint(res.Err), "disk full") || len(srv.Requests()) != 1 {
+				t.Fatalf("result = %+v", res)
+			}
+		})
+	}
+}
+
+func TestToolsRunInParallel(t *testing.T) {
+	const n = 4
+	var running, peak atomic.Int32
+	barrier := make(chan struct{})
+	var once sync.Once
+	slow := func(ctx context.Context, a json.RawMessage) agent.ToolResult {
+		if running.Add(1) == n {
+			once.Do(func() { close(barrier) })
+		}
+		select {
+		case <-barrier:
+		case <-time.After(20 * time.Second):
+		}
+		peak.Store(max(peak.Load(), running.Load()))
+		running.Add(-1)
+		return echo(ctx, a)
+	}
+	var calls []llmtest.ToolCall
+	for i := range n {
+		calls = append(calls, llmtest.ToolCall{ID: fmt.Sprint("c", i), Name: "write_note", Arguments: `{}`})
+	}
+	srv := llmtest.NewServer(t, llmtest.Turn{ToolCalls: calls}, llmtest.Turn{Text: "ok"})
+	res := agent.Run(t.Context(), config(t, srv, fakeTools{"write_note": slow}), hello, &recorder{})
+	if res.Status != agent.StatusCompleted || peak.Load() != n {
+		t.Fatalf("status %s, %d calls ran at once; want all %d", res.Status, peak.Load(), n)
+	}
+}

@@ -1,0 +1,287 @@
+package agent
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"chatd/internal/llm"
+)
+
+// continuePrompt asks for the rest of an answer the token limit cut. It is sent, never stored.
+const continuePrompt = "Your previous message was cut off by the output token limit. Continue exactly where it stopped, without repeating anything."
+
+var emptyArgs = json.RawMessage("{}")
+
+// turnState is a model turn in progress, with the tool calls it has started.
+type turnState struct {
+	Turn
+	text, reasoning strings.Builder
+	finish          llm.FinishReason
+	output          bool // something reached the observer
+	calls           []*pendingCall
+	ids             map[string]bool
+
+	toolCtx     context.Context
+	cancelTools context.CancelFunc
+	wg          sync.WaitGroup
+	results     chan toolDone // buffered for every call that can start: senders never block
+	doneOrder   []int         // calls whose results arrived, in arrival order
+	persisted   int           // how many of doneOrder are stored
+}
+
+type pendingCall struct {
+	index     int
+	id, name  string
+	idFixed   bool
+	args      []byte
+	started   bool
+	done      bool
+	result    ToolResult
+	notRun    string // why the call will not run
+	completed bool   // ToolComplete was reported
+}
+
+type toolDone struct {
+	index int
+	res   ToolResult
+}
+
+func (r *runner) newTurn(ctx context.Context) *turnState {
+	t := &turnState{ids: map[string]bool{}, results: make(chan toolDone, r.cfg.MaxToolCalls)}
+	t.toolCtx, t.cancelTools = context.WithCancel(ctx)
+	return t
+}
+
+// runPhaseModel streams one model turn, continuing it while the token limit cuts a plain answer, and
+// stores it. It returns nil when nothing was stored: the call failed before any output, or storing failed.
+func (r *runner) runPhaseModel(ctx context.Context, noTools bool) (*turnState, error) {
+	t := r.newTurn(ctx)
+	req := r.request(noTools)
+	r.obs.Status("Thinking…")
+	var err error
+	for n := 0; ; n++ {
+		err = r.stream(ctx, req, t, noTools)
+		if err != nil || ctx.Err() != nil || t.finish != llm.FinishLength || len(t.calls) > 0 || n >= r.cfg.MaxContinuations {
+			break
+		}
+		r.obs.Status("Continuing the answer…")
+		req = r.continuation(req, t.text.String())
+	}
+	if !t.output && (err != nil || ctx.Err() != nil) {
+		t.abandon()
+		return nil, err
+	}
+	r.finishTurn(ctx, t, err)
+	if perr := r.obs.Turn(context.WithoutCancel(ctx), &t.Turn); perr != nil {
+		t.abandon()
+		return nil, fmt.Errorf("store turn: %w", perr)
+	}
+	r.messages = append(r.messages, assistantMessage(&t.Turn))
+	return t, err
+}
+
+func (r *runner) request(noTools bool) *llm.Request {
+	req := &llm.Request{
+		Model:       r.cfg.Model,
+		System:      r.cfg.System,
+		Messages:    r.messages,
+		Tools:       r.cfg.ToolSpecs,
+		Temperature: r.cfg.Temperature,
+		MaxTokens:   r.cfg.MaxTokens,
+	}
+	if noTools && len(req.Tools) > 0 {
+		// The tools stay declared (the history holds tool calls, which some providers only accept with
+		// their tools declared) but the model may not call them.
+		req.ToolChoice = llm.ToolChoiceNone
+	}
+	return req
+}
+
+func (r *runner) continuation(req *llm.Request, partial string) *llm.Request {
+	next := *req
+	next.Messages = append(r.messages[:len(r.messages):len(r.messages)],
+		llm.TextMessage(llm.RoleAssistant, partial), llm.TextMessage(llm.RoleUser, continuePrompt))
+	return &next
+}
+
+// stream runs one model call into t, retrying a call that failed before any output.
+func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noTools bool) error {
+	for attempt := 0; ; attempt++ {
+		t.finish = ""
+		output, err := r.streamOnce(ctx, req, t, noTools)
+		if err == nil || output || ctx.Err() != nil || attempt >= r.cfg.Retries {
+			return err
+		}
+		wait, ok := r.backoff(err, attempt)
+		if !ok {
+			return err
+		}
+		r.cfg.Logger.Warn("model call failed; retrying", "model", r.cfg.Model, "attempt", attempt+1, "wait", wait, "err", err)
+		r.obs.Status(fmt.Sprintf("The model is unavailable; retrying in %s…", wait.Round(100*time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// streamOnce consumes one stream. output reports whether any event reached the observer.
+func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState, noTools bool) (output bool, err error) {
+	base := len(t.calls) // a continuation numbers its calls after the previous segment's
+	for ev, err := range r.cfg.Provider.Stream(ctx, req) {
+		if err != nil {
+			return output, err
+		}
+		t.poll(r.obs)
+		switch ev.Kind {
+		case llm.EventText:
+			output, t.output = true, true
+			t.text.WriteString(ev.Text)
+			r.obs.TextDelta(ev.Text)
+		case llm.EventReasoning:
+			output, t.output = true, true
+			t.reasoning.WriteString(ev.Text)
+			r.obs.ReasoningDelta(ev.Text)
+		case llm.EventToolCallDelta:
+			output, t.output = true, true
+			pc := t.call(base + ev.Index)
+			pc.add(ev)
+			r.obs.ToolCallDelta(pc.index, pc.id, pc.name, ev.Text)
+			if !noTools && endsObject(ev.Text) {
+				r.startEarly(t, pc)
+			}
+		case llm.EventToolCallEnd:
+			if !noTools && base+ev.Index < len(t.calls) {
+				r.startEarly(t, t.calls[base+ev.Index])
+			}
+		case llm.EventUsage:
+			t.Usage.Add(ev.Usage)
+			r.usage.Add(ev.Usage)
+			r.obs.Usage(r.cfg.Model, ev.Usage)
+		case llm.EventFinish:
+			t.finish = ev.FinishReason
+		}
+	}
+	return output, ctx.Err()
+}
+
+func (r *runner) backoff(err error, attempt int) (time.Duration, bool) {
+	e, ok := errors.AsType[*llm.Error](err)
+	if !ok || !e.Retryable() {
+		return 0, false
+	}
+	wait := r.cfg.RetryBase << attempt
+	wait += rand.N(wait/5 + 1) // jitter, so that clients rate-limited together do not retry together
+	if e.RetryAfter > 0 {
+		wait = e.RetryAfter
+	}
+	return wait, wait <= r.cfg.MaxRetryWait
+}
+
+// call returns the pending call at index i, creating the calls up to it.
+func (t *turnState) call(i int) *pendingCall {
+	for len(t.calls) <= i {
+		t.calls = append(t.calls, &pendingCall{index: len(t.calls)})
+	}
+	return t.calls[i]
+}
+
+// add accumulates a delta. Ids and names usually come once; a few servers repeat them on every delta
+// and a few split them into fragments, so a repeat is ignored and anything else appended.
+func (pc *pendingCall) add(ev llm.Event) {
+	if ev.ID != "" && ev.ID != pc.id && !pc.idFixed {
+		pc.id += ev.ID
+	}
+	if ev.Name != "" && ev.Name != pc.name {
+		pc.name += ev.Name
+	}
+	pc.args = append(pc.args, ev.Text...)
+}
+
+// endsObject reports whether an arguments fragment may close the JSON object, a cheap test done before
+// the full validity check.
+func endsObject(fragment string) bool {
+	s := strings.TrimRight(fragment, " \t\r\n")
+	return s != "" && s[len(s)-1] == '}'
+}
+
+// arguments returns the call's arguments when they are a complete JSON object.
+func (pc *pendingCall) arguments() (json.RawMessage, bool) {
+	a := strings.TrimSpace(string(pc.args))
+	if a == "" {
+		return emptyArgs, true
+	}
+	if a[0] != '{' || !json.Valid([]byte(a)) {
+		return nil, false
+	}
+	return json.RawMessage(a), true
+}
+
+// finishTurn fixes the turn's text, ids, arguments and finish reason once its stream has ended.
+func (r *runner) finishTurn(ctx context.Context, t *turnState, streamErr error) {
+	t.Text, t.Reasoning, t.Model = t.text.String(), t.reasoning.String(), r.cfg.Model
+	switch {
+	case ctx.Err() != nil:
+		t.FinishReason = "cancelled"
+	case streamErr != nil:
+		t.FinishReason = "error"
+	default:
+		t.FinishReason = string(t.finish)
+	}
+	for _, pc := range t.calls {
+		t.assignID(pc)
+		args, ok := pc.arguments()
+		switch {
+		case pc.name == "":
+			pc.notRun = "The call did not name a tool."
+		case !ok && t.finish == llm.FinishLength:
+			pc.notRun = "The call was cut off by the output token limit before its arguments were complete, so it was not run. Call the tool again with complete arguments."
+		case pc.index >= r.cfg.MaxToolCalls:
+			pc.notRun = "Not run: more than " + strconv.Itoa(r.cfg.MaxToolCalls) + " tool calls in one turn."
+		}
+		if !ok {
+			args = emptyArgs // stored calls always hold an object; the raw text still goes to the tool
+		}
+		t.ToolCalls = append(t.ToolCalls, llm.ToolCall{ID: pc.id, Name: pc.name, Arguments: args})
+	}
+}
+
+// assignID gives a call an id unique within the turn: some servers send none, or repeat one.
+func (t *turnState) assignID(pc *pendingCall) {
+	if pc.idFixed {
+		return
+	}
+	if pc.id == "" || t.ids[pc.id] {
+		pc.id = "call_" + strings.ToLower(crand.Text())
+	}
+	t.ids[pc.id] = true
+	pc.idFixed = true
+}
+
+// abandon stops the turn's running tools and waits for them; their results are dropped.
+func (t *turnState) abandon() {
+	t.cancelTools()
+	t.wg.Wait()
+}
+
+func assistantMessage(t *Turn) llm.Message {
+	m := llm.Message{Role: llm.RoleAssistant, ToolCalls: t.ToolCalls}
+	if t.Reasoning != "" {
+		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartReasoning, Text: t.Reasoning})
+	}
+	if t.Text != "" {
+		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartText, Text: t.Text})
+	}
+	return m
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
