@@ -1,0 +1,320 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"chatd/internal/store"
+)
+
+const (
+	// bumpSeqSQL assigns the next Seq. Updating the session row first also checks that the session is
+	// the user's and touches its UpdatedAt, in one statement.
+	bumpSeqSQL = `UPDATE sessions SET last_seq = last_seq + 1, updated_at = $3
+WHERE id = $1 AND user_id = $2
+RETURNING last_seq`
+
+	// claimCallSQL marks a call answered. It matches only a call that the parent record holds, in this
+	// session, and that is still open, so no rows means the tool record answers nothing it may answer.
+	claimCallSQL = `UPDATE tool_calls SET answer_id = $1
+WHERE record_id = $2 AND call_id = $3 AND session_id = $4 AND answer_id IS NULL`
+
+	openCallsSQL = `SELECT EXISTS (SELECT 1 FROM tool_calls WHERE session_id = $1 AND answer_id IS NULL)`
+
+	insertRecordSQL = `INSERT INTO records (id, session_id, user_id, seq, run_id, role, content, attachments,
+reasoning, parent_id, tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
+
+	insertToolCallSQL = `INSERT INTO tool_calls (record_id, call_id, session_id, run_id, idx, name, arguments)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
+
+	sessionExistsSQL = `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND user_id = $2)`
+
+	selectRecordsSQL = `SELECT id, seq, run_id, role, content, attachments, reasoning, parent_id, tool_call_id,
+name, success, duration_ms, payload, model, finish_reason, usage, created_at
+FROM records WHERE session_id = $1 AND user_id = $2 ORDER BY seq`
+
+	selectToolCallsSQL = `SELECT c.record_id, c.call_id, c.name, c.arguments
+FROM records r JOIN tool_calls c ON c.record_id = r.id
+WHERE r.session_id = $1 AND r.user_id = $2
+ORDER BY r.seq, c.idx`
+)
+
+// AppendRecord stores r at the end of its session in one transaction, enforcing the pairing invariant,
+// and assigns r's ID (when empty), Seq and CreatedAt.
+func (db *DB) AppendRecord(ctx context.Context, user string, r *store.Record) error {
+	rec, err := newRecord(r)
+	if err != nil {
+		return fmt.Errorf("sqlite: append record: %w", err)
+	}
+	err = db.write(ctx, "append record", func(tx *sql.Tx) error {
+		return appendRecord(ctx, tx, user, &rec, db.clock())
+	})
+	if err != nil {
+		return err
+	}
+	*r = rec // only now: a failed append leaves the caller's record as it was
+	return nil
+}
+
+// appendRecord is AppendRecord inside a transaction; FinishRun uses it too.
+func appendRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Record, now time.Time) error {
+	var seq int64
+	err := tx.QueryRowContext(ctx, bumpSeqSQL, rec.SessionID, user, now.UnixMicro()).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return notFound("session", rec.SessionID)
+	}
+	if err != nil {
+		return err
+	}
+	if err := pair(ctx, tx, rec); err != nil {
+		return err
+	}
+	rec.Seq, rec.CreatedAt = seq, now
+	if err := insertRecord(ctx, tx, user, rec); err != nil {
+		return err
+	}
+	for i, c := range rec.ToolCalls {
+		_, err := tx.ExecContext(ctx, insertToolCallSQL, rec.ID, c.ID, rec.SessionID, nullable(rec.RunID), i,
+			c.Name, string(c.Arguments))
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pair enforces the invariant: a tool record answers an open call of its parent; any other record waits
+// until no call of the session is open.
+func pair(ctx context.Context, tx *sql.Tx, rec *store.Record) error {
+	if rec.Role == store.RoleTool {
+		res, err := tx.ExecContext(ctx, claimCallSQL, rec.ID, rec.ParentID, rec.ToolCallID, rec.SessionID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return conflict("record %q of session %q holds no open tool call %q",
+				rec.ParentID, rec.SessionID, rec.ToolCallID)
+		}
+		return nil
+	}
+	var open bool
+	if err := tx.QueryRowContext(ctx, openCallsSQL, rec.SessionID).Scan(&open); err != nil {
+		return err
+	}
+	if open {
+		return conflict("session %q has tool calls without a tool record; a %s record must wait for them",
+			rec.SessionID, rec.Role)
+	}
+	return nil
+}
+
+func insertRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Record) error {
+	var attachments, payload, usage any // NULL when absent
+	if rec.Attachments != nil {
+		b, err := json.Marshal(rec.Attachments)
+		if err != nil {
+			return err
+		}
+		attachments = string(b)
+	}
+	if rec.Payload != nil {
+		payload = string(rec.Payload)
+	}
+	if rec.Usage != nil {
+		b, err := json.Marshal(rec.Usage)
+		if err != nil {
+			return err
+		}
+		usage = string(b)
+	}
+	_, err := tx.ExecContext(ctx, insertRecordSQL, rec.ID, rec.SessionID, user, rec.Seq, nullable(rec.RunID),
+		rec.Role, rec.Content, attachments, rec.Reasoning, nullable(rec.ParentID), nullable(rec.ToolCallID),
+		rec.Name, rec.Success, rec.DurationMS, payload, rec.Model, rec.FinishReason, usage,
+		rec.CreatedAt.UnixMicro())
+	return err
+}
+
+// newRecord checks r and returns the copy to store: ID assigned, empty optional fields nil (as they read
+// back), tool call arguments {} when absent. It never changes r or the slices r shares with the caller.
+func newRecord(r *store.Record) (store.Record, error) {
+	rec := *r
+	if err := checkRole(&rec); err != nil {
+		return rec, err
+	}
+	calls, err := toolCalls(rec.ToolCalls)
+	if err != nil {
+		return rec, err
+	}
+	rec.ToolCalls = calls
+	if len(rec.Payload) == 0 {
+		rec.Payload = nil
+	} else if !json.Valid(rec.Payload) {
+		return rec, conflict("payload is not valid JSON")
+	}
+	if len(rec.Attachments) == 0 {
+		rec.Attachments = nil
+	}
+	if rec.ID == "" {
+		rec.ID = uuid.Must(uuid.NewV7()).String()
+	}
+	return rec, nil
+}
+
+// checkRole checks the fields that depend on the record's role.
+func checkRole(r *store.Record) error {
+	switch r.Role {
+	case store.RoleTool:
+		if r.ParentID == "" || r.ToolCallID == "" {
+			return conflict("a tool record needs ParentID and ToolCallID")
+		}
+		if len(r.ToolCalls) > 0 {
+			return conflict("a tool record cannot hold tool calls")
+		}
+	case store.RoleUser, store.RoleAssistant, store.RoleSystem:
+		if r.ParentID != "" || r.ToolCallID != "" {
+			return conflict("a %s record answers no tool call", r.Role)
+		}
+		if r.Role != store.RoleAssistant && len(r.ToolCalls) > 0 {
+			return conflict("only an assistant record holds tool calls")
+		}
+	default:
+		return conflict("unknown role %q", r.Role)
+	}
+	return nil
+}
+
+// toolCalls checks an assistant record's calls and returns a copy with absent arguments as {}.
+func toolCalls(calls []store.ToolCall) ([]store.ToolCall, error) {
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	out := make([]store.ToolCall, len(calls))
+	seen := make(map[string]bool, len(calls))
+	for i, c := range calls {
+		switch {
+		case c.ID == "":
+			return nil, conflict("tool call %d has no id", i)
+		case seen[c.ID]:
+			return nil, conflict("tool call id %q appears twice in one record", c.ID)
+		case len(c.Arguments) == 0:
+			c.Arguments = json.RawMessage("{}")
+		case !isObject(c.Arguments):
+			return nil, conflict("arguments of tool call %q are not a JSON object", c.ID)
+		}
+		seen[c.ID] = true
+		out[i] = c
+	}
+	return out, nil
+}
+
+// Records returns the session's records, oldest first, read from one snapshot.
+func (db *DB) Records(ctx context.Context, user, sessionID string) ([]store.Record, error) {
+	var recs []store.Record
+	err := db.read(ctx, "records", func(tx *sql.Tx) error {
+		var ok bool
+		if err := tx.QueryRowContext(ctx, sessionExistsSQL, sessionID, user).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			return notFound("session", sessionID)
+		}
+		var err error
+		if recs, err = selectRecords(ctx, tx, user, sessionID); err != nil {
+			return err
+		}
+		return addToolCalls(ctx, tx, user, sessionID, recs)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return recs, nil
+}
+
+func selectRecords(ctx context.Context, tx *sql.Tx, user, sessionID string) ([]store.Record, error) {
+	rows, err := tx.QueryContext(ctx, selectRecordsSQL, sessionID, user)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	recs := []store.Record{}
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		r.SessionID = sessionID
+		recs = append(recs, r)
+	}
+	return recs, rows.Err()
+}
+
+// addToolCalls fills in the ToolCalls of recs, which are ordered by seq as the calls are.
+func addToolCalls(ctx context.Context, tx *sql.Tx, user, sessionID string, recs []store.Record) error {
+	byID := make(map[string]int, len(recs))
+	for i, r := range recs {
+		byID[r.ID] = i
+	}
+	rows, err := tx.QueryContext(ctx, selectToolCallsSQL, sessionID, user)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var recordID, args string
+		var c store.ToolCall
+		if err := rows.Scan(&recordID, &c.ID, &c.Name, &args); err != nil {
+			return err
+		}
+		c.Arguments = json.RawMessage(args)
+		if i, ok := byID[recordID]; ok {
+			recs[i].ToolCalls = append(recs[i].ToolCalls, c)
+		}
+	}
+	return rows.Err()
+}
+
+// scanRecord reads one row of selectRecordsSQL; NULL columns become nil or "".
+func scanRecord(rows *sql.Rows) (store.Record, error) {
+	var r store.Record
+	var runID, attachments, parentID, toolCallID, payload, usage sql.NullString
+	var success sql.NullBool
+	var duration sql.NullInt64
+	var created int64
+	err := rows.Scan(&r.ID, &r.Seq, &runID, &r.Role, &r.Content, &attachments, &r.Reasoning, &parentID,
+		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &created)
+	if err != nil {
+		return r, err
+	}
+	r.RunID, r.ParentID, r.ToolCallID = runID.String, parentID.String, toolCallID.String
+	r.CreatedAt = fromMicros(created)
+	if success.Valid {
+		r.Success = &success.Bool
+	}
+	if duration.Valid {
+		r.DurationMS = &duration.Int64
+	}
+	if payload.Valid {
+		r.Payload = json.RawMessage(payload.String)
+	}
+	if attachments.Valid {
+		if err := json.Unmarshal([]byte(attachments.String), &r.Attachments); err != nil {
+			return r, fmt.Errorf("record %s: attachments: %w", r.ID, err)
+		}
+	}
+	if usage.Valid {
+		r.Usage = new(store.Usage)
+		if err := json.Unmarshal([]byte(usage.String), r.Usage); err != nil {
+			return r, fmt.Errorf("record %s: usage: %w", r.ID, err)
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,307 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"chatd/internal/store"
+	"chatd/internal/store/storetest"
+)
+
+func openTest(t testing.TB, path string, opts Options) *DB {
+	t.Helper()
+	db, err := Open(context.Background(), path, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return db
+}
+
+func tempPath(t testing.TB) string {
+	return filepath.Join(t.TempDir(), "chatd.db")
+}
+
+func TestStore(t *testing.T) {
+	t.Run("File", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) store.Store { return openTest(t, tempPath(t), Options{}) })
+	})
+	t.Run("Memory", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) store.Store { return openTest(t, MemoryPath, Options{}) })
+	})
+	// A clock that stands still makes every timestamp tie, so the sessions list is ordered by id alone
+	// and its cursor must carry the id.
+	t.Run("FrozenClock", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) store.Store {
+			db := openTest(t, tempPath(t), Options{})
+			at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+			db.now = func() time.Time { return at }
+			return db
+		})
+	})
+}
+
+func TestPragmas(t *testing.T) {
+	db := openTest(t, tempPath(t), Options{})
+	ctx := t.Context()
+	for _, tc := range []struct {
+		pool        string
+		pragma, val string
+	}{
+		{"writer", "journal_mode", "wal"},
+		{"reader", "journal_mode", "wal"},
+		{"writer", "foreign_keys", "1"},
+		{"writer", "synchronous", "2"},
+		{"writer", "busy_timeout", busyTimeout},
+		{"reader", "busy_timeout", busyTimeout},
+		{"reader", "query_only", "1"},
+	} {
+		conn := db.writer
+		if tc.pool == "reader" {
+			conn = db.reader
+		}
+		var got string
+		if err := conn.QueryRowContext(ctx, "PRAGMA "+tc.pragma).Scan(&got); err != nil {
+			t.Fatalf("%s: PRAGMA %s: %v", tc.pool, tc.pragma, err)
+		}
+		if got != tc.val {
+			t.Errorf("%s: PRAGMA %s = %s, want %s", tc.pool, tc.pragma, got, tc.val)
+		}
+	}
+	if _, err := db.reader.ExecContext(ctx, "DELETE FROM sessions"); err == nil {
+		t.Error("a reader connection accepted a write")
+	}
+}
+
+// TestReopen: data survives a reopen, and migrations run once.
+func TestReopen(t *testing.T) {
+	path, ctx := tempPath(t), t.Context()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	db, err := Open(ctx, path, Options{Logger: log})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	sess := &store.Session{Title: "kept"}
+	if err := db.CreateSession(ctx, "alice", sess); err != nil {
+		t.Fatal(err)
+	}
+	rec := store.Record{SessionID: sess.ID, Role: store.RoleUser, Content: "hello"}
+	if err := db.AppendRecord(ctx, "alice", &rec); err != nil {
+		t.Fatal(err)
+	}
+	versions := gooseVersions(t, db)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "applied migration") {
+		t.Errorf("first Open logged no migration:\n%s", logs.String())
+	}
+
+	logs.Reset()
+	db = openTest(t, path, Options{Logger: log})
+	if logs.Len() != 0 {
+		t.Errorf("second Open logged:\n%s", logs.String())
+	}
+	if got := gooseVersions(t, db); got != versions {
+		t.Errorf("goose has %d version rows after reopening, %d before", got, versions)
+	}
+	recs, err := db.Records(ctx, "alice", sess.ID)
+	if err != nil || len(recs) != 1 || recs[0].Content != "hello" {
+		t.Fatalf("Records after reopen = %+v, %v", recs, err)
+	}
+	next := store.Record{SessionID: sess.ID, Role: store.RoleUser, Content: "again"}
+	if err := db.AppendRecord(ctx, "alice", &next); err != nil || next.Seq != 2 {
+		t.Errorf("AppendRecord after reopen: Seq %d, %v; want 2", next.Seq, err)
+	}
+}
+
+func gooseVersions(t *testing.T, db *DB) int {
+	t.Helper()
+	var n int
+	if err := db.reader.QueryRowContext(t.Context(), "SELECT count(*) FROM goose_db_version").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestOpenMissingDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing")
+	_, err := Open(t.Context(), filepath.Join(dir, "chatd.db"), Options{})
+	if err == nil || !strings.Contains(err.Error(), dir+" does not exist") {
+		t.Fatalf("Open in a missing directory: %v; want it to say the directory does not exist", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("Open created %s", dir)
+	}
+}
+
+func TestOpenOddPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a?b#c%20d")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "chat d.db")
+	openTest(t, path, Options{})
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the database is not at %s: %v", path, err)
+	}
+}
+
+// TestReadsDoNotWaitForWrites: with the writer inside a transaction, reads still answer at once.
+func TestReadsDoNotWaitForWrites(t *testing.T) {
+	db := openTest(t, tempPath(t), Options{})
+	sess := &store.Session{Title: "s"}
+	if err := db.CreateSession(t.Context(), "alice", sess); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.writer.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(t.Context(), "UPDATE sessions SET title = 'busy'"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	got, err := db.Session(ctx, "alice", sess.ID)
+	if err != nil || got.Title != "s" {
+		t.Fatalf("Session during a write = %+v, %v; want the committed title", got, err)
+	}
+	if _, err := db.Records(ctx, "alice", sess.ID); err != nil {
+		t.Fatalf("Records during a write: %v", err)
+	}
+}
+
+// TestUsageOutlivesSession: DeleteSession keeps the usage rows.
+func TestUsageOutlivesSession(t *testing.T) {
+	db := openTest(t, tempPath(t), Options{})
+	ctx := t.Context()
+	sess := &store.Session{}
+	if err := db.CreateSession(ctx, "alice", sess); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6789, time.FixedZone("CET", 3600))
+	u := store.UsageEntry{SessionID: sess.ID, RunID: "r", Agent: "a", Model: "m", CreatedAt: at,
+		Usage: store.Usage{InputTokens: 1, OutputTokens: 2, CacheReadTokens: 3, CacheWriteTokens: 4, ReasoningTokens: 5}}
+	if err := db.AddUsage(ctx, "alice", u); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteSession(ctx, "alice", sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	var got store.UsageEntry
+	var created int64
+	err := db.reader.QueryRowContext(ctx, `SELECT run_id, session_id, agent, model, input_tokens, output_tokens,
+cache_read_tokens, cache_write_tokens, reasoning_tokens, created_at FROM usage WHERE user_id = 'alice'`).Scan(
+		&got.RunID, &got.SessionID, &got.Agent, &got.Model, &got.InputTokens, &got.OutputTokens,
+		&got.CacheReadTokens, &got.CacheWriteTokens, &got.ReasoningTokens, &created)
+	if err != nil {
+		t.Fatalf("usage row after DeleteSession: %v", err)
+	}
+	got.CreatedAt = fromMicros(created)
+	u.CreatedAt = at.Truncate(time.Microsecond)
+	if !got.CreatedAt.Equal(u.CreatedAt) {
+		t.Errorf("usage created_at = %v, want %v", got.CreatedAt, u.CreatedAt)
+	}
+	got.CreatedAt = u.CreatedAt
+	if got != u {
+		t.Errorf("usage row = %+v, want %+v", got, u)
+	}
+}
+
+// TestQueryPlans guards the indexes the hot queries rely on: each must search an index and never scan
+// a table. Only the open calls of one run, a handful of rows, may be sorted after the search.
+func TestQueryPlans(t *testing.T) {
+	db := openTest(t, tempPath(t), Options{})
+	for _, tc := range []struct {
+		name, query, want string
+		args              []any
+		sorts             bool
+	}{
+		{"sessions page", listSessionsAfterSQL,
+			"SEARCH sessions USING INDEX sessions_by_user_updated (user_id=? AND (updated_at,id)<(?,?))",
+			[]any{"u", 50, 1, "x"}, false},
+		{"open calls", openCallsSQL, "SEARCH tool_calls USING INDEX tool_calls_open_by_session", []any{"s"}, false},
+		{"open calls of a run", openRunCallsSQL, "SEARCH c USING INDEX tool_calls_open_by_run", []any{"r", "s"}, true},
+		{"records", selectRecordsSQL, "SEARCH records USING INDEX", []any{"s", "u"}, false},
+		{"append", bumpSeqSQL, "SEARCH sessions USING INDEX", []any{"s", "u", 1}, false},
+		{"claim call", claimCallSQL, "SEARCH tool_calls USING INDEX", []any{"a", "r", "c", "s"}, false},
+	} {
+		plan := queryPlan(t, db, tc.query, tc.args...)
+		scans := strings.Contains(strings.ReplaceAll(plan, "SCAN CONSTANT ROW", ""), "SCAN ")
+		sorts := strings.Contains(plan, "TEMP B-TREE FOR ORDER BY")
+		if !strings.Contains(plan, tc.want) || scans || sorts && !tc.sorts {
+			t.Errorf("%s: plan lacks %q, or scans, or sorts:\n%s", tc.name, tc.want, plan)
+		}
+	}
+}
+
+// TestSchemaEnforcesPairing writes past the Go checks: the schema itself refuses a tool record for a
+// call that does not exist, a second answer, and a non-tool record pointing at a call.
+func TestSchemaEnforcesPairing(t *testing.T) {
+	db := openTest(t, MemoryPath, Options{})
+	ctx := t.Context()
+	const insert = `INSERT INTO records (id, session_id, user_id, seq, role, parent_id, tool_call_id, created_at)
+VALUES ($1, 's', 'u', $2, $3, $4, $5, 0)`
+	for _, q := range []string{
+		`INSERT INTO sessions (id, user_id, created_at, updated_at) VALUES ('s', 'u', 0, 0)`,
+		`INSERT INTO records (id, session_id, user_id, seq, role, created_at) VALUES ('a', 's', 'u', 1, 'assistant', 0)`,
+		`INSERT INTO tool_calls (record_id, call_id, session_id, idx, name, arguments) VALUES ('a', 'c1', 's', 0, 'f', '{}')`,
+	} {
+		if _, err := db.writer.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := db.writer.ExecContext(ctx, insert, "t1", 2, "tool", "a", "c1"); err != nil {
+		t.Fatalf("first answer: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []any
+	}{
+		{"second answer", []any{"t2", 3, "tool", "a", "c1"}},
+		{"answer to a call the record does not hold", []any{"t3", 4, "tool", "a", "c9"}},
+		{"tool record without a call id", []any{"t4", 5, "tool", "a", nil}},
+		{"user record pointing at a call", []any{"u1", 6, "user", "a", "c1"}},
+		{"unknown role", []any{"x1", 7, "robot", nil, nil}},
+		{"duplicate seq", []any{"u2", 2, "user", nil, nil}},
+	} {
+		_, err := db.writer.ExecContext(ctx, insert, tc.args...)
+		wantConflict := mapErr(err)
+		if err == nil || !errors.Is(wantConflict, store.ErrConflict) {
+			t.Errorf("%s: got %v, want a constraint violation", tc.name, err)
+		}
+	}
+}
+
+func queryPlan(t *testing.T, db *DB, query string, args ...any) string {
+	t.Helper()
+	rows, err := db.reader.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(detail + "\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,189 @@
+package storetest
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"chatd/internal/store"
+)
+
+// testOtherUser checks that every method answers another user's ids as ErrNotFound and changes nothing.
+func testOtherUser(t *testing.T, s store.Store) {
+	ctx, alice, bob := t.Context(), newUser("alice"), newUser("bob")
+	sess := createSession(t, s, alice)
+	run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "openai/gpt-4o-mini"}
+	if err := s.CreateRun(ctx, alice, run); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	mustAppend(t, s, alice, userRecord(sess.ID, "hi"))
+	asst := assistantCalls(sess.ID, "call_1")
+	asst.RunID = run.ID
+	asst = mustAppend(t, s, alice, asst)
+	before := records(t, s, alice, sess.ID)
+	sessBefore, _ := s.Session(ctx, alice, sess.ID)
+
+	_, err := s.Session(ctx, bob, sess.ID)
+	wantErr(t, "Session", err, store.ErrNotFound)
+	_, err = s.UpdateSession(ctx, bob, sess.ID, store.SessionPatch{Title: ptr("mine")})
+	wantErr(t, "UpdateSession", err, store.ErrNotFound)
+	wantErr(t, "DeleteSession", s.DeleteSession(ctx, bob, sess.ID), store.ErrNotFound)
+	_, err = s.Records(ctx, bob, sess.ID)
+	wantErr(t, "Records", err, store.ErrNotFound)
+	r := userRecord(sess.ID, "intruder")
+	wantErr(t, "AppendRecord(user)", s.AppendRecord(ctx, bob, &r), store.ErrNotFound)
+	r = toolResult(asst, "call_1")
+	wantErr(t, "AppendRecord(tool)", s.AppendRecord(ctx, bob, &r), store.ErrNotFound)
+	wantErr(t, "CreateRun", s.CreateRun(ctx, bob, &store.Run{SessionID: sess.ID}), store.ErrNotFound)
+	_, err = s.Run(ctx, bob, run.ID)
+	wantErr(t, "Run", err, store.ErrNotFound)
+	_, err = s.FinishRun(ctx, bob, run.ID, store.RunEnd{Status: store.RunCancelled})
+	wantErr(t, "FinishRun", err, store.ErrNotFound)
+
+	// Ids that exist for nobody answer the same.
+	_, err = s.Session(ctx, alice, "no-such-session")
+	wantErr(t, "Session(unknown)", err, store.ErrNotFound)
+	_, err = s.Run(ctx, alice, "no-such-run")
+	wantErr(t, "Run(unknown)", err, store.ErrNotFound)
+	r = userRecord("no-such-session", "hello")
+	wantErr(t, "AppendRecord(unknown session)", s.AppendRecord(ctx, alice, &r), store.ErrNotFound)
+
+	if diff := cmp.Diff(before, records(t, s, alice, sess.ID), cmpOpts); diff != "" {
+		t.Errorf("another user changed the records (-before +after):\n%s", diff)
+	}
+	if sessAfter, err := s.Session(ctx, alice, sess.ID); err != nil || !cmp.Equal(sessBefore, sessAfter, cmpOpts) {
+		t.Errorf("another user changed the session: %+v, then %+v (%v)", sessBefore, sessAfter, err)
+	}
+	if got, err := s.Run(ctx, alice, run.ID); err != nil || got.Status != store.RunRunning {
+		t.Errorf("another user changed the run: %+v, %v", got, err)
+	}
+}
+
+func testAppendOrder(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	sess, other := createSession(t, s, alice), createSession(t, s, alice)
+	var want []store.Record
+	for _, r := range []store.Record{
+		{SessionID: sess.ID, Role: store.RoleSystem, Content: "be brief"},
+		userRecord(sess.ID, "one"),
+		{SessionID: sess.ID, Role: store.RoleAssistant, Content: "two", FinishReason: "stop"},
+		userRecord(sess.ID, "three"),
+	} {
+		r = mustAppend(t, s, alice, r)
+		if r.ID == "" || r.CreatedAt.IsZero() || r.CreatedAt.Location() != time.UTC {
+			t.Errorf("AppendRecord left ID %q, CreatedAt %v", r.ID, r.CreatedAt)
+		}
+		want = append(want, r)
+	}
+	wantSeqs(t, want)
+	if o := mustAppend(t, s, alice, userRecord(other.ID, "elsewhere")); o.Seq != 1 {
+		t.Errorf("first record of another session has Seq %d, want 1", o.Seq)
+	}
+	// A refused append takes no Seq.
+	bad := store.Record{SessionID: sess.ID, Role: store.RoleTool, ParentID: want[2].ID, ToolCallID: "call_x"}
+	wantErr(t, "AppendRecord(tool without call)", s.AppendRecord(ctx, alice, &bad), store.ErrConflict)
+	want = append(want, mustAppend(t, s, alice, userRecord(sess.ID, "four")))
+	wantSeqs(t, want)
+
+	got := records(t, s, alice, sess.ID)
+	if diff := cmp.Diff(want, got, cmpOpts); diff != "" {
+		t.Errorf("Records differ from the appended records (-want +got):\n%s", diff)
+	}
+	after, err := s.Session(ctx, alice, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := want[len(want)-1]; after.UpdatedAt.Before(last.CreatedAt) || after.UpdatedAt.Before(sess.UpdatedAt) {
+		t.Errorf("session UpdatedAt %v not touched by the append at %v", after.UpdatedAt, last.CreatedAt)
+	}
+}
+
+// testRoundTrip stores every field of every role and reads it back unchanged.
+func testRoundTrip(t *testing.T, s store.Store) {
+	alice := newUser("alice")
+	sess := createSession(t, s, alice)
+	binary := make([]byte, 256)
+	for i := range binary {
+		binary[i] = byte(i)
+	}
+	args := json.RawMessage(`{ "city" : "Paris",  "q": "<a href=\"x\">&amp;</a>", "n": 1.50 }`)
+	user := mustAppend(t, s, alice, store.Record{ID: "chosen-" + alice, SessionID: sess.ID, RunID: "run-1",
+		Role: store.RoleUser, Content: "what's this?",
+		Attachments: []store.Attachment{{MediaType: "image/png", Name: "shot.png", Data: binary}}})
+	if user.ID != "chosen-"+alice || user.Success != nil || user.DurationMS != nil {
+		t.Errorf("user record came back as %+v", user)
+	}
+	asst := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, RunID: "run-1", Role: store.RoleAssistant,
+		Content: "let me look", Reasoning: "the user wants weather", Model: "anthropic/claude-sonnet-4-5",
+		FinishReason: "tool_calls", Usage: &store.Usage{InputTokens: 10, OutputTokens: 5, CacheReadTokens: 3,
+			CacheWriteTokens: 2, ReasoningTokens: 1},
+		ToolCalls: []store.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: args},
+			{ID: "call_2", Name: "current_time"}}})
+	if got := string(asst.ToolCalls[1].Arguments); got != "{}" {
+		t.Errorf("absent arguments stored as %q, want {}", got)
+	}
+	ok := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, RunID: "run-1", Role: store.RoleTool,
+		ParentID: asst.ID, ToolCallID: "call_1", Name: "get_weather", Content: "21.5°C",
+		Success: ptr(true), DurationMS: ptr(int64(12)), Payload: json.RawMessage(`{"temp": 21.5, "unit":"C"}`),
+		Attachments: []store.Attachment{{MediaType: "image/jpeg", Data: []byte{0xff, 0xd8, 0}}}})
+	failed := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, Role: store.RoleTool,
+		ParentID: asst.ID, ToolCallID: "call_2", Content: "boom", Success: ptr(false), DurationMS: ptr(int64(0))})
+
+	want := []store.Record{user, asst, ok, failed}
+	got := records(t, s, alice, sess.ID)
+	if diff := cmp.Diff(want, got, cmpOpts); diff != "" {
+		t.Fatalf("Records differ from the appended records (-want +got):\n%s", diff)
+	}
+	if a := string(got[1].ToolCalls[0].Arguments); a != string(args) {
+		t.Errorf("arguments came back as %s, want %s byte for byte", a, args)
+	}
+	if got[0].Success != nil || got[0].DurationMS != nil || got[0].Usage != nil || got[0].Payload != nil {
+		t.Errorf("unset optional fields came back set: %+v", got[0])
+	}
+	if *got[3].Success || *got[3].DurationMS != 0 {
+		t.Errorf("success false / duration 0 came back as %v / %v", *got[3].Success, *got[3].DurationMS)
+	}
+}
+
+// testConcurrentAppend appends from 8 goroutines at once: Seq must come out 1..N, no gap, no repeat.
+func testConcurrentAppend(t *testing.T, s store.Store) {
+	const writers, each = 8, 10
+	alice := newUser("alice")
+	sess := createSession(t, s, alice)
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				r := store.Record{SessionID: sess.ID, Role: store.RoleUser, Name: string(rune('a' + w)),
+					Content: string(rune('0' + i))}
+				if err := s.AppendRecord(t.Context(), alice, &r); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for w, err := range errs {
+		if err != nil {
+			t.Fatalf("writer %d: %v", w, err)
+		}
+	}
+	got := records(t, s, alice, sess.ID)
+	if len(got) != writers*each {
+		t.Fatalf("got %d records, want %d", len(got), writers*each)
+	}
+	wantSeqs(t, got)
+	// Each writer's records keep the order it appended them in.
+	next := map[string]rune{}
+	for _, r := range got {
+		if want := '0' + next[r.Name]; []rune(r.Content)[0] != want {
+			t.Fatalf("writer %s: record %q at Seq %d, want %q next", r.Name, r.Content, r.Seq, want)
+		}
+		next[r.Name]++
+	}
+}

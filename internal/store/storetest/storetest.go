@@ -1,0 +1,125 @@
+// Package storetest is the contract suite every store.Store implementation runs (store/sqlite, and
+// store/postgres later): sessions, records and the pairing invariant, runs, usage, user scoping and
+// concurrent appends. It imports store and test helpers only, never an implementation.
+//
+// Where store.go leaves the error of a bad input open, the suite pins the answer both stores give, so the
+// HTTP layer maps them one way: a record or patch that breaks a rule of the records' shape is
+// store.ErrConflict, a page cursor the store did not issue is store.ErrNotFound.
+package storetest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/google/uuid"
+
+	"chatd/internal/store"
+)
+
+// Run runs the contract suite. open returns an empty store for one subtest and arranges (t.Cleanup) to
+// close it. Subtests name their users uniquely, so a store shared between subtests also works.
+//
+// Timestamps are compared as the store reports them, so a store whose clock returns the same instant
+// for every call passes too; running the suite that way is how a store proves pagination under ties.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"SessionCRUD", testSessionCRUD},
+		{"SessionsPagination", testSessionsPagination},
+		{"SessionsPageLimits", testSessionsPageLimits},
+		{"OtherUser", testOtherUser},
+		{"AppendOrder", testAppendOrder},
+		{"RoundTrip", testRoundTrip},
+		{"Pairing", testPairing},
+		{"ToolCallIDReusedAcrossTurns", testToolCallIDReuse},
+		{"ToolCallValidation", testToolCallValidation},
+		{"FinishRun", testFinishRun},
+		{"FinishRunOwnCallsOnly", testFinishRunOwnCallsOnly},
+		{"DeleteCascades", testDeleteCascades},
+		{"Usage", testUsage},
+		{"ConcurrentAppend", testConcurrentAppend},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+	}
+}
+
+// cmpOpts compares records and sessions: an empty slice and nil mean the same (no attachments).
+var cmpOpts = cmp.Options{cmpopts.EquateEmpty()}
+
+// newUser returns a user name no other subtest uses.
+func newUser(name string) string {
+	return name + "-" + uuid.NewString()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func createSession(t *testing.T, s store.Store, user string) *store.Session {
+	t.Helper()
+	sess := &store.Session{Title: "a chat", Agent: "default"}
+	if err := s.CreateSession(t.Context(), user, sess); err != nil {
+		t.Fatalf("CreateSession: %v", err)
+	}
+	return sess
+}
+
+// mustAppend appends r and returns it as the store completed it.
+func mustAppend(t *testing.T, s store.Store, user string, r store.Record) store.Record {
+	t.Helper()
+	if err := s.AppendRecord(t.Context(), user, &r); err != nil {
+		t.Fatalf("AppendRecord(%s %q): %v", r.Role, r.Content, err)
+	}
+	return r
+}
+
+func userRecord(sessionID, text string) store.Record {
+	return store.Record{SessionID: sessionID, Role: store.RoleUser, Content: text}
+}
+
+// assistantCalls is an assistant record holding calls with the given ids.
+func assistantCalls(sessionID string, ids ...string) store.Record {
+	r := store.Record{SessionID: sessionID, Role: store.RoleAssistant, FinishReason: "tool_calls"}
+	for _, id := range ids {
+		r.ToolCalls = append(r.ToolCalls, store.ToolCall{ID: id, Name: "get_weather",
+			Arguments: []byte(`{"city":"Paris"}`)})
+	}
+	return r
+}
+
+// toolResult answers call id of parent.
+func toolResult(parent store.Record, id string) store.Record {
+	return store.Record{SessionID: parent.SessionID, RunID: parent.RunID, Role: store.RoleTool,
+		ParentID: parent.ID, ToolCallID: id, Name: "get_weather", Content: "sunny",
+		Success: ptr(true), DurationMS: ptr(int64(3))}
+}
+
+func records(t *testing.T, s store.Store, user, sessionID string) []store.Record {
+	t.Helper()
+	recs, err := s.Records(t.Context(), user, sessionID)
+	if err != nil {
+		t.Fatalf("Records: %v", err)
+	}
+	return recs
+}
+
+// wantErr fails unless err is target.
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Errorf("%s: got error %v, want %v", what, err, target)
+	}
+}
+
+// wantSeqs fails unless recs carry Seq 1..len(recs).
+func wantSeqs(t *testing.T, recs []store.Record) {
+	t.Helper()
+	for i, r := range recs {
+		if r.Seq != int64(i+1) {
+			t.Fatalf("record %d (%s %q) has Seq %d, want %d", i, r.Role, r.Content, r.Seq, i+1)
+		}
+	}
+}
