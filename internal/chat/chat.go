@@ -1,0 +1,161 @@
+// Package chat runs one conversation turn: it checks the request, stores the user's message, builds the
+// model's context from the stored records, runs the agent loop, stores every turn and tool result as it
+// completes, and publishes the run's events for any number of readers.
+//
+// It imports agent, llm, store and tool; never a concrete provider or store, and never net/http.
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"chatd/internal/llm"
+	"chatd/internal/store"
+	"chatd/internal/tool"
+)
+
+// Errors the caller caused. *Error wraps one of them with a code and a message for the client.
+var (
+	ErrInvalid = errors.New("invalid request")
+	ErrBusy    = errors.New("session busy")
+)
+
+// Error is a failure of the caller's request, with a stable code and a message written for a person.
+type Error struct {
+	Kind    error // ErrInvalid, ErrBusy or store.ErrNotFound
+	Code    string
+	Message string
+	RunID   string // for ErrBusy: the active run
+}
+
+func (e *Error) Error() string { return e.Message }
+func (e *Error) Unwrap() error { return e.Kind }
+
+func invalid(code, format string, args ...any) error {
+	return &Error{Kind: ErrInvalid, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Models resolves a "provider/model" name.
+type Models interface {
+	// Resolve returns the provider serving name and the provider's own model name. Its errors are
+	// written for the person who configures chatd.
+	Resolve(name string) (llm.Provider, string, error)
+}
+
+// Agent is a named profile: model, prompt, tools and limits. The zero value is a useful default agent.
+type Agent struct {
+	Model         string
+	SystemPrompt  string
+	Tools         []string // allowed tool names; nil allows every tool
+	MaxIterations int
+	Temperature   *float64
+	MaxTokens     int
+}
+
+// Options configure a Service.
+type Options struct {
+	Store        store.Store
+	Models       Models
+	Tools        *tool.Registry
+	Agents       map[string]Agent // "default" is added when missing
+	DefaultModel string
+	Logger       *slog.Logger
+	// Agent loop tuning, mostly for tests; zero values are the loop's defaults.
+	RetryBase time.Duration
+}
+
+// Service starts and tracks runs. It is safe for concurrent use.
+type Service struct {
+	opts   Options
+	log    *slog.Logger
+	base   context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	active  map[string]*Run // by session id
+	runs    map[string]*Run // by run id, while running
+	closing bool
+}
+
+// New returns a service. Close it to cancel and wait for its runs.
+func New(opts Options) *Service {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	agents := map[string]Agent{"default": {}}
+	for name, a := range opts.Agents {
+		agents[name] = a
+	}
+	opts.Agents = agents
+	s := &Service{opts: opts, log: opts.Logger, active: map[string]*Run{}, runs: map[string]*Run{}}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// Request is one user message for a session.
+type Request struct {
+	SessionID     string
+	Message       string
+	Attachments   []store.Attachment
+	Model         string
+	Agent         string
+	Temperature   *float64
+	MaxTokens     int
+	SelectedTools []string // nil: every tool the agent allows
+	MaxIterations int
+	Context       map[string]any
+}
+
+// Limits on a request's content.
+const (
+	MaxMessageBytes    = 256 << 10
+	MaxAttachments     = 8
+	maxTitleRunes      = 60
+	maxIterationsLimit = 50
+)
+
+var imageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
+
+func (r *Request) validate() error {
+	if strings.TrimSpace(r.Message) == "" && len(r.Attachments) == 0 {
+		return invalid("missing_message", "the request has no message: send {\"message\": \"…\"}")
+	}
+	if len(r.Message) > MaxMessageBytes {
+		return invalid("message_too_long", "the message is %d bytes; the limit is %d", len(r.Message), MaxMessageBytes)
+	}
+	if !utf8.ValidString(r.Message) {
+		return invalid("invalid_message", "the message is not valid UTF-8")
+	}
+	if len(r.Attachments) > MaxAttachments {
+		return invalid("too_many_attachments", "%d attachments; the limit is %d", len(r.Attachments), MaxAttachments)
+	}
+	for i, a := range r.Attachments {
+		if !imageTypes[a.MediaType] {
+			return invalid("invalid_attachment", "attachment %d has media type %q; supported: image/png, image/jpeg, image/gif, image/webp", i, a.MediaType)
+		}
+		if len(a.Data) == 0 {
+			return invalid("invalid_attachment", "attachment %d has no data", i)
+		}
+	}
+	if r.MaxIterations < 0 || r.MaxIterations > maxIterationsLimit {
+		return invalid("invalid_max_iterations", "max_iterations must be between 1 and %d", maxIterationsLimit)
+	}
+	if r.MaxTokens < 0 {
+		return invalid("invalid_max_tokens", "max_tokens must be positive")
+	}
+	if t := r.Temperature; t != nil && (*t < 0 || *t > 2) {
+		return invalid("invalid_temperature", "temperature must be between 0 and 2")
+	}
+	return nil
+}
+
+func newID() string { return uuid.Must(uuid.NewV7()).String() }

@@ -1,0 +1,85 @@
+package chat
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// FuzzTextData checks the per-token JSON encoder against encoding/json: both decode to the same string.
+func FuzzTextData(f *testing.F) {
+	for _, s := range []string{"", "hello", `quote " and \ backslash`, "tab\tnew\nline\r", "\x00\x1f\x7f", "é🙂",
+		"\u2028\u2029", "bad \xff utf8 \xc3", "<script>&</script>"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var got map[string]string
+		if err := json.Unmarshal(textData("text", s), &got); err != nil {
+			t.Fatalf("textData(%q) is not JSON: %v: %s", s, err, textData("text", s))
+		}
+		std, _ := json.Marshal(s)
+		var want string
+		json.Unmarshal(std, &want)
+		if got["text"] != want {
+			t.Fatalf("textData(%q) decodes to %q, encoding/json to %q", s, got["text"], want)
+		}
+	})
+}
+
+func TestTitle(t *testing.T) {
+	for in, want := range map[string]string{
+		"What time is it?":                   "What time is it?",
+		"  two\n lines ":                     "two",
+		"many    spaces\there":               "many spaces here",
+		strings.Repeat("word ", 20):          "word word word word word word word word word word word word…",
+		strings.Repeat("x", 80):              strings.Repeat("x", 60) + "…",
+		"ünïcödé " + strings.Repeat("é", 70): "ünïcödé " + strings.Repeat("é", 52) + "…",
+	} {
+		if got := title(in); got != want {
+			t.Errorf("title(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestRunLogReaders: readers at their own pace see every event once, in order, and learn when the run
+// has ended; the writer never waits for them.
+func TestRunLogReaders(t *testing.T) {
+	r := newRun("run", "session", "default", "m")
+	const n = 5000
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			wake, stop := r.Watch()
+			defer stop()
+			var next int64 = 1
+			for {
+				events, ended := r.Events(next - 1)
+				for _, ev := range events {
+					if ev.Seq != next {
+						t.Errorf("got seq %d, want %d", ev.Seq, next)
+						return
+					}
+					next++
+				}
+				if ended && len(events) == 0 {
+					if next != n+1 {
+						t.Errorf("reader ended after %d events, want %d", next-1, n)
+					}
+					return
+				}
+				if len(events) == 0 {
+					<-wake
+				}
+			}
+		})
+	}
+	for i := range n {
+		r.emit("text_delta", textData("text", string(rune('a'+i%26))))
+	}
+	r.end(Outcome{Status: "completed"})
+	wg.Wait()
+	if events, ended := r.Events(n); len(events) != 0 || !ended {
+		t.Errorf("after the end: %d events, ended %v", len(events), ended)
+	}
+}

@@ -1,0 +1,71 @@
+package chat
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+
+	"chatd/internal/llm"
+	"chatd/internal/store"
+)
+
+// history turns stored records into the messages the model sees. A tool record answers the call of its
+// parent assistant record; tool messages follow their assistant message in call order.
+func history(records []store.Record) []llm.Message {
+	msgs := make([]llm.Message, 0, len(records))
+	for i := range records {
+		r := &records[i]
+		switch r.Role {
+		case store.RoleUser:
+			msgs = append(msgs, userMessage(r))
+		case store.RoleAssistant:
+			msgs = append(msgs, assistantMessage(r))
+		case store.RoleTool:
+			m := llm.TextMessage(llm.RoleTool, r.Content)
+			m.ToolCallID, m.ToolName, m.IsError = r.ToolCallID, r.Name, r.Success == nil || !*r.Success
+			msgs = append(msgs, m)
+		}
+	}
+	return msgs
+}
+
+func userMessage(r *store.Record) llm.Message {
+	m := llm.Message{Role: llm.RoleUser}
+	if r.Content != "" {
+		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartText, Text: r.Content})
+	}
+	for _, a := range r.Attachments {
+		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartImage, MediaType: a.MediaType, Data: a.Data})
+	}
+	return m
+}
+
+func assistantMessage(r *store.Record) llm.Message {
+	m := llm.Message{Role: llm.RoleAssistant}
+	if r.Reasoning != "" {
+		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartReasoning, Text: r.Reasoning})
+	}
+	if r.Content != "" {
+		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartText, Text: r.Content})
+	}
+	for _, c := range r.ToolCalls {
+		m.ToolCalls = append(m.ToolCalls, llm.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+	}
+	return m
+}
+
+// systemPrompt is the agent's prompt, followed by the request's context when it has one.
+func systemPrompt(p *plan) string {
+	var b strings.Builder
+	b.WriteString(firstNonEmpty(p.agent.SystemPrompt, "You are a helpful assistant."))
+	if len(p.req.Context) > 0 {
+		ctx, err := json.MarshalIndent(p.req.Context, "", "  ")
+		if err == nil {
+			b.WriteString("\n\n# Context\nThe user's application state, as JSON:\n")
+			b.Write(ctx)
+		}
+	}
+	return b.String()
+}
+
+func sortStrings(s []string) { slices.Sort(s) }

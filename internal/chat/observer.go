@@ -1,0 +1,163 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"chatd/internal/agent"
+	"chatd/internal/llm"
+	"chatd/internal/store"
+)
+
+// observer stores what the agent loop produces and turns it into run events. The loop calls it from one
+// goroutine.
+type observer struct {
+	s   *Service
+	p   *plan
+	run *Run
+	// ctx is for store writes: they must finish even when the run is cancelled.
+	ctx     context.Context
+	parents map[*agent.Turn]*store.Record
+	last    *store.Record
+	history []ToolHistoryEntry
+}
+
+var _ agent.Observer = (*observer)(nil)
+
+func newObserver(s *Service, p *plan, run *Run) *observer {
+	return &observer{s: s, p: p, run: run, ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{}}
+}
+
+func (o *observer) Status(message string) {
+	o.run.emit(EventStatus, textData("message", message))
+}
+
+func (o *observer) TextDelta(text string) {
+	o.run.emit(EventTextDelta, textData("text", text))
+}
+
+func (o *observer) ReasoningDelta(text string) {
+	o.run.emit(EventReasoningDelta, textData("text", text))
+}
+
+func (o *observer) ToolCallDelta(index int, id, name, args string) {
+	o.run.emit(EventToolCallDelta, mustJSON(toolCallDeltaData{Index: index, ID: id, Name: name, ArgumentsDelta: args}))
+}
+
+func (o *observer) ToolStart(call llm.ToolCall) {
+	o.run.emit(EventToolStart, mustJSON(toolStartData{ToolCallID: call.ID, Name: call.Name, Arguments: call.Arguments}))
+}
+
+func (o *observer) ToolComplete(call llm.ToolCall, res agent.ToolResult) {
+	o.run.emit(EventToolComplete, mustJSON(toolCompleteData{ToolCallID: call.ID, Name: call.Name,
+		Success: res.Success, Content: res.Content, DurationMS: res.Duration.Milliseconds(), Payload: res.Payload}))
+}
+
+func (o *observer) Usage(model string, u llm.Usage) {
+	su := storeUsage(u)
+	o.run.emit(EventUsage, mustJSON(usageData{Model: o.p.model, Usage: su}))
+	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, Agent: o.p.agentNm, Model: o.p.model, Usage: su}
+	if err := o.s.opts.Store.AddUsage(o.ctx, o.p.user, entry); err != nil {
+		o.s.log.Error("store usage", "run", o.run.ID, "err", err)
+	}
+}
+
+func (o *observer) Turn(ctx context.Context, t *agent.Turn) error {
+	u := storeUsage(t.Usage)
+	rec := &store.Record{
+		SessionID: o.run.SessionID, RunID: o.run.ID, Role: store.RoleAssistant,
+		Content: t.Text, Reasoning: t.Reasoning, Model: o.p.model, FinishReason: t.FinishReason, Usage: &u,
+	}
+	for _, c := range t.ToolCalls {
+		rec.ToolCalls = append(rec.ToolCalls, store.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+	}
+	if err := o.s.opts.Store.AppendRecord(ctx, o.p.user, rec); err != nil {
+		return err
+	}
+	o.parents[t], o.last = rec, rec
+	o.run.emit(EventRecord, mustJSON(recordData{Message: rec}))
+	return nil
+}
+
+func (o *observer) ToolResult(ctx context.Context, t *agent.Turn, call llm.ToolCall, res agent.ToolResult) error {
+	parent := o.parents[t]
+	if parent == nil {
+		return errors.New("tool result for a turn that was not stored")
+	}
+	ok, ms := res.Success, res.Duration.Milliseconds()
+	rec := &store.Record{
+		SessionID: o.run.SessionID, RunID: o.run.ID, Role: store.RoleTool, ParentID: parent.ID,
+		ToolCallID: call.ID, Name: call.Name, Content: res.Content, Success: &ok, DurationMS: &ms, Payload: res.Payload,
+	}
+	if err := o.s.opts.Store.AppendRecord(ctx, o.p.user, rec); err != nil {
+		return err
+	}
+	o.run.emit(EventRecord, mustJSON(recordData{Message: rec}))
+	args := res.Arguments
+	if args == nil {
+		args = call.Arguments
+	}
+	o.history = append(o.history, ToolHistoryEntry{ToolCallID: call.ID, Name: call.Name, Arguments: args,
+		Success: ok, Content: res.Content, DurationMS: ms, Payload: res.Payload})
+	return nil
+}
+
+// finish ends the run in the store — closing any call left open — and sends its last events.
+func (o *observer) finish(res agent.Result) {
+	out := Outcome{Status: string(res.Status), FinishReason: res.FinishReason, Message: o.last,
+		ToolHistory: o.history, Usage: storeUsage(res.Usage)}
+	if out.ToolHistory == nil {
+		out.ToolHistory = []ToolHistoryEntry{}
+	}
+	end := store.RunEnd{Status: out.Status, FinishReason: out.FinishReason, Usage: out.Usage, Reason: closeReason(res.Status)}
+	if res.Err != nil {
+		out.Error = errorInfo(res.Err)
+		end.Error = out.Error.Message
+		o.s.log.Warn("run failed", "run", o.run.ID, "session", o.run.SessionID, "err", res.Err)
+	}
+	closed, err := o.s.opts.Store.FinishRun(o.ctx, o.p.user, o.run.ID, end)
+	if err != nil {
+		o.s.log.Error("finish run", "run", o.run.ID, "err", err)
+		if out.Error == nil {
+			out.Status, out.Error = store.RunFailed, &ErrorInfo{Code: "internal", Message: "chatd could not store the end of the run; see the server log"}
+		}
+	}
+	for i := range closed {
+		o.run.emit(EventRecord, mustJSON(recordData{Message: &closed[i]}))
+	}
+	switch {
+	case out.Error != nil:
+		o.run.emit(EventError, mustJSON(out.Error))
+	case res.Status == agent.StatusCancelled:
+		o.run.emit(EventCancelled, mustJSON(cancelledData{Reason: "the run was cancelled"}))
+	default:
+		o.run.emit(EventComplete, mustJSON(completeData{Message: o.last, FinishReason: out.FinishReason, Usage: out.Usage,
+			ToolHistory: out.ToolHistory, SuggestedValues: []json.RawMessage{}, SuggestedActions: []json.RawMessage{}, Payloads: []json.RawMessage{}}))
+	}
+	o.run.emit(EventDone, mustJSON(doneData{Status: out.Status}))
+	o.run.end(out)
+}
+
+func closeReason(s agent.Status) string {
+	if s == agent.StatusCancelled {
+		return "The run was cancelled before this call finished."
+	}
+	return "The run ended before this call finished."
+}
+
+// errorInfo describes a run's failure for clients: what happened, safely, and whether retrying may help.
+func errorInfo(err error) *ErrorInfo {
+	if e, ok := errors.AsType[*llm.Error](err); ok {
+		return &ErrorInfo{Code: "upstream_" + string(e.Kind), Message: e.Public(), Retryable: e.Retryable()}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &ErrorInfo{Code: "timeout", Message: "the model call timed out", Retryable: true}
+	}
+	return &ErrorInfo{Code: "internal", Message: "chatd could not complete the run; see the server log"}
+}
+
+func storeUsage(u llm.Usage) store.Usage {
+	return store.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens,
+		CacheWriteTokens: u.CacheWriteTokens, ReasoningTokens: u.ReasoningTokens}
+}

@@ -1,0 +1,313 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+
+	"chatd/internal/agent"
+	"chatd/internal/llm"
+	"chatd/internal/store"
+)
+
+// ErrClosed is returned by Start once the service is shutting down.
+var ErrClosed = errors.New("chatd is shutting down")
+
+// plan is a checked request with everything it resolved.
+type plan struct {
+	user     string
+	req      Request
+	agentNm  string
+	agent    Agent
+	model    string // provider/model
+	provider llm.Provider
+	upstream string // the provider's model name
+	tools    *toolSet
+	session  *store.Session
+}
+
+// Start checks req, stores the user's message and starts the run. The run belongs to the service, not
+// to ctx: it goes on when the caller goes away, and Close cancels it. When Start returns a run, the
+// user's message is stored.
+func (s *Service) Start(ctx context.Context, user string, req Request) (*Run, error) {
+	p, err := s.plan(ctx, user, req)
+	if err != nil {
+		return nil, err
+	}
+	run, err := s.reserve(p)
+	if err != nil {
+		return nil, err
+	}
+	history, err := s.begin(ctx, p, run)
+	if err != nil {
+		s.release(run)
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(s.base)
+	s.wg.Go(func() {
+		defer cancel()
+		defer s.release(run)
+		s.execute(runCtx, p, run, history)
+	})
+	return run, nil
+}
+
+// plan validates the request and resolves its agent, model, tools and session.
+func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	p := &plan{user: user, req: req}
+	if req.SessionID != "" {
+		sess, err := s.opts.Store.Session(ctx, user, req.SessionID)
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, &Error{Kind: store.ErrNotFound, Code: "session_not_found", Message: fmt.Sprintf("no session %q", req.SessionID)}
+			}
+			return nil, err
+		}
+		p.session = sess
+		if req.Agent == "" {
+			req.Agent = sess.Agent
+		}
+	}
+	p.agentNm = req.Agent
+	if p.agentNm == "" {
+		p.agentNm = "default"
+	}
+	a, ok := s.opts.Agents[p.agentNm]
+	if !ok {
+		return nil, invalid("unknown_agent", "no agent %q; configured agents: %s", p.agentNm, strings.Join(s.AgentNames(), ", "))
+	}
+	p.agent = a
+	if err := s.resolveModel(p); err != nil {
+		return nil, err
+	}
+	tools, err := s.toolsFor(a, req.SelectedTools)
+	if err != nil {
+		return nil, err
+	}
+	p.tools = tools
+	return p, nil
+}
+
+func (s *Service) resolveModel(p *plan) error {
+	p.model = firstNonEmpty(p.req.Model, p.agent.Model, s.opts.DefaultModel)
+	if p.model == "" {
+		return invalid("no_model", "no model is configured: set CHATD_MODEL (for example openai/gpt-4o-mini) with a provider key such as OPENAI_API_KEY, or send \"model\" in the request")
+	}
+	prov, upstream, err := s.opts.Models.Resolve(p.model)
+	if err != nil {
+		return invalid("invalid_model", "%s", err.Error())
+	}
+	p.provider, p.upstream = prov, upstream
+	return nil
+}
+
+// reserve makes the run the session's active one. A session has at most one active run.
+func (s *Service) reserve(p *plan) (*Run, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, &Error{Kind: ErrBusy, Code: "shutting_down", Message: ErrClosed.Error()}
+	}
+	if p.session != nil {
+		if r := s.active[p.session.ID]; r != nil {
+			return nil, &Error{Kind: ErrBusy, Code: "session_busy", RunID: r.ID,
+				Message: fmt.Sprintf("session %s already has an active run (%s); wait for it to end", p.session.ID, r.ID)}
+		}
+	}
+	sessionID := ""
+	if p.session != nil {
+		sessionID = p.session.ID
+	}
+	run := newRun(newID(), sessionID, p.agentNm, p.model)
+	if sessionID != "" {
+		s.active[sessionID] = run
+	}
+	s.runs[run.ID] = run
+	return run, nil
+}
+
+func (s *Service) release(run *Run) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active[run.SessionID] == run {
+		delete(s.active, run.SessionID)
+	}
+	delete(s.runs, run.ID)
+}
+
+// begin creates the session when needed, stores the run and the user's message, and returns the history
+// the model sees. Its events are the run's first.
+func (s *Service) begin(ctx context.Context, p *plan, run *Run) ([]llm.Message, error) {
+	if p.session == nil {
+		sess := &store.Session{Agent: p.agentNm, Title: title(p.req.Message)}
+		if err := s.opts.Store.CreateSession(ctx, p.user, sess); err != nil {
+			return nil, fmt.Errorf("create session: %w", err)
+		}
+		p.session = sess
+		s.mu.Lock()
+		run.SessionID = sess.ID
+		s.active[sess.ID] = run
+		s.mu.Unlock()
+	} else if p.session.Title == "" {
+		t := title(p.req.Message)
+		if _, err := s.opts.Store.UpdateSession(ctx, p.user, p.session.ID, store.SessionPatch{Title: &t}); err != nil {
+			return nil, fmt.Errorf("title session: %w", err)
+		}
+	}
+	records, err := s.opts.Store.Records(ctx, p.user, p.session.ID)
+	if err != nil {
+		return nil, fmt.Errorf("load history: %w", err)
+	}
+	if err := s.opts.Store.CreateRun(ctx, p.user, &store.Run{ID: run.ID, SessionID: p.session.ID, Agent: p.agentNm, Model: p.model}); err != nil {
+		return nil, fmt.Errorf("create run: %w", err)
+	}
+	user := &store.Record{SessionID: p.session.ID, RunID: run.ID, Role: store.RoleUser, Content: p.req.Message, Attachments: p.req.Attachments}
+	if err := s.opts.Store.AppendRecord(ctx, p.user, user); err != nil {
+		// The run exists: end it so that it is not left running.
+		s.finishStored(p, run, store.RunEnd{Status: store.RunFailed, Error: "the user's message could not be stored"})
+		if errors.Is(err, store.ErrConflict) {
+			return nil, &Error{Kind: ErrBusy, Code: "session_busy", Message: "the session has a tool call without its result; try again when the active run has ended"}
+		}
+		return nil, fmt.Errorf("store user message: %w", err)
+	}
+	run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: p.session.ID, Model: p.model, Agent: p.agentNm}))
+	run.emit(EventRecord, mustJSON(recordData{Message: user}))
+	return append(history(records), userMessage(user)), nil
+}
+
+// finishStored ends a stored run that never started its loop.
+func (s *Service) finishStored(p *plan, run *Run, end store.RunEnd) {
+	if _, err := s.opts.Store.FinishRun(context.WithoutCancel(s.base), p.user, run.ID, end); err != nil {
+		s.log.Error("finish run", "run", run.ID, "err", err)
+	}
+}
+
+// title makes a session title from the first message: its first line, cut at a word near 60 characters.
+func title(msg string) string {
+	msg = strings.TrimSpace(msg)
+	if i := strings.IndexAny(msg, "\r\n"); i >= 0 {
+		msg = msg[:i]
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	runes := []rune(msg)
+	if len(runes) <= maxTitleRunes {
+		return msg
+	}
+	cut := maxTitleRunes
+	for i := maxTitleRunes; i > maxTitleRunes/2; i-- {
+		if unicode.IsSpace(runes[i]) {
+			cut = i
+			break
+		}
+	}
+	return strings.TrimSpace(string(runes[:cut])) + "…"
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// execute runs the agent loop and ends the run.
+func (s *Service) execute(ctx context.Context, p *plan, run *Run, history []llm.Message) {
+	obs := newObserver(s, p, run)
+	cfg := agent.Config{
+		Provider:      p.provider,
+		Model:         p.upstream,
+		System:        systemPrompt(p),
+		ToolSpecs:     p.tools.specs,
+		Tools:         p.tools,
+		Temperature:   firstFloat(p.req.Temperature, p.agent.Temperature),
+		MaxTokens:     firstInt(p.req.MaxTokens, p.agent.MaxTokens),
+		MaxIterations: firstInt(p.req.MaxIterations, p.agent.MaxIterations),
+		RetryBase:     s.opts.RetryBase,
+		Logger:        s.log.With("run", run.ID),
+	}
+	res := agent.Run(ctx, cfg, history, obs)
+	obs.finish(res)
+}
+
+func firstFloat(v ...*float64) *float64 {
+	for _, f := range v {
+		if f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+func firstInt(v ...int) int {
+	for _, n := range v {
+		if n > 0 {
+			return n
+		}
+	}
+	return 0
+}
+
+// ActiveRun returns the id of the session's active run, or "".
+func (s *Service) ActiveRun(sessionID string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.active[sessionID]; r != nil {
+		return r.ID
+	}
+	return ""
+}
+
+// AgentNames lists the configured agents.
+func (s *Service) AgentNames() []string {
+	names := make([]string, 0, len(s.opts.Agents))
+	for n := range s.opts.Agents {
+		names = append(names, n)
+	}
+	sortStrings(names)
+	return names
+}
+
+// Close stops accepting runs, cancels the running ones (each keeps its partial answer) and waits for
+// them to be stored, or for ctx.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.cancel()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("chat: close: %w", ctx.Err())
+	}
+}
+
+// Drain stops accepting new runs and waits for the running ones to end, or for ctx.
+func (s *Service) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
