@@ -1,0 +1,170 @@
+// Command chatd is an LLM chat backend: it runs the agent loop against LLM providers with native tool
+// calling, streams every step over SSE, and stores every message, tool call and tool result.
+//
+// This file is wiring only: config → logger → store → providers → tools → chat → HTTP server.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"chatd/internal/chat"
+	"chatd/internal/config"
+	"chatd/internal/httpapi"
+	"chatd/internal/provider"
+	"chatd/internal/store/sqlite"
+	"chatd/internal/tool"
+)
+
+const usage = `chatd — an LLM chat backend
+
+Usage:
+  chatd serve [flags]   run the server (chatd serve -h lists the flags)
+  chatd version         print the version
+
+Configuration comes from flags, then CHATD_* variables, then the --config YAML file.
+Providers come from OPENAI_API_KEY / OPENAI_BASE_URL and OLLAMA_HOST.
+`
+
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "chatd:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], getenv, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "chatd", version)
+		return nil
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "chatd: unknown command %q\n\n%s", args[0], usage)
+	return errUsage
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := config.Load(args, getenv, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	dbPath, _ := cfg.SQLitePath() // checked by config.Load
+	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer db.Close()
+
+	providers, err := provider.New(cfg.Providers, cfg.Unconfigured)
+	if err != nil {
+		return err
+	}
+	if len(providers.Names()) == 0 {
+		log.Warn("no LLM provider is configured: chats will fail until you set OPENAI_API_KEY (and OPENAI_BASE_URL for a compatible server) or OLLAMA_HOST, then restart")
+	}
+	tools := tool.NewRegistry(tool.Options{DefaultTimeout: cfg.ToolTimeout, Logger: log})
+	defer closeTools(tools, log)
+	if err := tools.Register(tool.CurrentTime(nil)); err != nil {
+		return err
+	}
+	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: agents(cfg.Agents),
+		DefaultModel: cfg.Model, Logger: log})
+
+	srv := &http.Server{
+		Addr:              cfg.Addr,
+		Handler:           httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, Logger: log}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	log.Info("chatd listening", "url", "http://"+ln.Addr().String(), "config", cfg)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	return shutdown(srv, chats, log)
+}
+
+// shutdown stops accepting requests, lets running runs finish for a while, then cancels the rest (each
+// keeps its partial answer) and waits for them to be stored.
+func shutdown(srv *http.Server, chats *chat.Service, log *slog.Logger) error {
+	log.Info("shutting down: waiting for running chats")
+	drain, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := chats.Drain(drain); err != nil {
+		log.Warn("cancelling the chats still running")
+	}
+	closing, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := chats.Close(closing); err != nil {
+		log.Error("runs did not stop in time", "err", err)
+	}
+	if err := srv.Shutdown(closing); err != nil {
+		srv.Close()
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// closeTools waits a little for tool calls abandoned after a timeout: a tool that ignores its context must
+// not keep the process from exiting.
+func closeTools(tools *tool.Registry, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() {
+		tools.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		log.Warn("a tool call is still running after its timeout; exiting without waiting for it")
+	}
+}
+
+func agents(in map[string]config.Agent) map[string]chat.Agent {
+	out := make(map[string]chat.Agent, len(in))
+	for name, a := range in {
+		out[name] = chat.Agent{Model: a.Model, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
+			MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens}
+	}
+	return out
+}

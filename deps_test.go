@@ -1,0 +1,92 @@
+package chatd_test
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// pkg is what go list says of one package.
+type pkg struct {
+	ImportPath string
+	Imports    []string // direct, without test files
+	Deps       []string // transitive
+	Standard   bool
+}
+
+func listPackages(t *testing.T) map[string]pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json", "std", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	pkgs := map[string]pkg{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs[p.ImportPath] = p
+	}
+	return pkgs
+}
+
+// TestDependencies pins the import graph of STYLE.md: one concept per package, imports pointing one way.
+func TestDependencies(t *testing.T) {
+	pkgs := listPackages(t)
+	std := func(path string) bool { return pkgs[path].Standard || strings.HasPrefix(path, "vendor/") }
+	ours := func(path string) bool { return path == "chatd" || strings.HasPrefix(path, "chatd/") }
+
+	// Packages that import only the standard library.
+	for _, p := range []string{"chatd/internal/llm", "chatd/internal/sse", "chatd/internal/store"} {
+		for _, imp := range pkgs[p].Imports {
+			if !std(imp) {
+				t.Errorf("%s imports %s; it may import only the standard library", p, imp)
+			}
+		}
+	}
+	// Packages of chatd each may depend on (transitively); nil means none.
+	allowed := map[string][]string{
+		"chatd/internal/llm":         nil,
+		"chatd/internal/sse":         nil,
+		"chatd/internal/store":       nil,
+		"chatd/internal/tool":        nil,
+		"chatd/internal/agent":       {"chatd/internal/llm"},
+		"chatd/internal/llm/openai":  {"chatd/internal/llm", "chatd/internal/sse"},
+		"chatd/internal/llm/llmtest": {"chatd/internal/llm"},
+		"chatd/internal/chat":        {"chatd/internal/agent", "chatd/internal/llm", "chatd/internal/store", "chatd/internal/tool"},
+		"chatd/internal/httpapi": {"chatd/internal/chat", "chatd/internal/agent", "chatd/internal/llm", "chatd/internal/store",
+			"chatd/internal/tool", "chatd/internal/sse"},
+	}
+	for p, ok := range allowed {
+		if _, found := pkgs[p]; !found {
+			t.Errorf("package %s is gone: update this test", p)
+			continue
+		}
+		for _, dep := range pkgs[p].Deps {
+			if ours(dep) && !slices.Contains(ok, dep) {
+				t.Errorf("%s depends on %s, which it must not", p, dep)
+			}
+		}
+	}
+	// Only the command reads the configuration; chat and the API never reach a concrete provider.
+	for path, p := range pkgs {
+		if !ours(path) {
+			continue
+		}
+		if slices.Contains(p.Deps, "chatd/internal/config") && path != "chatd/cmd/chatd" {
+			t.Errorf("%s depends on internal/config; only cmd/chatd may", path)
+		}
+	}
+	// chat is the orchestration layer: it never speaks HTTP itself.
+	if slices.Contains(pkgs["chatd/internal/chat"].Imports, "net/http") {
+		t.Error("internal/chat imports net/http")
+	}
+}

@@ -1,0 +1,168 @@
+package config
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"chatd/internal/provider"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != DefaultAddr || c.DB != DefaultDB || c.Model != "" || len(c.Providers) != 0 {
+		t.Errorf("defaults = %+v", c)
+	}
+	if p, _ := c.SQLitePath(); p != "./chatd.db" {
+		t.Errorf("sqlite path = %q", p)
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "chatd.yaml")
+	os.WriteFile(file, []byte("addr: 127.0.0.1:3000\ndb: sqlite:file.db\nmodel: openai/from-file\n"), 0o600)
+	e := env(map[string]string{"CHATD_CONFIG": file, "CHATD_DB": "sqlite:env.db", "OPENAI_API_KEY": "sk-x"})
+	c, err := Load([]string{"--model", "openai/from-flag"}, e, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{c.Addr, c.DB, c.Model}
+	if diff := cmp.Diff([]string{"127.0.0.1:3000", "sqlite:env.db", "openai/from-flag"}, got); diff != "" {
+		t.Errorf("flag > env > file (-want +got):\n%s", diff)
+	}
+}
+
+func TestProvidersFromEnvironment(t *testing.T) {
+	c, err := Load(nil, env(map[string]string{
+		"OPENAI_API_KEY": "sk-x", "OPENAI_BASE_URL": "http://127.0.0.1:4010/v1", "OLLAMA_HOST": "0.0.0.0",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []provider.Config{
+		{Name: "openai", Type: "openai", BaseURL: "http://127.0.0.1:4010/v1", APIKey: "sk-x"},
+		{Name: "ollama", Type: "openai", BaseURL: "http://127.0.0.1:11434/v1"},
+	}
+	if diff := cmp.Diff(want, c.Providers); diff != "" {
+		t.Errorf("providers (-want +got):\n%s", diff)
+	}
+	if c.Model != "openai/gpt-4o-mini" {
+		t.Errorf("default model = %q", c.Model)
+	}
+	if strings.Contains(c.LogValue().String(), "sk-x") {
+		t.Error("the key is in the log value")
+	}
+}
+
+func TestOllamaHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:11434":            "http://127.0.0.1:11434/v1",
+		"localhost":                  "http://localhost:11434/v1",
+		"http://gpu-box:8080":        "http://gpu-box:8080/v1",
+		"http://gpu-box":             "http://gpu-box:80/v1",
+		"https://ollama.example.com": "https://ollama.example.com:443/v1",
+		":11435":                     "http://127.0.0.1:11435/v1",
+		"[::1]:11434":                "http://[::1]:11434/v1",
+	} {
+		got, err := ollamaBaseURL(in)
+		if err != nil || got != want {
+			t.Errorf("ollamaBaseURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+func TestRefusesToListenBeyondLoopback(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:8080", ":8080", "192.168.1.5:8080", "example.com:80", "[::]:8080"} {
+		_, err := Load([]string{"--addr", addr}, env(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "only safe on loopback") {
+			t.Errorf("--addr %s: %v", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:0", "localhost:8080", "[::1]:8080", "127.0.0.2:80"} {
+		if _, err := Load([]string{"--addr", addr}, env(nil), io.Discard); err != nil {
+			t.Errorf("--addr %s: %v", addr, err)
+		}
+	}
+}
+
+func TestBadValues(t *testing.T) {
+	tests := []struct {
+		args     []string
+		env      map[string]string
+		contains string
+	}{
+		{[]string{"--addr", "nonsense"}, nil, "host:port"},
+		{[]string{"--db", "postgres://x"}, nil, "PostgreSQL is not supported"},
+		{[]string{"--db", "mysql://x"}, nil, "sqlite:PATH"},
+		{[]string{"--db", "sqlite:"}, nil, "needs a path"},
+		{[]string{"--log-level", "loud"}, nil, "log level"},
+		{nil, map[string]string{"CHATD_TOOL_TIMEOUT": "soon"}, "CHATD_TOOL_TIMEOUT"},
+		{[]string{"extra"}, nil, "unexpected argument"},
+		{[]string{"--config", "/nonexistent/chatd.yaml"}, nil, "read config"},
+	}
+	for _, tt := range tests {
+		_, err := Load(tt.args, env(tt.env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.contains) {
+			t.Errorf("%v %v: error %v, want one containing %q", tt.args, tt.env, err, tt.contains)
+		}
+	}
+}
+
+func TestFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "c.yaml")
+		os.WriteFile(p, []byte(body), 0o600)
+		return p
+	}
+	good := write(`
+tool_timeout: 5s
+providers:
+  router:
+    base_url: https://openrouter.ai/api/v1
+    api_key_env: ROUTER_KEY
+    headers: {X-Title: chatd}
+    models: [a/b]
+agents:
+  support:
+    system_prompt: Be brief.
+    tools: [current_time]
+    max_iterations: 3
+    temperature: 0.2
+`)
+	c, err := Load([]string{"--config", good}, env(map[string]string{"ROUTER_KEY": "k"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	temp := 0.2
+	if diff := cmp.Diff(map[string]Agent{"support": {SystemPrompt: "Be brief.", Tools: []string{"current_time"}, MaxIterations: 3, Temperature: &temp}}, c.Agents); diff != "" {
+		t.Errorf("agents (-want +got):\n%s", diff)
+	}
+	if c.ToolTimeout != 5*time.Second || c.Model != "router/a/b" || c.Providers[0].APIKey != "k" || c.Providers[0].Headers["X-Title"] != "chatd" {
+		t.Errorf("config = %+v", c)
+	}
+	for body, contains := range map[string]string{
+		"adress: x\n": "field adress not found",
+		"providers:\n  p:\n    base_url: http://x/v1\n    api_key_env: MISSING\n": "MISSING, which is not set",
+		"providers:\n  p:\n    type: openai\n":                                    "needs base_url",
+		"providers:\n  a/b:\n    base_url: http://x/v1\n":                         "must not contain '/'",
+		"agents:\n  x:\n    max_iterations: -1\n":                                 "limits must be positive",
+	} {
+		_, err := Load([]string{"--config", write(body)}, env(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), contains) {
+			t.Errorf("%q: error %v, want one containing %q", body, err, contains)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"chatd/internal/chat"
+	"chatd/internal/httpapi"
+	"chatd/internal/llm"
+	"chatd/internal/llm/openai"
+	"chatd/internal/store/sqlite"
+)
+
+// A text chunk as OpenAI sends it, byte for byte in shape.
+const benchChunk = `data: {"id":"chatcmpl-CVz1aXyQ8k2b7Lr0TnP4mWqFhJd3E","object":"chat.completion.chunk","created":1763710000,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_b705f0c291","choices":[{"index":0,"delta":{"content":" token"},"logprobs":null,"finish_reason":null}],"usage":null}` + "\n\n"
+
+const benchEnd = `data: {"id":"chatcmpl-CVz1aXyQ8k2b7Lr0TnP4mWqFhJd3E","object":"chat.completion.chunk","created":1763710000,"model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],"usage":null}` + "\n\n" +
+	`data: {"id":"chatcmpl-CVz1aXyQ8k2b7Lr0TnP4mWqFhJd3E","object":"chat.completion.chunk","created":1763710000,"model":"gpt-4o-mini-2024-07-18","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}` + "\n\ndata: [DONE]\n\n"
+
+var benchChunkBytes, benchEndBytes = []byte(benchChunk), []byte(benchEnd)
+
+// chunkReader yields n text chunks, then the end of the stream, without holding them all in memory.
+type chunkReader struct {
+	n    int
+	cur  []byte
+	tail bool
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		switch {
+		case r.n > 0:
+			r.n--
+			r.cur = benchChunkBytes
+		case !r.tail:
+			r.tail, r.cur = true, benchEndBytes
+		default:
+			return 0, io.EOF
+		}
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+// upstream answers every request with a stream of n chunks, in memory: the benchmark measures chatd,
+// not the loopback.
+type upstream struct{ n int }
+
+func (u upstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	req.Body.Close()
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: io.NopCloser(&chunkReader{n: u.n}), Request: req}, nil
+}
+
+type oneModel struct{ p llm.Provider }
+
+func (m oneModel) Resolve(string) (llm.Provider, string, error) { return m.p, "gpt-4o-mini", nil }
+
+// discard is a client that reads instantly: a ResponseWriter that flushes and drops the bytes, and
+// takes write deadlines as a server's connection does.
+type discard struct {
+	h     http.Header
+	bytes int
+}
+
+func (d *discard) Header() http.Header              { return d.h }
+func (d *discard) WriteHeader(int)                  {}
+func (d *discard) Write(p []byte) (int, error)      { d.bytes += len(p); return len(p), nil }
+func (d *discard) Flush()                           {}
+func (d *discard) SetWriteDeadline(time.Time) error { return nil }
+
+// BenchmarkStreamTextChunk measures one upstream text chunk travelling through chatd to the client:
+// SSE decoding, the OpenAI adapter, the agent loop, the run's event log and the SSE encoder. b.N chunks go
+// through one run; the run's fixed cost (storing the message and the answer) is spread over them.
+func BenchmarkStreamTextChunk(b *testing.B) {
+	db, err := sqlite.Open(b.Context(), ":memory:", sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	client, err := openai.New(openai.Options{BaseURL: "http://upstream.invalid/v1", HTTPClient: &http.Client{Transport: upstream{n: b.N}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini"})
+	defer svc.Close(b.Context())
+	h := httpapi.New(httpapi.Options{Chat: svc, Store: db})
+	w := &discard{h: http.Header{}}
+	req := httptest.NewRequestWithContext(b.Context(), "POST", "/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))
+	b.ReportAllocs()
+	b.SetBytes(int64(len(benchChunk)))
+	b.ResetTimer()
+	h.ServeHTTP(w, req)
+	b.StopTimer()
+	if w.bytes < b.N*len(`event: text_delta`) {
+		b.Fatalf("the client got %d bytes for %d chunks", w.bytes, b.N)
+	}
+}
+
+// TestBenchmarkStreamsEveryChunk keeps the benchmark honest: every chunk reaches the client as a
+// text_delta event.
+func TestBenchmarkStreamsEveryChunk(t *testing.T) {
+	db, err := sqlite.Open(t.Context(), ":memory:", sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	client, _ := openai.New(openai.Options{BaseURL: "http://upstream.invalid/v1", HTTPClient: &http.Client{Transport: upstream{n: 100}}})
+	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini"})
+	defer svc.Close(t.Context())
+	rec := httptest.NewRecorder()
+	httpapi.New(httpapi.Options{Chat: svc, Store: db}).ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "POST", "/v1/chat/stream", strings.NewReader(`{"message":"hi"}`)))
+	body := rec.Body.Bytes()
+	if n := bytes.Count(body, []byte("event: text_delta\ndata: {\"text\":\" token\"}\n\n")); n != 100 {
+		t.Fatalf("%d text_delta events, want 100", n)
+	}
+	if !bytes.HasSuffix(body, []byte("event: done\ndata: {\"status\":\"completed\"}\n\n")) {
+		t.Fatalf("stream does not end with done: %s", body[max(0, len(body)-300):])
+	}
+}

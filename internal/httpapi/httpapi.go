@@ -1,0 +1,113 @@
+// Package httpapi serves chatd's HTTP API: routes, wire types, the caller's identity, SSE, and the one
+// mapping from errors to HTTP statuses.
+//
+// It never imports a concrete provider or store: it talks to chat.Service, the store.Store contract and
+// the tool registry.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"chatd/internal/chat"
+	"chatd/internal/store"
+	"chatd/internal/tool"
+)
+
+// Options configure the API. Zero values are the defaults.
+type Options struct {
+	Chat   *chat.Service
+	Store  store.Store
+	Tools  *tool.Registry
+	Logger *slog.Logger
+	// PingInterval is the idle time after which a stream gets a ": ping" comment; default 15s.
+	PingInterval time.Duration
+	// WriteTimeout bounds one write to a client; a reader that stops reading is dropped; default 30s.
+	WriteTimeout time.Duration
+	// MaxBodyBytes limits request bodies; default 1 MiB.
+	MaxBodyBytes int64
+}
+
+// LocalUser is the identity of every caller while chatd runs without API keys.
+const LocalUser = "local"
+
+type server struct {
+	Options
+	log *slog.Logger
+}
+
+// New returns the API's handler.
+func New(opts Options) http.Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.PingInterval <= 0 {
+		opts.PingInterval = 15 * time.Second
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 30 * time.Second
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	s := &server{Options: opts, log: opts.Logger}
+	return s.withUser(s.routes())
+}
+
+func (s *server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/chat/stream", s.handle(s.chatStream))
+	mux.Handle("POST /v1/chat", s.handle(s.chatBatch))
+	mux.Handle("POST /v1/sessions", s.handle(s.createSession))
+	mux.Handle("GET /v1/sessions", s.handle(s.listSessions))
+	mux.Handle("GET /v1/sessions/{id}", s.handle(s.getSession))
+	mux.Handle("PATCH /v1/sessions/{id}", s.handle(s.updateSession))
+	mux.Handle("DELETE /v1/sessions/{id}", s.handle(s.deleteSession))
+	mux.Handle("GET /v1/sessions/{id}/messages", s.handle(s.listMessages))
+	mux.Handle("GET /v1/tools", s.handle(s.listTools))
+	mux.Handle("GET /healthz", s.handle(s.health))
+	mux.Handle("/v1/", s.handle(s.notFound))
+	mux.Handle("GET /{$}", http.HandlerFunc(s.home))
+	return mux
+}
+
+type userKey struct{}
+
+// withUser attaches the caller's identity to the request's context. Without API keys every caller is the
+// local user; with keys (later) this is where the bearer token is checked.
+func (s *server) withUser(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, LocalUser)))
+	})
+}
+
+func user(ctx context.Context) string {
+	u, _ := ctx.Value(userKey{}).(string)
+	return u
+}
+
+func (s *server) health(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *server) notFound(w http.ResponseWriter, r *http.Request) error {
+	return &apiError{status: http.StatusNotFound, code: "not_found", message: "no route " + r.Method + " " + r.URL.Path}
+}
+
+const homePage = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>chatd</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{font:16px/1.5 system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem}code{background:#8882;padding:.1em .3em}</style>
+</head><body><h1>chatd is running</h1>
+<p>The web chat UI is not part of this build yet. The HTTP API is at <code>/v1</code>:
+stream a chat with <code>POST /v1/chat/stream</code>, list sessions with <code>GET /v1/sessions</code>,
+see the tools with <code>GET /v1/tools</code>. The README has a curl example.</p></body></html>
+`
+
+func (s *server) home(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+	w.Write([]byte(homePage))
+}

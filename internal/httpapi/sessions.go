@@ -1,0 +1,164 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	"chatd/internal/store"
+)
+
+// Limits on session fields.
+const (
+	maxTitleBytes    = 500
+	maxMetadataBytes = 16 << 10
+)
+
+type sessionWrite struct {
+	Title    *string         `json:"title"`
+	Agent    string          `json:"agent"`
+	Metadata json.RawMessage `json:"metadata"`
+}
+
+func (in *sessionWrite) validate() error {
+	if in.Title != nil && (len(*in.Title) > maxTitleBytes || !utf8.ValidString(*in.Title)) {
+		return &apiError{status: http.StatusBadRequest, code: "invalid_title", message: "title must be UTF-8 text of at most 500 bytes"}
+	}
+	if m := bytes.TrimSpace(in.Metadata); len(m) > 0 && !bytes.Equal(m, []byte("null")) {
+		if m[0] != '{' {
+			return &apiError{status: http.StatusBadRequest, code: "invalid_metadata", message: "metadata must be a JSON object"}
+		}
+		if len(m) > maxMetadataBytes {
+			return &apiError{status: http.StatusBadRequest, code: "invalid_metadata", message: "metadata is larger than 16 KiB"}
+		}
+		in.Metadata = m
+	} else {
+		in.Metadata = nil
+	}
+	return nil
+}
+
+func (s *server) createSession(w http.ResponseWriter, r *http.Request) error {
+	var in sessionWrite
+	if err := s.decode(w, r, &in); err != nil {
+		return err
+	}
+	if err := in.validate(); err != nil {
+		return err
+	}
+	sess := &store.Session{Agent: in.Agent, Metadata: in.Metadata}
+	if sess.Agent == "" {
+		sess.Agent = "default"
+	}
+	if !slices.Contains(s.Chat.AgentNames(), sess.Agent) {
+		return &apiError{status: http.StatusBadRequest, code: "unknown_agent", message: "no agent " + strconv.Quote(sess.Agent)}
+	}
+	if in.Title != nil {
+		sess.Title = *in.Title
+	}
+	if err := s.Store.CreateSession(r.Context(), user(r.Context()), sess); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, sess)
+}
+
+func (s *server) listSessions(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	page := store.Page{Cursor: q.Get("cursor")}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 200 {
+			return &apiError{status: http.StatusBadRequest, code: "invalid_limit", message: "limit must be a number from 1 to 200"}
+		}
+		page.Limit = n
+	}
+	list, next, err := s.Store.Sessions(r.Context(), user(r.Context()), page)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []store.Session{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"sessions": list, "next_cursor": next})
+}
+
+func (s *server) getSession(w http.ResponseWriter, r *http.Request) error {
+	sess, err := s.Store.Session(r.Context(), user(r.Context()), r.PathValue("id"))
+	if err != nil {
+		return sessionErr(err, r)
+	}
+	return writeJSON(w, http.StatusOK, sess)
+}
+
+func (s *server) updateSession(w http.ResponseWriter, r *http.Request) error {
+	var in sessionWrite
+	if err := s.decode(w, r, &in); err != nil {
+		return err
+	}
+	if err := in.validate(); err != nil {
+		return err
+	}
+	if in.Agent != "" {
+		return &apiError{status: http.StatusBadRequest, code: "immutable_agent", message: "a session's agent cannot change"}
+	}
+	sess, err := s.Store.UpdateSession(r.Context(), user(r.Context()), r.PathValue("id"), store.SessionPatch{Title: in.Title, Metadata: in.Metadata})
+	if err != nil {
+		return sessionErr(err, r)
+	}
+	return writeJSON(w, http.StatusOK, sess)
+}
+
+func (s *server) deleteSession(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if run := s.Chat.ActiveRun(id); run != "" {
+		return &apiError{status: http.StatusConflict, code: "session_busy", extra: map[string]any{"run_id": run},
+			message: "the session has an active run; wait for it to end before deleting the session"}
+	}
+	if err := s.Store.DeleteSession(r.Context(), user(r.Context()), id); err != nil {
+		return sessionErr(err, r)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *server) listMessages(w http.ResponseWriter, r *http.Request) error {
+	recs, err := s.Store.Records(r.Context(), user(r.Context()), r.PathValue("id"))
+	if err != nil {
+		return sessionErr(err, r)
+	}
+	if recs == nil {
+		recs = []store.Record{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"messages": recs})
+}
+
+// sessionErr names the session a not-found error is about.
+func sessionErr(err error, r *http.Request) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return &apiError{status: http.StatusNotFound, code: "session_not_found", message: "no session " + strconv.Quote(r.PathValue("id"))}
+	}
+	return err
+}
+
+func (s *server) listTools(w http.ResponseWriter, r *http.Request) error {
+	type toolWire struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		InputSchema json.RawMessage `json:"input_schema"`
+		Source      string          `json:"source"`
+		ReadOnly    bool            `json:"read_only"`
+	}
+	infos, err := s.Chat.Tools(r.URL.Query().Get("agent"))
+	if err != nil {
+		return err
+	}
+	out := []toolWire{}
+	for _, t := range infos {
+		out = append(out, toolWire{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, Source: t.Source, ReadOnly: t.ReadOnly})
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"tools": out})
+}
