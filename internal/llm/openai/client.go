@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"chatd/internal/llm"
@@ -34,6 +35,9 @@ type Options struct {
 	// HTTPClient defaults to a client with connect and response-header timeouts and no overall timeout
 	// (a stream may last minutes).
 	HTTPClient *http.Client
+	// IdleTimeout ends a stream that sends nothing for this long; default 5 minutes (a reasoning model
+	// may think a long while between chunks).
+	IdleTimeout time.Duration
 }
 
 // Client streams chat completions. It is safe for concurrent use.
@@ -43,6 +47,7 @@ type Client struct {
 	apiKey   string
 	headers  http.Header
 	http     *http.Client
+	idle     time.Duration
 	// maxCompletionTokens selects max_completion_tokens over max_tokens (OpenAI itself).
 	maxCompletionTokens bool
 }
@@ -65,6 +70,7 @@ func New(opts Options) (*Client, error) {
 		apiKey:              opts.APIKey,
 		headers:             make(http.Header),
 		http:                opts.HTTPClient,
+		idle:                opts.IdleTimeout,
 		maxCompletionTokens: u.Hostname() == "api.openai.com",
 	}
 	if c.name == "" {
@@ -75,6 +81,9 @@ func New(opts Options) (*Client, error) {
 	}
 	if c.http == nil {
 		c.http = defaultHTTPClient()
+	}
+	if c.idle <= 0 {
+		c.idle = 5 * time.Minute
 	}
 	return c, nil
 }
@@ -89,14 +98,20 @@ func defaultHTTPClient() *http.Client {
 // Stream sends req and streams the model's answer.
 func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
 	return func(yield func(llm.Event, error) bool) {
-		resp, err := c.send(ctx, req)
+		// The watchdog cancels the request when the server goes quiet: a hung upstream must not leave a
+		// run generating forever.
+		reqCtx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		resp, err := c.send(reqCtx, req)
 		if err != nil {
 			yield(llm.Event{}, err)
 			return
 		}
 		defer resp.Body.Close()
+		body := newIdleReader(resp.Body, c.idle, func() { cancel(errIdle) })
+		defer body.stop()
 		d := decoder{provider: c.name}
-		d.run(ctx, resp.Body, yield)
+		d.run(ctx, body, yield)
 	}
 }
 
@@ -207,10 +222,46 @@ func inBandError(provider string, e *apiError) *llm.Error {
 	return out
 }
 
+// errIdle is the cause of a request the idle watchdog cancelled.
+var errIdle = errors.New("idle timeout")
+
+// idleReader calls onIdle when no Read has returned data for the timeout.
+type idleReader struct {
+	r       io.Reader
+	timeout time.Duration
+	timer   *time.Timer
+	idle    atomic.Bool
+}
+
+func newIdleReader(r io.Reader, timeout time.Duration, onIdle func()) *idleReader {
+	ir := &idleReader{r: r, timeout: timeout}
+	ir.timer = time.AfterFunc(timeout, func() {
+		ir.idle.Store(true)
+		onIdle()
+	})
+	return ir
+}
+
+func (ir *idleReader) Read(p []byte) (int, error) {
+	n, err := ir.r.Read(p)
+	if n > 0 {
+		ir.timer.Reset(ir.timeout)
+	}
+	if err != nil && ir.idle.Load() {
+		err = fmt.Errorf("the server sent nothing for %s: %w", ir.timeout, errIdle)
+	}
+	return n, err
+}
+
+func (ir *idleReader) stop() { ir.timer.Stop() }
+
 // readError classifies a failure to read the response body.
 func readError(ctx context.Context, provider string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if errors.Is(err, errIdle) {
+		return &llm.Error{Provider: provider, Kind: llm.KindTransport, Message: err.Error()}
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return err

@@ -307,3 +307,35 @@ func TestNewRejectsBadBaseURL(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleUpstreamEnds: a server that stops sending mid-stream ends the stream with a transport error
+// instead of hanging the run.
+func TestIdleUpstreamEnds(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // then silence
+	}))
+	defer srv.Close()
+	c, err := New(Options{BaseURL: srv.URL, IdleTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	var last error
+	for ev, err := range c.Stream(t.Context(), &llm.Request{Model: "m"}) {
+		if err != nil {
+			last = err
+			break
+		}
+		texts = append(texts, ev.Text)
+	}
+	e, ok := errors.AsType[*llm.Error](last)
+	if !ok || e.Kind != llm.KindTransport || !strings.Contains(e.Message, "sent nothing for 50ms") {
+		t.Fatalf("error = %v, want an idle transport error", last)
+	}
+	if diff := cmp.Diff([]string{"Hi"}, texts); diff != "" {
+		t.Errorf("texts (-want +got):\n%s", diff)
+	}
+}
