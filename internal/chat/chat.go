@@ -82,7 +82,6 @@ type Service struct {
 
 	mu      sync.Mutex
 	active  map[string]*Run // by session id
-	runs    map[string]*Run // by run id, while running
 	closing bool
 }
 
@@ -96,7 +95,7 @@ func New(opts Options) *Service {
 		agents[name] = a
 	}
 	opts.Agents = agents
-	s := &Service{opts: opts, log: opts.Logger, active: map[string]*Run{}, runs: map[string]*Run{}}
+	s := &Service{opts: opts, log: opts.Logger, active: map[string]*Run{}}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s
 }

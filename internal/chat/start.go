@@ -43,14 +43,16 @@ func (s *Service) Start(ctx context.Context, user string, req Request) (*Run, er
 	history, err := s.begin(ctx, p, run)
 	if err != nil {
 		s.release(run)
+		s.wg.Done()
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(s.base)
-	s.wg.Go(func() {
+	go func() { // counted by reserve
+		defer s.wg.Done()
 		defer cancel()
 		defer s.release(run)
 		s.execute(runCtx, p, run, history)
-	})
+	}()
 	return run, nil
 }
 
@@ -106,7 +108,9 @@ func (s *Service) resolveModel(p *plan) error {
 	return nil
 }
 
-// reserve makes the run the session's active one. A session has at most one active run.
+// reserve makes the run the session's active one (a session has at most one) and counts it as running.
+// The count is taken under the lock that checks closing, so that Close never waits on a WaitGroup a
+// starting run adds to.
 func (s *Service) reserve(p *plan) (*Run, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -127,7 +131,7 @@ func (s *Service) reserve(p *plan) (*Run, error) {
 	if sessionID != "" {
 		s.active[sessionID] = run
 	}
-	s.runs[run.ID] = run
+	s.wg.Add(1)
 	return run, nil
 }
 
@@ -137,7 +141,6 @@ func (s *Service) release(run *Run) {
 	if s.active[run.SessionID] == run {
 		delete(s.active, run.SessionID)
 	}
-	delete(s.runs, run.ID)
 }
 
 // begin creates the session when needed, stores the run and the user's message, and returns the history
@@ -274,31 +277,27 @@ func (s *Service) AgentNames() []string {
 	return names
 }
 
+// Drain stops accepting new runs and waits for the running ones to end, or for ctx.
+func (s *Service) Drain(ctx context.Context) error {
+	s.stopAccepting()
+	return s.wait(ctx)
+}
+
 // Close stops accepting runs, cancels the running ones (each keeps its partial answer) and waits for
 // them to be stored, or for ctx.
 func (s *Service) Close(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
+	s.stopAccepting()
 	s.cancel()
-	done := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("chat: close: %w", ctx.Err())
-	}
+	return s.wait(ctx)
 }
 
-// Drain stops accepting new runs and waits for the running ones to end, or for ctx.
-func (s *Service) Drain(ctx context.Context) error {
+func (s *Service) stopAccepting() {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
+}
+
+func (s *Service) wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
@@ -308,6 +307,6 @@ func (s *Service) Drain(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("chat: runs still running: %w", ctx.Err())
 	}
 }
