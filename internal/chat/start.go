@@ -98,7 +98,7 @@ func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, er
 func (s *Service) resolveModel(p *plan) error {
 	p.model = firstNonEmpty(p.req.Model, p.agent.Model, s.opts.DefaultModel)
 	if p.model == "" {
-		return invalid("no_model", "no model is configured: set CHATD_MODEL (for example openai/gpt-4o-mini) with a provider key such as OPENAI_API_KEY, or send \"model\" in the request")
+		return invalid("no_model", "no model is configured: start chatd with a provider (OPENAI_API_KEY; OPENAI_BASE_URL for an OpenAI-compatible server; or OLLAMA_HOST), set CHATD_MODEL=provider/model, or send \"model\" in the request")
 	}
 	prov, upstream, err := s.opts.Models.Resolve(p.model)
 	if err != nil {
