@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"chatd/internal/llm"
@@ -32,13 +33,16 @@ type ToolResult struct {
 	Duration  time.Duration
 }
 
-// Observer receives the steps of a run in order, from the goroutine that called Run.
+// Observer receives the steps of a run in order, from the goroutine that called Run — except
+// ToolComplete, which is called from the call's own goroutine the moment it ends, so that a client sees
+// a finished tool at once, also while the model still streams.
 type Observer interface {
 	Status(message string)
 	TextDelta(text string)
 	ReasoningDelta(text string)
 	ToolCallDelta(index int, id, name, argumentsDelta string)
 	ToolStart(call llm.ToolCall)
+	// ToolComplete may run concurrently with the other methods, and before the turn is stored.
 	ToolComplete(call llm.ToolCall, res ToolResult)
 	// Usage reports the usage of one model call.
 	Usage(model string, u llm.Usage)
@@ -191,7 +195,7 @@ func notRunReason(ctx context.Context, streamErr error, last bool, max int) stri
 	case streamErr != nil:
 		return "The model's response broke off before this call could run."
 	case last:
-		return "Not run: the run reached its limit of " + itoa(max) + " tool rounds, so the model had to answer without tools."
+		return "Not run: the run reached its limit of " + strconv.Itoa(max) + " tool rounds, so the model had to answer without tools."
 	}
 	return ""
 }

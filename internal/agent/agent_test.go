@@ -471,3 +471,73 @@ func TestToolsRunInParallel(t *testing.T) {
 		t.Fatalf("status %s, %d calls ran at once; want all %d", res.Status, peak.Load(), n)
 	}
 }
+
+// TestCallCutBeforeItsArgumentsNeverRuns: the token limit cut the turn right after the call's name, with
+// no arguments at all; the call must not run as if it had none.
+func TestCallCutBeforeItsArgumentsNeverRuns(t *testing.T) {
+	var ran atomic.Int32
+	tools := fakeTools{
+		"write_note": func(ctx context.Context, a json.RawMessage) agent.ToolResult { ran.Add(1); return echo(ctx, a) },
+		"read_time":  func(ctx context.Context, a json.RawMessage) agent.ToolResult { ran.Add(1); return echo(ctx, a) },
+	}
+	for _, name := range []string{"write_note", "read_time"} {
+		t.Run(name, func(t *testing.T) {
+			srv := llmtest.NewServer(t,
+				llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_cut", Name: name, Arguments: `{`}}, FinishReason: "length", CutArguments: true},
+				llmtest.Turn{Text: "ok"},
+			)
+			rec := &recorder{}
+			agent.Run(t.Context(), config(t, srv, tools), hello, rec)
+			if ran.Load() != 0 || rec.results["call_cut"].Success {
+				t.Fatalf("the cut call ran %d time(s); result %+v", ran.Load(), rec.results["call_cut"])
+			}
+		})
+	}
+}
+
+// TestWholeArgumentsDoubleEncoded: arguments sent as a JSON string holding the object are stored and
+// shown as the object the tool ran with.
+func TestWholeArgumentsDoubleEncoded(t *testing.T) {
+	srv := llmtest.NewServer(t,
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "read_time", Arguments: `"{\"timezone\":\"Europe/Paris\"}"`}}},
+		llmtest.Turn{Text: "ok"},
+	)
+	rec := &recorder{}
+	agent.Run(t.Context(), config(t, srv, fakeTools{"read_time": echo}), hello, rec)
+	if got := string(rec.turns[0].ToolCalls[0].Arguments); got != `{"timezone":"Europe/Paris"}` {
+		t.Errorf("stored arguments = %s", got)
+	}
+	if rec.index(`tool_start c1 read_time {"timezone":"Europe/Paris"}`) < 0 {
+		t.Errorf("tool_start did not show the object:\n%s", strings.Join(rec.log, "\n"))
+	}
+}
+
+// TestToolCompleteWhileTheModelIsQuiet: a read-only call that ends while the model streams nothing is
+// reported at once, not at the model's next chunk.
+func TestToolCompleteWhileTheModelIsQuiet(t *testing.T) {
+	rec := &recorder{}
+	reported := make(chan struct{})
+	var once sync.Once
+	turn := llmtest.Turn{
+		ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "read_time", Arguments: `{}`}},
+		BeforeFinish: func() {
+			// The model is silent until tool_complete has been reported.
+			deadline := time.After(20 * time.Second)
+			for rec.has("tool_complete c1") == 0 {
+				select {
+				case <-deadline:
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+			once.Do(func() { close(reported) })
+		},
+	}
+	srv := llmtest.NewServer(t, turn, llmtest.Turn{Text: "ok"})
+	agent.Run(t.Context(), config(t, srv, fakeTools{"read_time": echo}), hello, rec)
+	select {
+	case <-reported:
+	default:
+		t.Fatal("tool_complete waited for the model's next chunk")
+	}
+}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
@@ -33,20 +34,18 @@ type turnState struct {
 	cancelTools context.CancelFunc
 	wg          sync.WaitGroup
 	results     chan toolDone // buffered for every call that can start: senders never block
-	doneOrder   []int         // calls whose results arrived, in arrival order
-	persisted   int           // how many of doneOrder are stored
+	running     int           // calls started whose results have not been received
 }
 
 type pendingCall struct {
-	index     int
-	id, name  string
-	idFixed   bool
-	args      []byte
-	started   bool
-	done      bool
-	result    ToolResult
-	notRun    string // why the call will not run
-	completed bool   // ToolComplete was reported
+	index   int
+	id      string
+	name    string
+	idFixed bool
+	args    []byte
+	started bool
+	result  ToolResult
+	notRun  string // why the call will not run
 }
 
 type toolDone struct {
@@ -135,13 +134,13 @@ func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noT
 }
 
 // streamOnce consumes one stream. output reports whether any event reached the observer.
+// A retry or a continuation starts with no calls accumulated (it follows a call without output, or an
+// answer without calls), so the stream's indexes are the turn's.
 func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState, noTools bool) (output bool, err error) {
-	base := len(t.calls) // a continuation numbers its calls after the previous segment's
 	for ev, err := range r.cfg.Provider.Stream(ctx, req) {
 		if err != nil {
 			return output, err
 		}
-		t.poll(r.obs)
 		switch ev.Kind {
 		case llm.EventText:
 			output, t.output = true, true
@@ -153,15 +152,15 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 			r.obs.ReasoningDelta(ev.Text)
 		case llm.EventToolCallDelta:
 			output, t.output = true, true
-			pc := t.call(base + ev.Index)
+			pc := t.call(ev.Index)
 			pc.add(ev)
 			r.obs.ToolCallDelta(pc.index, pc.id, pc.name, ev.Text)
 			if !noTools && endsObject(ev.Text) {
 				r.startEarly(t, pc)
 			}
 		case llm.EventToolCallEnd:
-			if !noTools && base+ev.Index < len(t.calls) {
-				r.startEarly(t, t.calls[base+ev.Index])
+			if !noTools && ev.Index < len(t.calls) {
+				r.startEarly(t, t.calls[ev.Index])
 			}
 		case llm.EventUsage:
 			t.Usage.Add(ev.Usage)
@@ -214,13 +213,19 @@ func endsObject(fragment string) bool {
 	return s != "" && s[len(s)-1] == '}'
 }
 
-// arguments returns the call's arguments when they are a complete JSON object.
+// arguments returns the call's arguments when they are a complete JSON object. A JSON string holding
+// an object (the whole arguments double-encoded) is unwrapped. Empty arguments are not complete: the
+// stream may have been cut right after the call's name.
 func (pc *pendingCall) arguments() (json.RawMessage, bool) {
-	a := strings.TrimSpace(string(pc.args))
-	if a == "" {
-		return emptyArgs, true
+	a := bytes.TrimSpace(pc.args)
+	if len(a) > 0 && a[0] == '"' {
+		var inner string
+		if json.Unmarshal(a, &inner) != nil {
+			return nil, false
+		}
+		a = bytes.TrimSpace([]byte(inner))
 	}
-	if a[0] != '{' || !json.Valid([]byte(a)) {
+	if len(a) == 0 || a[0] != '{' || !json.Valid(a) {
 		return nil, false
 	}
 	return json.RawMessage(a), true
@@ -240,6 +245,9 @@ func (r *runner) finishTurn(ctx context.Context, t *turnState, streamErr error) 
 	for _, pc := range t.calls {
 		t.assignID(pc)
 		args, ok := pc.arguments()
+		if !ok && len(bytes.TrimSpace(pc.args)) == 0 && t.finish != llm.FinishLength {
+			args, ok = emptyArgs, true // a call without arguments, from a server that sends none
+		}
 		switch {
 		case pc.name == "":
 			pc.notRun = "The call did not name a tool."
@@ -283,5 +291,3 @@ func assistantMessage(t *Turn) llm.Message {
 	}
 	return m
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

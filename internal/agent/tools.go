@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -19,91 +20,62 @@ func (r *runner) startEarly(t *turnState, pc *pendingCall) {
 	r.start(t, pc)
 }
 
-// start runs the call in its own goroutine; its result arrives on t.results.
+// start runs the call in its own goroutine, which reports ToolComplete and sends the result on t.results.
 func (r *runner) start(t *turnState, pc *pendingCall) {
 	pc.started = true
+	t.running++
 	args, ok := pc.arguments()
 	if !ok {
 		args = emptyArgs
 	}
-	r.obs.ToolStart(llm.ToolCall{ID: pc.id, Name: pc.name, Arguments: args})
+	shown := llm.ToolCall{ID: pc.id, Name: pc.name, Arguments: args}
+	r.obs.ToolStart(shown)
 	r.obs.Status("Running " + pc.name + "…")
+	// The tool gets the raw text: the registry repairs and validates it, and reports what is wrong.
 	call := llm.ToolCall{ID: pc.id, Name: pc.name, Arguments: pc.args}
-	tools, ctx, i := r.cfg.Tools, t.toolCtx, pc.index
+	tools, obs, ctx, i := r.cfg.Tools, r.obs, t.toolCtx, pc.index
 	t.wg.Go(func() {
-		t.results <- toolDone{index: i, res: tools.Call(ctx, call)}
+		res := tools.Call(ctx, call)
+		obs.ToolComplete(shown, res)
+		t.results <- toolDone{index: i, res: res}
 	})
 }
 
-// poll takes the results that have arrived without waiting, and reports them.
-func (t *turnState) poll(obs Observer) {
-	for {
-		select {
-		case d := <-t.results:
-			t.arrived(obs, d)
-		default:
-			return
-		}
-	}
-}
-
-func (t *turnState) arrived(obs Observer, d toolDone) {
-	pc := t.calls[d.index]
-	pc.done, pc.result = true, d.res
-	t.doneOrder = append(t.doneOrder, d.index)
-	if !pc.completed {
-		pc.completed = true
-		obs.ToolComplete(t.reported(pc), d.res)
-	}
-}
-
-// reported is the call as the observer sees it: its stored form once the turn has ended.
-func (t *turnState) reported(pc *pendingCall) llm.ToolCall {
-	if pc.index < len(t.ToolCalls) {
-		return t.ToolCalls[pc.index]
-	}
-	args, ok := pc.arguments()
-	if !ok {
-		args = emptyArgs
-	}
-	return llm.ToolCall{ID: pc.id, Name: pc.name, Arguments: args}
-}
-
 // runPhaseTools runs the stored turn's calls that have not started, in parallel, and stores each result
-// as it arrives. reason, when set, is why no call runs now (cancel, broken stream, iteration cap).
+// as its call ends. reason, when set, is why no call runs now (cancel, broken stream, iteration cap).
 func (r *runner) runPhaseTools(ctx context.Context, t *turnState, reason string) error {
 	defer t.cancelTools()
+	var err error
+	store := func(pc *pendingCall) {
+		if err != nil {
+			return // a store failed: the others are only drained
+		}
+		if serr := r.obs.ToolResult(context.WithoutCancel(ctx), &t.Turn, t.ToolCalls[pc.index], pc.result); serr != nil {
+			err = fmt.Errorf("store tool result: %w", serr)
+			t.cancelTools()
+		}
+	}
 	for _, pc := range t.calls {
 		if pc.started {
 			continue
 		}
-		if pc.notRun == "" {
-			pc.notRun = reason
-		}
+		pc.notRun = cmp.Or(pc.notRun, reason)
 		if pc.notRun == "" && r.cfg.Tools == nil {
 			pc.notRun = "No tools are available in this conversation."
 		}
-		if pc.notRun != "" {
-			pc.started = true
-			t.arrived(r.obs, toolDone{index: pc.index, res: ToolResult{Content: pc.notRun}})
+		if pc.notRun == "" {
+			r.start(t, pc)
 			continue
 		}
-		r.start(t, pc)
+		pc.started, pc.result = true, ToolResult{Content: pc.notRun}
+		r.obs.ToolComplete(t.ToolCalls[pc.index], pc.result)
+		store(pc)
 	}
-	var err error
-	for stored := 0; stored < len(t.calls); stored++ {
-		if t.persisted == len(t.doneOrder) {
-			t.arrived(r.obs, <-t.results)
-		}
-		pc := t.calls[t.doneOrder[t.persisted]]
-		t.persisted++
-		if err != nil {
-			continue // drain the rest so every goroutine ends
-		}
-		if perr := r.obs.ToolResult(context.WithoutCancel(ctx), &t.Turn, t.ToolCalls[pc.index], pc.result); perr != nil {
-			err = fmt.Errorf("store tool result: %w", perr)
-			t.cancelTools()
-		}
+	for ; t.running > 0; t.running-- {
+		d := <-t.results
+		pc := t.calls[d.index]
+		pc.result = d.res
+		store(pc)
 	}
 	t.wg.Wait()
 	for _, pc := range t.calls {
