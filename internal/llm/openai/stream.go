@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -137,7 +138,8 @@ func (s *chunkSource) Read(p []byte) (int, error) {
 }
 
 func (d *decoder) delta(dl *delta, yield func(llm.Event, error) bool) bool {
-	if r := dl.ReasoningContent + dl.Reasoning; r != "" {
+	// Some servers send both names with the same text during a migration from one to the other.
+	if r := cmp.Or(dl.ReasoningContent, dl.Reasoning); r != "" {
 		if !yield(llm.Event{Kind: llm.EventReasoning, Text: r}, nil) {
 			return false
 		}

@@ -339,3 +339,14 @@ func TestIdleUpstreamEnds(t *testing.T) {
 		t.Errorf("texts (-want +got):\n%s", diff)
 	}
 }
+
+func TestReasoningInBothFields(t *testing.T) {
+	body := "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"Let me think\",\"reasoning\":\"Let me think\"}}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\" more\"}}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+	got := describe(t, newTestClient(t, serveBytes(t, []byte(body), 1000).URL))
+	want := "reasoning \"Let me think\"\nreasoning \" more\"\nfinish stop\n"
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
