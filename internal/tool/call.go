@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,13 +41,26 @@ func (r *Registry) call(ctx context.Context, name string, raw json.RawMessage) O
 		return failure(args, err.Error())
 	}
 	res, err := r.run(ctx, e, args)
-	switch {
-	case err != nil:
+	if err != nil {
 		return failure(args, err.Error())
-	case res.IsError:
-		return Outcome{Arguments: args, Content: res.Content, Payload: res.Payload}
 	}
-	return Outcome{Arguments: args, Content: res.Content, Payload: res.Payload, Success: true}
+	res = r.sanitize(name, res)
+	return Outcome{Arguments: args, Content: res.Content, Payload: res.Payload, Success: !res.IsError}
+}
+
+// sanitize makes a tool's result safe to store and send: a payload that is not JSON is dropped (tools
+// from MCP servers are not trusted), and text is made valid UTF-8.
+func (r *Registry) sanitize(name string, res Result) Result {
+	if p := bytes.TrimSpace(res.Payload); len(p) == 0 || string(p) == "null" {
+		res.Payload = nil
+	} else if !json.Valid(p) {
+		r.log.Warn("tool returned a payload that is not JSON; dropped", "tool", name, "bytes", len(res.Payload))
+		res.Payload = nil
+	} else {
+		res.Payload = p
+	}
+	res.Content = strings.ToValidUTF8(res.Content, "\uFFFD")
+	return res
 }
 
 func failure(args json.RawMessage, msg string) Outcome {

@@ -427,3 +427,26 @@ func TestConcurrentCalls(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestResultSanitized(t *testing.T) {
+	r := NewRegistry(Options{})
+	defer r.Close()
+	for name, res := range map[string]Result{
+		"badpayload":  {Content: "ok", Payload: json.RawMessage(`{"unterminated":`)},
+		"nullpayload": {Content: "ok", Payload: json.RawMessage(` null `)},
+		"badutf8":     {Content: "caf\xe9"},
+	} {
+		if err := r.Register(fakeTool{info: Info{Name: name}, call: func(context.Context, json.RawMessage) (Result, error) { return res, nil }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := r.Call(t.Context(), "badpayload", nil); !out.Success || out.Payload != nil || out.Content != "ok" {
+		t.Errorf("bad payload: %+v", out)
+	}
+	if out := r.Call(t.Context(), "nullpayload", nil); out.Payload != nil {
+		t.Errorf("null payload: %+v", out)
+	}
+	if out := r.Call(t.Context(), "badutf8", nil); out.Content != "caf\uFFFD" {
+		t.Errorf("invalid UTF-8: %q", out.Content)
+	}
+}
