@@ -100,10 +100,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: agents(cfg.Agents),
 		DefaultModel: cfg.Model, Logger: log})
+	if err := chats.Recover(ctx); err != nil {
+		return err
+	}
 
 	srv := &http.Server{
-		Addr:              cfg.Addr,
-		Handler:           httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, Logger: log}),
+		Addr: cfg.Addr,
+		Handler: httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, Logger: log,
+			AllowedHosts: cfg.AllowedHosts}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute,
 		IdleTimeout:       2 * time.Minute,

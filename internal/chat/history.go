@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"cmp"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -9,24 +10,41 @@ import (
 	"chatd/internal/store"
 )
 
-// history turns stored records into the messages the model sees. A tool record answers the call of its
-// parent assistant record; tool messages follow their assistant message in call order.
+// history turns stored records into the messages the model sees. Tool records are stored as their calls
+// end; the model gets them in call order after their assistant message, as the loop sent them.
 func history(records []store.Record) []llm.Message {
 	msgs := make([]llm.Message, 0, len(records))
+	var calls []store.ToolCall // of the last assistant record
+	var results int            // tool messages since it
 	for i := range records {
 		r := &records[i]
 		switch r.Role {
 		case store.RoleUser:
 			msgs = append(msgs, userMessage(r))
+			calls, results = nil, 0
 		case store.RoleAssistant:
 			msgs = append(msgs, assistantMessage(r))
+			calls, results = r.ToolCalls, 0
 		case store.RoleTool:
 			m := llm.TextMessage(llm.RoleTool, r.Content)
 			m.ToolCallID, m.ToolName, m.IsError = r.ToolCallID, r.Name, r.Success == nil || !*r.Success
 			msgs = append(msgs, m)
+			results++
+			sortResults(msgs[len(msgs)-results:], calls)
 		}
 	}
 	return msgs
+}
+
+// sortResults orders the tool messages of one turn as the turn's calls.
+func sortResults(results []llm.Message, calls []store.ToolCall) {
+	slices.SortStableFunc(results, func(a, b llm.Message) int {
+		return cmp.Compare(callIndex(calls, a.ToolCallID), callIndex(calls, b.ToolCallID))
+	})
+}
+
+func callIndex(calls []store.ToolCall, id string) int {
+	return slices.IndexFunc(calls, func(c store.ToolCall) bool { return c.ID == id })
 }
 
 func userMessage(r *store.Record) llm.Message {
@@ -67,5 +85,3 @@ func systemPrompt(p *plan) string {
 	}
 	return b.String()
 }
-
-func sortStrings(s []string) { slices.Sort(s) }

@@ -17,10 +17,11 @@ type observer struct {
 	p   *plan
 	run *Run
 	// ctx is for store writes: they must finish even when the run is cancelled.
-	ctx     context.Context
-	parents map[*agent.Turn]*store.Record
-	last    *store.Record
-	history []ToolHistoryEntry
+	ctx      context.Context
+	parents  map[*agent.Turn]*store.Record
+	last     *store.Record
+	history  []ToolHistoryEntry
+	finished bool
 }
 
 var _ agent.Observer = (*observer)(nil)
@@ -49,6 +50,7 @@ func (o *observer) ToolStart(call llm.ToolCall) {
 	o.run.emit(EventToolStart, mustJSON(toolStartData{ToolCallID: call.ID, Name: call.Name, Arguments: call.Arguments}))
 }
 
+// ToolComplete runs on the call's goroutine; emitting is safe there.
 func (o *observer) ToolComplete(call llm.ToolCall, res agent.ToolResult) {
 	o.run.emit(EventToolComplete, mustJSON(toolCompleteData{ToolCallID: call.ID, Name: call.Name,
 		Success: res.Success, Content: res.Content, DurationMS: res.Duration.Milliseconds(), Payload: res.Payload}))
@@ -105,6 +107,7 @@ func (o *observer) ToolResult(ctx context.Context, t *agent.Turn, call llm.ToolC
 
 // finish ends the run in the store — closing any call left open — and sends its last events.
 func (o *observer) finish(res agent.Result) {
+	o.finished = true
 	out := Outcome{Status: string(res.Status), FinishReason: res.FinishReason, Message: o.last,
 		ToolHistory: o.history, Usage: storeUsage(res.Usage)}
 	if out.ToolHistory == nil {

@@ -68,21 +68,28 @@ func newRun(id, sessionID, agent, model string) *Run {
 func (r *Run) emit(typ string, data []byte) {
 	r.mu.Lock()
 	r.events = append(r.events, Event{Seq: int64(len(r.events)) + 1, Type: typ, Data: data})
+	r.wake()
+	r.mu.Unlock()
+}
+
+// end records the outcome and wakes the readers: a reader that saw the last event before the run ended
+// must learn that nothing more will come. After end no event is appended.
+func (r *Run) end(o Outcome) {
+	r.mu.Lock()
+	r.ended, r.outcome = true, o
+	r.wake()
+	r.mu.Unlock()
+	close(r.done)
+}
+
+// wake signals every watcher; r.mu is held.
+func (r *Run) wake() {
 	for c := range r.waiters {
 		select {
 		case c <- struct{}{}:
 		default: // already signalled
 		}
 	}
-	r.mu.Unlock()
-}
-
-// end records the outcome; after it no event is appended.
-func (r *Run) end(o Outcome) {
-	r.mu.Lock()
-	r.ended, r.outcome = true, o
-	r.mu.Unlock()
-	close(r.done)
 }
 
 // Events returns the events after seq after, and whether the run has ended (then no more will come).

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -71,8 +74,11 @@ func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, er
 			return nil, err
 		}
 		p.session = sess
-		if req.Agent == "" {
+		switch {
+		case req.Agent == "":
 			req.Agent = sess.Agent
+		case req.Agent != sess.Agent:
+			return nil, invalid("agent_mismatch", "session %s belongs to agent %q, not %q; start a new session for another agent", sess.ID, sess.Agent, req.Agent)
 		}
 	}
 	p.agentNm = req.Agent
@@ -174,7 +180,8 @@ func (s *Service) begin(ctx context.Context, p *plan, run *Run) ([]llm.Message, 
 		// The run exists: end it so that it is not left running.
 		s.finishStored(p, run, store.RunEnd{Status: store.RunFailed, Error: "the user's message could not be stored"})
 		if errors.Is(err, store.ErrConflict) {
-			return nil, &Error{Kind: ErrBusy, Code: "session_busy", Message: "the session has a tool call without its result; try again when the active run has ended"}
+			// Only a run of another chatd process could hold a call open now.
+			return nil, &Error{Kind: ErrBusy, Code: "session_busy", Message: "the session has a tool call still running; try again when its run has ended"}
 		}
 		return nil, fmt.Errorf("store user message: %w", err)
 	}
@@ -235,9 +242,21 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, history []llm.
 		RetryBase:     s.opts.RetryBase,
 		Logger:        s.log.With("run", run.ID),
 	}
+	defer func() {
+		// A bug must cost one run, not the process and every other run with it; the run still ends,
+		// with its open calls closed.
+		if v := recover(); v != nil {
+			s.log.Error("run panicked", "run", run.ID, "panic", v, "stack", string(debug.Stack()))
+			if !obs.finished {
+				obs.finish(agent.Result{Status: agent.StatusFailed, Err: errPanic})
+			}
+		}
+	}()
 	res := agent.Run(ctx, cfg, history, obs)
 	obs.finish(res)
 }
+
+var errPanic = errors.New("internal error")
 
 func firstFloat(v ...*float64) *float64 {
 	for _, f := range v {
@@ -269,12 +288,21 @@ func (s *Service) ActiveRun(sessionID string) string {
 
 // AgentNames lists the configured agents.
 func (s *Service) AgentNames() []string {
-	names := make([]string, 0, len(s.opts.Agents))
-	for n := range s.opts.Agents {
-		names = append(names, n)
+	return slices.Sorted(maps.Keys(s.opts.Agents))
+}
+
+// Recover ends the runs a previous process left running — it died or was killed mid-run — as
+// interrupted, closing their open tool calls, so that their sessions accept the next message. Call it
+// at start-up, before serving.
+func (s *Service) Recover(ctx context.Context) error {
+	ended, err := s.opts.Store.InterruptRunning(ctx, "chatd stopped before this call finished.")
+	for _, r := range ended {
+		s.log.Warn("run interrupted by a previous stop", "run", r.ID, "session", r.SessionID)
 	}
-	sortStrings(names)
-	return names
+	if err != nil {
+		return fmt.Errorf("recover runs: %w", err)
+	}
+	return nil
 }
 
 // Drain stops accepting new runs and waits for the running ones to end, or for ctx.

@@ -191,6 +191,12 @@ type Store interface {
 	// ErrConflict.
 	FinishRun(ctx context.Context, user, runID string, end RunEnd) ([]Record, error)
 
+	// InterruptRunning ends, for every user, the runs still marked running — the runs of a process that
+	// died — as interrupted: each open tool call gets a failed tool record (content reason) and the run's
+	// usage is the sum of its stored usage entries. It returns the runs it ended. It is for start-up, when
+	// no live process owns a run.
+	InterruptRunning(ctx context.Context, reason string) ([]Run, error)
+
 	// AddUsage stores the usage of one model call.
 	AddUsage(ctx context.Context, user string, u UsageEntry) error
 

@@ -25,7 +25,11 @@ SELECT $1, id, user_id, 'running', $4, $5, CAST($6 AS BIGINT) FROM sessions WHER
 output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, created_at, ended_at
 FROM runs WHERE id = $1 AND user_id = $2`
 
-	runStateSQL = `SELECT session_id, status FROM runs WHERE id = $1 AND user_id = $2`
+	runStateSQL    = `SELECT session_id, status FROM runs WHERE id = $1 AND user_id = $2`
+	runningRunsSQL = `SELECT id, user_id FROM runs WHERE status = 'running' ORDER BY created_at, id`
+	runUsageSQL    = `SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
+		COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(reasoning_tokens), 0)
+		FROM usage WHERE run_id = $1 AND user_id = $2`
 
 	// The run's calls still open, in the order they were made.
 	openRunCallsSQL = `SELECT c.record_id, c.call_id, c.name
@@ -127,6 +131,50 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 		return nil, err
 	}
 	return added, nil
+}
+
+// interruptedError is the error of a run a dead process left running.
+const interruptedError = "chatd stopped before the run ended"
+
+// InterruptRunning ends the runs a dead process left running, each as FinishRun would with status
+// interrupted, so that their sessions accept the next message.
+func (db *DB) InterruptRunning(ctx context.Context, reason string) ([]store.Run, error) {
+	type owned struct{ id, user string }
+	var running []owned
+	rows, err := db.reader.QueryContext(ctx, runningRunsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: interrupt running: %w", err)
+	}
+	for rows.Next() {
+		var o owned
+		if err := rows.Scan(&o.id, &o.user); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlite: interrupt running: %w", err)
+		}
+		running = append(running, o)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: interrupt running: %w", err)
+	}
+	var ended []store.Run
+	for _, o := range running {
+		end := store.RunEnd{Status: store.RunInterrupted, Error: interruptedError, Reason: reason}
+		u := &end.Usage
+		if err := db.reader.QueryRowContext(ctx, runUsageSQL, o.id, o.user).Scan(&u.InputTokens, &u.OutputTokens,
+			&u.CacheReadTokens, &u.CacheWriteTokens, &u.ReasoningTokens); err != nil {
+			return ended, fmt.Errorf("sqlite: interrupt running: usage of %s: %w", o.id, err)
+		}
+		if _, err := db.FinishRun(ctx, o.user, o.id, end); err != nil && !errors.Is(err, store.ErrConflict) {
+			return ended, err
+		}
+		r, err := db.Run(ctx, o.user, o.id)
+		if err != nil {
+			return ended, err
+		}
+		ended = append(ended, *r)
+	}
+	return ended, nil
 }
 
 // openCall is a tool call without a tool record.

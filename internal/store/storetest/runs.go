@@ -178,3 +178,71 @@ func testUsage(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testInterruptRunning: at start-up the runs a dead process left running end as interrupted, for every
+// user, with their open calls closed and their usage summed; ended runs are untouched; the sessions
+// accept the next message. Other subtests' runs may share the store: only this subtest's are checked.
+func testInterruptRunning(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	type left struct {
+		user string
+		run  *store.Run
+		sess string
+	}
+	var runs []left
+	for _, name := range []string{"alice", "bob"} {
+		user := newUser(name)
+		sess := createSession(t, s, user)
+		run := createRun(t, s, user, sess.ID)
+		mustAppend(t, s, user, store.Record{SessionID: sess.ID, RunID: run.ID, Role: store.RoleUser, Content: "go"})
+		asst := assistantCalls(sess.ID, "call_1")
+		asst.RunID = run.ID
+		mustAppend(t, s, user, asst)
+		for range 2 {
+			if err := s.AddUsage(ctx, user, store.UsageEntry{RunID: run.ID, SessionID: sess.ID, Model: "m",
+				Usage: store.Usage{InputTokens: 10, OutputTokens: 3}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runs = append(runs, left{user, run, sess.ID})
+	}
+	done := runs[0]
+	finished := createRun(t, s, done.user, done.sess)
+	if _, err := s.FinishRun(ctx, done.user, finished.ID, store.RunEnd{Status: store.RunCompleted}); err != nil {
+		t.Fatal(err)
+	}
+
+	ended, err := s.InterruptRunning(ctx, "chatd stopped before this call finished")
+	if err != nil {
+		t.Fatalf("InterruptRunning: %v", err)
+	}
+	byID := map[string]store.Run{}
+	for _, r := range ended {
+		byID[r.ID] = r
+	}
+	if _, again := byID[finished.ID]; again {
+		t.Error("InterruptRunning ended a run that had already ended")
+	}
+	for _, l := range runs {
+		r, ok := byID[l.run.ID]
+		if !ok || r.Status != store.RunInterrupted || r.EndedAt == nil || r.Usage.InputTokens != 20 || r.Usage.OutputTokens != 6 {
+			t.Errorf("%s's run after InterruptRunning: %+v (found %v)", l.user, r, ok)
+		}
+		recs := records(t, s, l.user, l.sess)
+		last := recs[len(recs)-1]
+		if last.Role != store.RoleTool || last.ToolCallID != "call_1" || last.Success == nil || *last.Success ||
+			last.Content != "chatd stopped before this call finished" {
+			t.Errorf("%s's open call was not closed: %+v", l.user, last)
+		}
+		mustAppend(t, s, l.user, userRecord(l.sess, "the conversation goes on"))
+	}
+	if again, err := s.InterruptRunning(ctx, "x"); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, r := range again {
+			if _, mine := byID[r.ID]; mine {
+				t.Errorf("run %s interrupted twice", r.ID)
+			}
+		}
+	}
+}

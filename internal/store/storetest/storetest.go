@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ToolCallValidation", testToolCallValidation},
 		{"FinishRun", testFinishRun},
 		{"FinishRunOwnCallsOnly", testFinishRunOwnCallsOnly},
+		{"InterruptRunning", testInterruptRunning},
 		{"DeleteCascades", testDeleteCascades},
 		{"Usage", testUsage},
 		{"ConcurrentAppend", testConcurrentAppend},
