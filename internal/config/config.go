@@ -37,6 +37,7 @@ type Config struct {
 	File         string // the YAML file read, if any
 	LogLevel     slog.Level
 	ToolTimeout  time.Duration
+	AllowedHosts []string // Host header values accepted besides loopback names (behind a reverse proxy)
 	Providers    []provider.Config
 	Unconfigured []provider.Unconfigured
 	Agents       map[string]Agent
@@ -53,13 +54,14 @@ type Agent struct {
 }
 
 type file struct {
-	Addr        string                  `yaml:"addr"`
-	DB          string                  `yaml:"db"`
-	Model       string                  `yaml:"model"`
-	LogLevel    string                  `yaml:"log_level"`
-	ToolTimeout time.Duration           `yaml:"tool_timeout"`
-	Providers   map[string]fileProvider `yaml:"providers"`
-	Agents      map[string]Agent        `yaml:"agents"`
+	Addr         string                  `yaml:"addr"`
+	DB           string                  `yaml:"db"`
+	Model        string                  `yaml:"model"`
+	LogLevel     string                  `yaml:"log_level"`
+	ToolTimeout  time.Duration           `yaml:"tool_timeout"`
+	AllowedHosts []string                `yaml:"allowed_hosts"`
+	Providers    map[string]fileProvider `yaml:"providers"`
+	Agents       map[string]Agent        `yaml:"agents"`
 }
 
 type fileProvider struct {
@@ -102,6 +104,15 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	}
 	if err := c.providers(getenv, f.Providers); err != nil {
 		return nil, err
+	}
+	c.AllowedHosts = f.AllowedHosts
+	if env := getenv("CHATD_ALLOWED_HOSTS"); env != "" {
+		c.AllowedHosts = nil
+		for _, h := range strings.Split(env, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				c.AllowedHosts = append(c.AllowedHosts, h)
+			}
+		}
 	}
 	c.Agents = f.Agents
 	c.Model = first(*model, getenv("CHATD_MODEL"), f.Model, c.defaultModel())

@@ -92,7 +92,7 @@ func BenchmarkStreamTextChunk(b *testing.B) {
 	defer svc.Close(b.Context())
 	h := httpapi.New(httpapi.Options{Chat: svc, Store: db})
 	w := &discard{h: http.Header{}}
-	req := httptest.NewRequestWithContext(b.Context(), "POST", "/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))
+	req := httptest.NewRequestWithContext(b.Context(), "POST", "http://localhost/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))
 	b.ReportAllocs()
 	b.SetBytes(int64(len(benchChunk)))
 	b.ResetTimer()
@@ -115,7 +115,7 @@ func TestBenchmarkStreamsEveryChunk(t *testing.T) {
 	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini"})
 	defer svc.Close(t.Context())
 	rec := httptest.NewRecorder()
-	httpapi.New(httpapi.Options{Chat: svc, Store: db}).ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "POST", "/v1/chat/stream", strings.NewReader(`{"message":"hi"}`)))
+	httpapi.New(httpapi.Options{Chat: svc, Store: db}).ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "POST", "http://localhost/v1/chat/stream", strings.NewReader(`{"message":"hi"}`)))
 	body := rec.Body.Bytes()
 	if n := bytes.Count(body, []byte("event: text_delta\ndata: {\"text\":\" token\"}\n\n")); n != 100 {
 		t.Fatalf("%d text_delta events, want 100", n)

@@ -7,12 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
-// decode reads a JSON object body into v, within the body limit.
+// decode reads a JSON object body into v, within the body limit. A body declared as anything but JSON
+// is refused: browsers send text/plain and form types cross-site without asking first.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return &apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
+				message: "send the body as JSON with Content-Type: application/json"}
+		}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {

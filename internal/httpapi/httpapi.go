@@ -8,7 +8,10 @@ package httpapi
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 
 	"chatd/internal/chat"
@@ -28,6 +31,9 @@ type Options struct {
 	WriteTimeout time.Duration
 	// MaxBodyBytes limits request bodies; default 1 MiB.
 	MaxBodyBytes int64
+	// AllowedHosts are Host header values accepted besides localhost and loopback addresses, e.g. the
+	// name a reverse proxy forwards.
+	AllowedHosts []string
 }
 
 // LocalUser is the identity of every caller while chatd runs without API keys.
@@ -53,7 +59,10 @@ func New(opts Options) http.Handler {
 		opts.MaxBodyBytes = 1 << 20
 	}
 	s := &server{Options: opts, log: opts.Logger}
-	return s.withUser(s.routes())
+	// Without API keys every caller is the local user, so a web page the user visits must not be able to
+	// drive the API: cross-origin writes are refused (CSRF), and so are requests for another host name,
+	// which is what a DNS-rebinding page sends.
+	return s.checkHost(http.NewCrossOriginProtection().Handler(s.withUser(s.routes())))
 }
 
 func (s *server) routes() *http.ServeMux {
@@ -81,6 +90,39 @@ func (s *server) withUser(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, LocalUser)))
 	})
+}
+
+// checkHost refuses requests whose Host is not a loopback name or address, nor an allowed host.
+func (s *server) checkHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.hostAllowed(r.Host) {
+			s.writeError(w, r, &apiError{status: http.StatusForbidden, code: "forbidden_host",
+				message: "chatd answers only requests for localhost or a loopback address while it runs without API keys; " +
+					"to reach it under another name (behind a reverse proxy), add the name to CHATD_ALLOWED_HOSTS"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil && ip.IsLoopback() {
+		return true
+	}
+	for _, allowed := range s.AllowedHosts {
+		if strings.EqualFold(allowed, host) || strings.EqualFold(allowed, hostport) {
+			return true
+		}
+	}
+	return false
 }
 
 func user(ctx context.Context) string {

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"chatd/internal/chat"
+	"chatd/internal/config"
 	"chatd/internal/httpapi"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/provider"
@@ -43,8 +44,13 @@ func newEnv(t *testing.T, opts httpapi.Options, turns ...llmtest.Turn) *env {
 		t.Fatal(err)
 	}
 	e.db = db
+	// The hints for providers that are not configured are the real configuration's.
+	cfg, err := config.Load(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
 	provs, err := provider.New([]provider.Config{{Name: "openai", Type: "openai", BaseURL: e.upstream.BaseURL(), APIKey: "sk-test"}},
-		[]provider.Unconfigured{{Name: "anthropic", Hint: "set ANTHROPIC_API_KEY"}})
+		cfg.Unconfigured)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,10 +99,15 @@ type event struct {
 	Data map[string]any
 }
 
-// stream posts to /v1/chat/stream and decodes the whole SSE answer.
+// stream posts to /v1/chat/stream and decodes the whole SSE answer. The server must close the stream
+// after done: the deadline is shorter than the ping interval that would otherwise end a stuck stream.
 func (e *env) stream(t *testing.T, body string) (*http.Response, []event) {
 	t.Helper()
-	resp, err := http.Post(e.srv.URL+"/v1/chat/stream", "application/json", strings.NewReader(body))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/chat/stream", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +319,8 @@ func TestBadInput(t *testing.T) {
 		{"too large", "POST", "/v1/chat/stream", huge, 413, "body_too_large", "1 MiB"},
 		{"unknown session", "POST", "/v1/chat/stream", `{"message":"hi","session_id":"nope"}`, 404, "session_not_found", "nope"},
 		{"unknown provider", "POST", "/v1/chat", `{"message":"hi","model":"mistral/large"}`, 400, "invalid_model", "unknown provider"},
-		{"unconfigured provider", "POST", "/v1/chat", `{"message":"hi","model":"anthropic/claude"}`, 400, "invalid_model", "ANTHROPIC_API_KEY"},
+		{"unconfigured provider", "POST", "/v1/chat", `{"message":"hi","model":"ollama/llama3.2"}`, 400, "invalid_model", "set OLLAMA_HOST"},
+		{"unsupported provider", "POST", "/v1/chat", `{"message":"hi","model":"anthropic/claude"}`, 400, "invalid_model", "does not speak the anthropic API yet"},
 		{"model without provider", "POST", "/v1/chat", `{"message":"hi","model":"gpt-4o"}`, 400, "invalid_model", "provider/model"},
 		{"unknown agent", "POST", "/v1/chat", `{"message":"hi","agent":"nobody"}`, 400, "unknown_agent", "nobody"},
 		{"unknown tool", "POST", "/v1/chat", `{"message":"hi","selected_tools":["rm_rf"]}`, 400, "unknown_tool", "rm_rf"},
@@ -517,5 +529,75 @@ func TestUpstreamErrorMidStream(t *testing.T) {
 	_, raw := e.do(t, "GET", "/v1/sessions/"+events[0].Data["session_id"].(string)+"/messages", "")
 	if !strings.Contains(string(raw), `"content":"Partial answer"`) {
 		t.Errorf("partial answer not stored: %s", raw)
+	}
+}
+
+// TestLocalModeRefusesOtherSites: with every caller the local user, a page on another site must not drive
+// the API — neither by a cross-site POST (CSRF) nor by rebinding its own name to 127.0.0.1.
+func TestLocalModeRefusesOtherSites(t *testing.T) {
+	e := newEnv(t, httpapi.Options{AllowedHosts: []string{"chat.example.com"}})
+	send := func(method, host string, header map[string]string, body string) (int, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), method, e.srv.URL+"/v1/sessions", strings.NewReader(body))
+		req.Host = host
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	tests := []struct {
+		name, method, host string
+		header             map[string]string
+		status             int
+	}{
+		{"rebound name", "GET", "attacker.example", nil, 403},
+		{"rebound name writing", "POST", "attacker.example:8080", map[string]string{"Content-Type": "application/json"}, 403},
+		{"cross-site form post", "POST", "127.0.0.1", map[string]string{"Content-Type": "text/plain", "Origin": "http://attacker.example", "Sec-Fetch-Site": "cross-site"}, 403},
+		{"cross-site json post", "POST", "127.0.0.1", map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"}, 403},
+		{"old browser cross-origin", "POST", "127.0.0.1", map[string]string{"Content-Type": "application/json", "Origin": "http://attacker.example"}, 403},
+		{"text/plain without browser headers", "POST", "127.0.0.1", map[string]string{"Content-Type": "text/plain"}, 415},
+		{"same origin", "POST", "127.0.0.1", map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "same-origin"}, 201},
+		{"curl", "POST", "localhost:8080", map[string]string{"Content-Type": "application/json"}, 201},
+		{"ipv6 loopback", "GET", "[::1]:8080", nil, 200},
+		{"allowed proxy name", "GET", "chat.example.com", nil, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := ""
+			if tt.method == "POST" {
+				body = `{"title":"x"}`
+			}
+			status, raw := send(tt.method, tt.host, tt.header, body)
+			if status != tt.status {
+				t.Errorf("status %d, want %d: %s", status, tt.status, raw)
+			}
+		})
+	}
+	_, raw := e.do(t, "GET", "/v1/sessions", "")
+	if n := strings.Count(string(raw), `"title":"x"`); n != 2 {
+		t.Errorf("%d sessions were created, want 2 (same origin and curl)", n)
+	}
+}
+
+func TestBadCursor(t *testing.T) {
+	e := newEnv(t, httpapi.Options{})
+	resp, raw := e.do(t, "GET", "/v1/sessions?cursor=not-ours", "")
+	if resp.StatusCode != 400 || !strings.Contains(string(raw), "invalid_cursor") {
+		t.Errorf("%d %s", resp.StatusCode, raw)
+	}
+}
+
+func TestAgentBelongsToTheSession(t *testing.T) {
+	e := newEnv(t, httpapi.Options{}, llmtest.Turn{Text: "hi"})
+	_, events := e.stream(t, `{"message":"hi"}`)
+	id := events[0].Data["session_id"].(string)
+	resp, raw := e.do(t, "POST", "/v1/chat", `{"message":"again","session_id":"`+id+`","agent":"other"}`)
+	if resp.StatusCode != 400 || !strings.Contains(string(raw), "agent_mismatch") {
+		t.Errorf("%d %s", resp.StatusCode, raw)
 	}
 }

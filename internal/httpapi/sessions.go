@@ -77,6 +77,9 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request) error {
 		page.Limit = n
 	}
 	list, next, err := s.Store.Sessions(r.Context(), user(r.Context()), page)
+	if errors.Is(err, store.ErrNotFound) {
+		return &apiError{status: http.StatusBadRequest, code: "invalid_cursor", message: "cursor is not one this server gave out; start without it"}
+	}
 	if err != nil {
 		return err
 	}
