@@ -75,7 +75,7 @@ func assistantMessage(r *store.Record) llm.Message {
 // systemPrompt is the agent's prompt, followed by the request's context when it has one.
 func systemPrompt(p *plan) string {
 	var b strings.Builder
-	b.WriteString(firstNonEmpty(p.agent.SystemPrompt, "You are a helpful assistant."))
+	b.WriteString(cmp.Or(p.agent.SystemPrompt, "You are a helpful assistant."))
 	if len(p.req.Context) > 0 {
 		ctx, err := json.MarshalIndent(p.req.Context, "", "  ")
 		if err == nil {

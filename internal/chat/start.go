@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -102,7 +103,7 @@ func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, er
 }
 
 func (s *Service) resolveModel(p *plan) error {
-	p.model = firstNonEmpty(p.req.Model, p.agent.Model, s.opts.DefaultModel)
+	p.model = cmp.Or(p.req.Model, p.agent.Model, s.opts.DefaultModel)
 	if p.model == "" {
 		return invalid("no_model", "no model is configured: start chatd with a provider (OPENAI_API_KEY; OPENAI_BASE_URL for an OpenAI-compatible server; or OLLAMA_HOST), set CHATD_MODEL=provider/model, or send \"model\" in the request")
 	}
@@ -218,15 +219,6 @@ func title(msg string) string {
 	return strings.TrimSpace(string(runes[:cut])) + "…"
 }
 
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
 // execute runs the agent loop and ends the run.
 func (s *Service) execute(ctx context.Context, p *plan, run *Run, history []llm.Message) {
 	obs := newObserver(s, p, run)
@@ -236,9 +228,9 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, history []llm.
 		System:        systemPrompt(p),
 		ToolSpecs:     p.tools.specs,
 		Tools:         p.tools,
-		Temperature:   firstFloat(p.req.Temperature, p.agent.Temperature),
-		MaxTokens:     firstInt(p.req.MaxTokens, p.agent.MaxTokens),
-		MaxIterations: firstInt(p.req.MaxIterations, p.agent.MaxIterations),
+		Temperature:   cmp.Or(p.req.Temperature, p.agent.Temperature),
+		MaxTokens:     cmp.Or(p.req.MaxTokens, p.agent.MaxTokens),
+		MaxIterations: cmp.Or(p.req.MaxIterations, p.agent.MaxIterations),
 		RetryBase:     s.opts.RetryBase,
 		Logger:        s.log.With("run", run.ID),
 	}
@@ -257,24 +249,6 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, history []llm.
 }
 
 var errPanic = errors.New("internal error")
-
-func firstFloat(v ...*float64) *float64 {
-	for _, f := range v {
-		if f != nil {
-			return f
-		}
-	}
-	return nil
-}
-
-func firstInt(v ...int) int {
-	for _, n := range v {
-		if n > 0 {
-			return n
-		}
-	}
-	return 0
-}
 
 // ActiveRun returns the id of the session's active run, or "".
 func (s *Service) ActiveRun(sessionID string) string {

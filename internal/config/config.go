@@ -5,6 +5,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -87,16 +88,16 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	c := &Config{File: first(*cfgFile, getenv("CHATD_CONFIG"))}
+	c := &Config{File: cmp.Or(*cfgFile, getenv("CHATD_CONFIG"))}
 	var f file
 	if c.File != "" {
 		if err := readFile(c.File, &f); err != nil {
 			return nil, err
 		}
 	}
-	c.Addr = first(*addr, getenv("CHATD_ADDR"), f.Addr, DefaultAddr)
-	c.DB = first(*db, getenv("CHATD_DB"), f.DB, DefaultDB)
-	if err := c.parseLevel(first(*logLevel, getenv("CHATD_LOG_LEVEL"), f.LogLevel, "info")); err != nil {
+	c.Addr = cmp.Or(*addr, getenv("CHATD_ADDR"), f.Addr, DefaultAddr)
+	c.DB = cmp.Or(*db, getenv("CHATD_DB"), f.DB, DefaultDB)
+	if err := c.parseLevel(cmp.Or(*logLevel, getenv("CHATD_LOG_LEVEL"), f.LogLevel, "info")); err != nil {
 		return nil, err
 	}
 	if err := c.parseToolTimeout(getenv("CHATD_TOOL_TIMEOUT"), f.ToolTimeout); err != nil {
@@ -115,7 +116,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		}
 	}
 	c.Agents = f.Agents
-	c.Model = first(*model, getenv("CHATD_MODEL"), f.Model, c.defaultModel())
+	c.Model = cmp.Or(*model, getenv("CHATD_MODEL"), f.Model, c.defaultModel())
 	return c, c.Validate()
 }
 
@@ -180,7 +181,7 @@ func (c *Config) providers(getenv func(string) string, named map[string]fileProv
 		if strings.ContainsAny(name, "/ ") || name == "" {
 			return fmt.Errorf("config: provider name %q must not contain '/' or spaces", name)
 		}
-		pc := provider.Config{Name: name, Type: first(p.Type, "openai"), BaseURL: p.BaseURL, Headers: p.Headers, Models: p.Models}
+		pc := provider.Config{Name: name, Type: cmp.Or(p.Type, "openai"), BaseURL: p.BaseURL, Headers: p.Headers, Models: p.Models}
 		if p.APIKeyEnv != "" {
 			pc.APIKey = getenv(p.APIKeyEnv)
 			if pc.APIKey == "" {
@@ -298,13 +299,4 @@ func (c *Config) LogValue() slog.Value {
 		slog.String("addr", c.Addr), slog.String("db", c.DB), slog.String("model", c.Model),
 		slog.String("config", c.File), slog.Any("providers", provs),
 	)
-}
-
-func first(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
