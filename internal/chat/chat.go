@@ -30,7 +30,7 @@ var (
 
 // Error is a failure of the caller's request, with a stable code and a message written for a person.
 type Error struct {
-	Kind    error // ErrInvalid, ErrBusy or store.ErrNotFound
+	Kind    error // ErrInvalid, ErrBusy, ErrClosed or store.ErrNotFound
 	Code    string
 	Message string
 	RunID   string // for ErrBusy: the active run

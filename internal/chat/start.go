@@ -16,7 +16,7 @@ import (
 	"chatd/internal/store"
 )
 
-// ErrClosed is returned by Start once the service is shutting down.
+// ErrClosed is the Kind of the *Error Start returns once the service is shutting down.
 var ErrClosed = errors.New("chatd is shutting down")
 
 // plan is a checked request with everything it resolved.
@@ -122,7 +122,7 @@ func (s *Service) reserve(p *plan) (*Run, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return nil, &Error{Kind: ErrBusy, Code: "shutting_down", Message: ErrClosed.Error()}
+		return nil, &Error{Kind: ErrClosed, Code: "shutting_down", Message: ErrClosed.Error()}
 	}
 	if p.session != nil {
 		if r := s.active[p.session.ID]; r != nil {

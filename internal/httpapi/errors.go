@@ -60,9 +60,8 @@ func toAPIError(err error) *apiError {
 			if e.RunID != "" {
 				out.extra = map[string]any{"run_id": e.RunID}
 			}
-			if e.Code == "shutting_down" {
-				out.status = http.StatusServiceUnavailable
-			}
+		case errors.Is(e, chat.ErrClosed):
+			out.status = http.StatusServiceUnavailable
 		}
 		return out
 	}
