@@ -86,8 +86,14 @@ type Server struct {
 	mu       sync.Mutex
 	turns    []Turn
 	requests []Request
-	// Respond, when set, picks the turn for each request instead of the script.
+	rejected int // requests Strict answered with an error; they take no turn
+	// Respond, when set, picks the turn for each request instead of the script. n counts the requests
+	// Strict let through.
 	Respond func(n int, req Request) Turn
+	// Strict, when set (before the first request), has every request validated as the real API validates
+	// it (see Validate): an invalid one is answered 400 with the API's error body instead of a turn. It is
+	// still recorded in Requests, but takes no scripted turn and is not passed to Respond.
+	Strict bool
 }
 
 // NewServer starts a server that answers the n-th request with turns[n] and closes it at test end.
@@ -120,8 +126,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	n := len(s.requests)
 	s.requests = append(s.requests, req)
+	if s.Strict {
+		if apiErr := Validate(req.Body); apiErr != nil {
+			s.rejected++
+			s.mu.Unlock()
+			apiErr.write(w)
+			return
+		}
+	}
+	n := len(s.requests) - 1 - s.rejected
 	var turn Turn
 	switch {
 	case s.Respond != nil:
@@ -145,19 +159,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg, code string) {
-	typ := "invalid_request_error"
+	e := &APIError{Status: status, Message: msg, Type: "invalid_request_error", Code: code}
 	if status >= 500 {
-		typ = "server_error"
+		e.Type = "server_error"
 	} else if status == http.StatusTooManyRequests {
-		typ, code = "requests", "rate_limit_exceeded"
+		e.Type, e.Code = "requests", "rate_limit_exceeded"
 	}
-	if msg == "" {
-		msg = http.StatusText(status)
+	if e.Message == "" {
+		e.Message = http.StatusText(status)
 	}
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": nilIfEmpty(code)}})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(body)
+	e.write(w)
 }
 
 func nilIfEmpty(s string) any {
