@@ -108,8 +108,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		Addr: cfg.Addr,
 		Handler: httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, Logger: log,
 			AllowedHosts: cfg.AllowedHosts}),
+		// No ReadTimeout: it would end every stream that outlives it. The API bounds the reading of each
+		// request body itself.
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -125,14 +126,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	case <-ctx.Done():
 	}
-	return shutdown(srv, chats, log)
+	return shutdown(srv, chats, cfg.DrainTimeout, log)
 }
 
 // shutdown stops accepting requests, lets running runs finish for a while, then cancels the rest (each
 // keeps its partial answer) and waits for them to be stored.
-func shutdown(srv *http.Server, chats *chat.Service, log *slog.Logger) error {
-	log.Info("shutting down: waiting for running chats")
-	drain, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+func shutdown(srv *http.Server, chats *chat.Service, drainTimeout time.Duration, log *slog.Logger) error {
+	log.Info("shutting down: no new runs; waiting for running runs", "drain_timeout", drainTimeout)
+	drain, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	if err := chats.Drain(drain); err != nil {
 		log.Warn("cancelling the chats still running")

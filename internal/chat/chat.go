@@ -26,11 +26,13 @@ import (
 var (
 	ErrInvalid = errors.New("invalid request")
 	ErrBusy    = errors.New("session busy")
+	// ErrKeyReused: an idempotency key sent again with another request.
+	ErrKeyReused = errors.New("idempotency key reused")
 )
 
 // Error is a failure of the caller's request, with a stable code and a message written for a person.
 type Error struct {
-	Kind    error // ErrInvalid, ErrBusy, ErrClosed or store.ErrNotFound
+	Kind    error // ErrInvalid, ErrBusy, ErrKeyReused, ErrClosed or store.ErrNotFound
 	Code    string
 	Message string
 	RunID   string // for ErrBusy: the active run
@@ -70,19 +72,34 @@ type Options struct {
 	Logger       *slog.Logger
 	// Agent loop tuning, mostly for tests; zero values are the loop's defaults.
 	RetryBase time.Duration
+	// FlushInterval is the longest an event waits before it is written to the store (default
+	// DefaultFlushInterval). Negative switches the durable event log off — for benchmarks that measure
+	// what it costs; runs then cannot be replayed after they end.
+	FlushInterval time.Duration
+	// InterruptWait bounds how long a send with on_active_run=interrupt waits for the active run to
+	// end (default 30s).
+	InterruptWait time.Duration
 }
 
 // Service starts and tracks runs. It is safe for concurrent use.
 type Service struct {
 	opts   Options
 	log    *slog.Logger
+	events *eventLog // nil: no durable log
 	base   context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // running runs
 
 	mu      sync.Mutex
-	active  map[string]*Run // by session id
+	runs    map[string]*Run   // live runs (queued or running) by id
+	queues  map[string]*queue // by session id
 	closing bool
+}
+
+// queue is a session's queued runs, oldest first. Its mutex serializes starting them.
+type queue struct {
+	mu   sync.Mutex
+	runs []*Run
 }
 
 // New returns a service. Close it to cancel and wait for its runs.
@@ -90,28 +107,60 @@ func New(opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.FlushInterval == 0 {
+		opts.FlushInterval = DefaultFlushInterval
+	}
+	if opts.InterruptWait <= 0 {
+		opts.InterruptWait = 30 * time.Second
+	}
 	agents := map[string]Agent{"default": {}}
 	for name, a := range opts.Agents {
 		agents[name] = a
 	}
 	opts.Agents = agents
-	s := &Service{opts: opts, log: opts.Logger, active: map[string]*Run{}}
+	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{}, queues: map[string]*queue{}}
+	if opts.FlushInterval > 0 {
+		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)
+	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s
 }
 
-// Request is one user message for a session.
+// Request is one user message for a session. Its JSON is how a queued run keeps it until it starts.
 type Request struct {
-	SessionID     string
-	Message       string
-	Attachments   []store.Attachment
-	Model         string
-	Agent         string
-	Temperature   *float64
-	MaxTokens     int
-	SelectedTools []string // nil: every tool the agent allows
-	MaxIterations int
-	Context       map[string]any
+	SessionID     string             `json:"session_id,omitempty"`
+	Message       string             `json:"message"`
+	Attachments   []store.Attachment `json:"attachments,omitempty"`
+	Model         string             `json:"model,omitempty"`
+	Agent         string             `json:"agent,omitempty"`
+	Temperature   *float64           `json:"temperature,omitempty"`
+	MaxTokens     int                `json:"max_tokens,omitempty"`
+	SelectedTools []string           `json:"selected_tools,omitempty"` // nil: every tool the agent allows
+	MaxIterations int                `json:"max_iterations,omitempty"`
+	Context       map[string]any     `json:"context,omitempty"`
+}
+
+// What a send does when its session already has a running run.
+const (
+	OnActiveReject    = "reject"    // fail with ErrBusy (the default)
+	OnActiveInterrupt = "interrupt" // cancel the running run, then start
+	OnActiveEnqueue   = "enqueue"   // start when the running run (and those queued before) ended
+)
+
+// StartOptions are how a send starts, besides what it asks.
+type StartOptions struct {
+	OnActiveRun string // OnActiveReject when empty
+	// IdempotencyKey, when set, makes a retried send return the run the first one started.
+	IdempotencyKey string
+}
+
+// Started is the run a send started — or, for a retried send, the one it started before.
+type Started struct {
+	RunID     string
+	SessionID string
+	Status    string // queued or running; for a retried send, the run's status now
+	// Replayed reports a retried send: the run is the one the first send started.
+	Replayed bool
 }
 
 // Limits on a request's content.

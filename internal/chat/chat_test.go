@@ -49,7 +49,7 @@ func TestTitle(t *testing.T) {
 // TestRunLogReaders: readers at their own pace see every event once, in order, and learn when the run
 // has ended; the writer never waits for them.
 func TestRunLogReaders(t *testing.T) {
-	r := newRun("run", "session", "default", "m")
+	r := newRun("run", "local", &plan{agentNm: "default", model: "m"}, nil)
 	const n = 5000
 	var wg sync.WaitGroup
 	for range 8 {
@@ -81,7 +81,7 @@ func TestRunLogReaders(t *testing.T) {
 	for i := range n {
 		r.emit("text_delta", textData("text", string(rune('a'+i%26))))
 	}
-	r.end(Outcome{Status: "completed"})
+	r.end(nil, false, Outcome{Status: "completed"})
 	wg.Wait()
 	if events, ended := r.Events(n); len(events) != 0 || !ended {
 		t.Errorf("after the end: %d events, ended %v", len(events), ended)
@@ -116,12 +116,12 @@ func TestHistoryOrdersResultsByCall(t *testing.T) {
 
 // TestEndWakesWatchers: a reader waiting for more events learns at once that the run has ended.
 func TestEndWakesWatchers(t *testing.T) {
-	r := newRun("run", "session", "default", "m")
+	r := newRun("run", "local", &plan{agentNm: "default", model: "m"}, nil)
 	wake, stop := r.Watch()
 	defer stop()
 	r.emit("done", []byte(`{"status":"completed"}`))
 	<-wake
-	r.end(Outcome{Status: "completed"})
+	r.end(nil, false, Outcome{Status: "completed"})
 	select {
 	case <-wake:
 	default:

@@ -100,7 +100,7 @@ func textData(key, text string) []byte {
 	return append(b, '}')
 }
 
-const hex = "0123456789abcdef"
+const hexDigits = "0123456789abcdef"
 
 // appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as with encoding/json; U+2028
 // and U+2029 are escaped so the JSON is also safe inside JavaScript source.
@@ -125,7 +125,7 @@ func appendString(b []byte, s string) []byte {
 			case '\t':
 				b = append(b, '\\', 't')
 			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}
 			i++
 			start = i
@@ -141,7 +141,7 @@ func appendString(b []byte, s string) []byte {
 		}
 		if r == '\u2028' || r == '\u2029' {
 			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
 			i += size
 			start = i
 			continue

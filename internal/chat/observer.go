@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -105,9 +106,12 @@ func (o *observer) ToolResult(ctx context.Context, t *agent.Turn, call llm.ToolC
 	return nil
 }
 
-// finish ends the run in the store — closing any call left open — and sends its last events.
+// finish ends the run: it closes any call left open, then writes the rest of the run's event log with
+// its last events and its final state in one transaction, so that a run is terminal in the store if and
+// only if its log ends with done. Then it hands the last events to the readers.
 func (o *observer) finish(res agent.Result) {
 	o.finished = true
+	run := o.run
 	out := Outcome{Status: string(res.Status), FinishReason: res.FinishReason, Message: o.last,
 		ToolHistory: o.history, Usage: storeUsage(res.Usage)}
 	if out.ToolHistory == nil {
@@ -117,29 +121,62 @@ func (o *observer) finish(res agent.Result) {
 	if res.Err != nil {
 		out.Error = errorInfo(res.Err)
 		end.Error = out.Error.Message
-		o.s.log.Warn("run failed", "run", o.run.ID, "session", o.run.SessionID, "err", res.Err)
+		o.s.log.Warn("run failed", "run", run.ID, "session", run.SessionID, "err", res.Err)
 	}
-	closed, err := o.s.opts.Store.FinishRun(o.ctx, o.p.user, o.run.ID, end)
-	if err != nil {
-		o.s.log.Error("finish run", "run", o.run.ID, "err", err)
-		if out.Error == nil {
-			out.Status, out.Error = store.RunFailed, &ErrorInfo{Code: "internal", Message: "chatd could not store the end of the run; see the server log"}
+	if run.Status() == store.RunRunning {
+		// The loop closes the calls it made; this catches a call whose result could not be stored.
+		closed, err := o.s.opts.Store.CloseCalls(o.ctx, o.p.user, run.ID, end.Reason)
+		if err != nil {
+			o.s.log.Error("close open calls", "run", run.ID, "err", err)
+		}
+		for i := range closed {
+			run.emit(EventRecord, mustJSON(recordData{Message: &closed[i]}))
 		}
 	}
-	for i := range closed {
-		o.run.emit(EventRecord, mustJSON(recordData{Message: &closed[i]}))
+	run.flushMu.Lock()
+	pending, seq := run.pending()
+	last := o.lastEvents(res, &out, seq)
+	if run.log != nil { // without a durable log the store gets the run's state only; readers still get last
+		end.Events = pending
+		for _, e := range last {
+			end.Events = append(end.Events, store.Event{RunID: run.ID, Seq: e.Seq, Type: e.Type, Data: e.Data})
+		}
+	}
+	stored := true
+	if _, err := o.s.opts.Store.FinishRun(o.ctx, o.p.user, run.ID, end); err != nil {
+		// The store still says running: the next start of chatd ends the run as interrupted.
+		o.s.log.Error("finish run", "run", run.ID, "err", err)
+		stored = false
+		if out.Error == nil {
+			out.Status, out.Error = store.RunFailed, &ErrorInfo{Code: "internal", Message: "chatd could not store the end of the run; see the server log"}
+			last = o.lastEvents(res, &out, seq)
+		}
+	}
+	run.end(last, stored, out)
+	run.flushMu.Unlock()
+	o.s.retire(run)
+	go o.s.kick(run.SessionID)
+}
+
+// lastEvents are the run's closing events, numbered after seq: the outcome (complete, error or
+// cancelled), then done.
+func (o *observer) lastEvents(res agent.Result, out *Outcome, seq int64) []Event {
+	var evs []Event
+	add := func(typ string, data []byte) {
+		seq++
+		evs = append(evs, Event{Seq: seq, Type: typ, Data: data})
 	}
 	switch {
 	case out.Error != nil:
-		o.run.emit(EventError, mustJSON(out.Error))
+		add(EventError, mustJSON(out.Error))
 	case res.Status == agent.StatusCancelled:
-		o.run.emit(EventCancelled, mustJSON(cancelledData{Reason: "the run was cancelled"}))
+		add(EventCancelled, mustJSON(cancelledData{Reason: cmp.Or(o.run.reason(), "the run was cancelled")}))
 	default:
-		o.run.emit(EventComplete, mustJSON(completeData{Message: o.last, FinishReason: out.FinishReason, Usage: out.Usage,
+		add(EventComplete, mustJSON(completeData{Message: o.last, FinishReason: out.FinishReason, Usage: out.Usage,
 			ToolHistory: out.ToolHistory, SuggestedValues: []json.RawMessage{}, SuggestedActions: []json.RawMessage{}, Payloads: []json.RawMessage{}}))
 	}
-	o.run.emit(EventDone, mustJSON(doneData{Status: out.Status}))
-	o.run.end(out)
+	add(EventDone, mustJSON(doneData{Status: out.Status}))
+	return evs
 }
 
 func closeReason(s agent.Status) string {

@@ -2,11 +2,17 @@ package chat_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"iter"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
 
 	"chatd/internal/chat"
 	"chatd/internal/llm"
@@ -14,26 +20,359 @@ import (
 	"chatd/internal/llm/openai"
 	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
+	"chatd/internal/tool"
 )
+
+// TestMain checks that every run, flusher and tool goroutine is gone once its service is closed.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// user owns every session of these tests.
+const user = "local"
+
+// patience bounds every wait of these tests. It is a safety net, not a timing: a wait that needs it has
+// failed.
+const patience = 30 * time.Second
 
 type oneModel struct{ p llm.Provider }
 
 func (m oneModel) Resolve(string) (llm.Provider, string, error) { return m.p, "m", nil }
 
-func newService(t *testing.T, turn llmtest.Turn) (*chat.Service, store.Store) {
+// setup says how to build a fixture; the zero value is a service on an in-memory store whose model
+// answers with an error.
+type setup struct {
+	Turns   []llmtest.Turn                                // the model's answers, in order
+	Respond func(n int, req llmtest.Request) llmtest.Turn // picks each answer instead of Turns
+	// Lenient lets the model take requests the real API refuses; by default every request is checked
+	// as OpenAI checks it, so that each test also proves the history it sends is valid.
+	Lenient bool
+	Path    string // the SQLite file; "" is an in-memory database
+	Tools   []tool.Tool
+	// FlushInterval is the service's; 0 is 5ms, so that the event log writes several batches per run.
+	FlushInterval time.Duration
+}
+
+// fixture is a service wired as chatd wires it: a real SQLite store, the openai adapter talking to a
+// scripted llmtest server over HTTP, and a tool registry.
+type fixture struct {
+	svc *chat.Service
+	db  *sqlite.DB
+	up  *llmtest.Server
+}
+
+func newFixture(t *testing.T, s setup) *fixture {
 	t.Helper()
-	up := llmtest.NewServer(t)
-	up.Respond = func(int, llmtest.Request) llmtest.Turn { return turn }
+	up := llmtest.NewServer(t, s.Turns...)
+	up.Respond, up.Strict = s.Respond, !s.Lenient
 	client, err := openai.New(openai.Options{BaseURL: up.BaseURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := sqlite.Open(t.Context(), ":memory:", sqlite.Options{})
+	db := openStore(t, s.Path)
+	reg := tool.NewRegistry(tool.Options{})
+	t.Cleanup(reg.Close) // after the service's Close: cleanups run last first
+	for _, tl := range s.Tools {
+		if err := reg.Register(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.FlushInterval == 0 {
+		s.FlushInterval = 5 * time.Millisecond
+	}
+	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
+		FlushInterval: s.FlushInterval, RetryBase: time.Millisecond})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		defer cancel()
+		if err := svc.Close(ctx); err != nil {
+			t.Errorf("close service: %v", err)
+		}
+	})
+	return &fixture{svc: svc, db: db, up: up}
+}
+
+// openStore opens the SQLite database at path ("" for one in memory) until the test ends.
+func openStore(t *testing.T, path string) *sqlite.DB {
+	t.Helper()
+	if path == "" {
+		path = ":memory:"
+	}
+	db, err := sqlite.Open(t.Context(), path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "x/m"}), db
+	return db
+}
+
+// dbPath is a database file that outlives a fixture, as chatd's survives a restart.
+func dbPath(t *testing.T) string { return filepath.Join(t.TempDir(), "chatd.db") }
+
+// newService is a fixture whose model gives every request the same answer.
+func newService(t *testing.T, turn llmtest.Turn) (*chat.Service, store.Store) {
+	t.Helper()
+	f := newFixture(t, setup{Respond: func(int, llmtest.Request) llmtest.Turn { return turn }})
+	return f.svc, f.db
+}
+
+// send starts a run and fails the test when it cannot.
+func (f *fixture) send(t *testing.T, req chat.Request, opt chat.StartOptions) *chat.Started {
+	t.Helper()
+	st, err := f.svc.Start(t.Context(), user, req, opt)
+	if err != nil {
+		t.Fatalf("start %q: %v", req.Message, err)
+	}
+	return st
+}
+
+// gate holds a model stream open before its finish chunk (llmtest.Turn.BeforeFinish) until released, so
+// that a test acts on a run at a known point without sleeping.
+type gate struct {
+	reached chan struct{} // receives each time a stream arrives at the gate
+	release chan struct{} // closed to let every stream go on
+	once    sync.Once
+}
+
+func newGate(t *testing.T) *gate {
+	g := &gate{reached: make(chan struct{}, 16), release: make(chan struct{})}
+	t.Cleanup(g.open) // a failed test must not leave a stream waiting
+	return g
+}
+
+func (g *gate) hold() {
+	g.reached <- struct{}{}
+	<-g.release
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+// wait waits until a stream is held at the gate.
+func (g *gate) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.reached:
+	case <-time.After(patience):
+		t.Fatal("no model stream reached the gate")
+	}
+}
+
+// follower reads one run's events for a test.
+type follower struct {
+	t    *testing.T
+	f    *chat.Follower
+	id   string
+	seen []chat.Event
+	end  bool
+}
+
+func (f *fixture) follow(t *testing.T, runID string, after int64) *follower {
+	t.Helper()
+	fl, err := f.svc.Follow(t.Context(), user, runID, after)
+	if err != nil {
+		t.Fatalf("follow %s: %v", runID, err)
+	}
+	t.Cleanup(fl.Close)
+	return &follower{t: t, f: fl, id: runID}
+}
+
+// until reads until cond holds for the events read so far, or the log ends, and returns them.
+func (fl *follower) until(cond func([]chat.Event) bool) []chat.Event {
+	fl.t.Helper()
+	ctx, cancel := context.WithTimeout(fl.t.Context(), patience)
+	defer cancel()
+	for !cond(fl.seen) && !fl.end {
+		events, end, err := fl.f.Read(ctx)
+		if err != nil {
+			fl.t.Fatalf("read %s: %v", fl.id, err)
+		}
+		fl.seen, fl.end = append(fl.seen, events...), end
+		if len(events) > 0 || end {
+			continue
+		}
+		select {
+		case <-fl.f.Wait():
+		case <-ctx.Done():
+			fl.t.Fatalf("run %s: waited %s; events so far: %s", fl.id, patience, types(fl.seen))
+		}
+	}
+	return fl.seen
+}
+
+// all reads to the end of the log.
+func (fl *follower) all() []chat.Event {
+	fl.t.Helper()
+	return fl.until(func([]chat.Event) bool { return false })
+}
+
+// collect follows a run from its first event to its end.
+func collect(t *testing.T, svc *chat.Service, user, runID string) []chat.Event {
+	t.Helper()
+	return (&fixture{svc: svc}).follow(t, runID, 0).all()
+}
+
+// wait waits until the run has ended and returns its outcome.
+func (f *fixture) wait(t *testing.T, runID string) chat.Outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	o, err := f.svc.Wait(ctx, user, runID)
+	if err != nil {
+		t.Fatalf("wait for %s: %v", runID, err)
+	}
+	return o
+}
+
+// stored is the run's event log as the store holds it.
+func stored(t *testing.T, db store.Store, runID string) []chat.Event {
+	t.Helper()
+	var out []chat.Event
+	for {
+		evs, err := db.Events(t.Context(), user, runID, int64(len(out)), 100)
+		if err != nil {
+			t.Fatalf("stored events of %s: %v", runID, err)
+		}
+		if len(evs) == 0 {
+			return out
+		}
+		for _, e := range evs {
+			out = append(out, chat.Event{Seq: e.Seq, Type: e.Type, Data: e.Data})
+		}
+	}
+}
+
+// checkLog fails unless events are numbered 1, 2, 3 … without a gap.
+func checkLog(t *testing.T, what string, events []chat.Event) {
+	t.Helper()
+	for i, e := range events {
+		if e.Seq != int64(i)+1 {
+			t.Fatalf("%s: event %d has seq %d; log: %s", what, i+1, e.Seq, types(events))
+		}
+	}
+}
+
+// checkEnds fails unless the log ends with a run's closing events: the outcome, then done.
+func checkEnds(t *testing.T, events []chat.Event, outcome, outcomeData, done string) {
+	t.Helper()
+	n := len(events)
+	if n < 2 {
+		t.Fatalf("log too short: %s", types(events))
+	}
+	got := []string{events[n-2].Type, string(events[n-2].Data), events[n-1].Type, string(events[n-1].Data)}
+	want := []string{outcome, outcomeData, chat.EventDone, `{"status":"` + done + `"}`}
+	if outcomeData == "" { // only the type matters
+		got[1] = ""
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("last events (-want +got):\n%s", diff)
+	}
+}
+
+func types(events []chat.Event) string {
+	var b strings.Builder
+	for _, e := range events {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(e.Type)
+	}
+	return b.String()
+}
+
+// text is what the run's text_delta events say.
+func text(t *testing.T, events []chat.Event) string {
+	t.Helper()
+	var b strings.Builder
+	for _, e := range events {
+		if e.Type != chat.EventTextDelta {
+			continue
+		}
+		var d struct{ Text string }
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatalf("text_delta %d: %v", e.Seq, err)
+		}
+		b.WriteString(d.Text)
+	}
+	return b.String()
+}
+
+// hasText reports a log whose text so far is want.
+func hasText(t *testing.T, want string) func([]chat.Event) bool {
+	return func(events []chat.Event) bool { return text(t, events) == want }
+}
+
+// records is a session's stored records.
+func records(t *testing.T, db store.Store, sessionID string) []store.Record {
+	t.Helper()
+	recs, err := db.Records(t.Context(), user, sessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// transcript summarizes records as role:content, a tool record as tool:call_id:ok|failed.
+func transcript(recs []store.Record) []string {
+	var out []string
+	for _, r := range recs {
+		switch {
+		case r.Role == store.RoleTool:
+			ok := "failed"
+			if r.Success != nil && *r.Success {
+				ok = "ok"
+			}
+			out = append(out, "tool:"+r.ToolCallID+":"+ok)
+		case len(r.ToolCalls) > 0:
+			var ids []string
+			for _, c := range r.ToolCalls {
+				ids = append(ids, c.ID)
+			}
+			out = append(out, r.Role+":"+r.Content+"→"+strings.Join(ids, ","))
+		default:
+			out = append(out, r.Role+":"+r.Content)
+		}
+	}
+	return out
+}
+
+// storedRun is the run as the store holds it.
+func storedRun(t *testing.T, db store.Store, runID string) *store.Run {
+	t.Helper()
+	r, err := db.Run(t.Context(), user, runID)
+	if err != nil {
+		t.Fatalf("stored run %s: %v", runID, err)
+	}
+	return r
+}
+
+// eventually polls cond — a state of the store the service reaches on its own, such as a batch written
+// by the event log — until it holds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", patience, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// lastUserMessage is the text of the request's last user message.
+func lastUserMessage(req llmtest.Request) string {
+	msgs := req.Messages()
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i]["role"] == "user" {
+			s, _ := msgs[i]["content"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// echo answers each request with "re: " and the user's last message.
+func echo(_ int, req llmtest.Request) llmtest.Turn {
+	return llmtest.Turn{Text: "re: " + lastUserMessage(req)}
 }
 
 // TestCloseWhileStarting: runs start while the service closes. Every run that started ends with its
@@ -41,11 +380,11 @@ func newService(t *testing.T, turn llmtest.Turn) (*chat.Service, store.Store) {
 func TestCloseWhileStarting(t *testing.T) {
 	svc, db := newService(t, llmtest.Turn{Text: "a slow answer", Delay: 5 * time.Millisecond})
 	var mu sync.Mutex
-	var runs []*chat.Run
+	var runs []*chat.Started
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Go(func() {
-			run, err := svc.Start(t.Context(), "local", chat.Request{Message: "hi"})
+			run, err := svc.Start(t.Context(), "local", chat.Request{Message: "hi"}, chat.StartOptions{})
 			if err != nil {
 				var ce *chat.Error
 				if !errors.As(err, &ce) || ce.Code != "shutting_down" {
@@ -66,21 +405,17 @@ func TestCloseWhileStarting(t *testing.T) {
 	}
 	wg.Wait()
 	for _, run := range runs {
-		select {
-		case <-run.Done():
-		default:
-			t.Fatalf("run %s has not ended after Close", run.ID)
+		stored, err := db.Run(t.Context(), "local", run.RunID)
+		if err != nil || stored.EndedAt == nil {
+			t.Errorf("run %s: %+v %v", run.RunID, stored, err)
+			continue
 		}
-		stored, err := db.Run(t.Context(), "local", run.ID)
-		if err != nil || stored.Status == store.RunRunning {
-			t.Errorf("run %s: %+v %v", run.ID, stored, err)
-		}
-		events, ended := run.Events(0)
-		if !ended || events[len(events)-1].Type != chat.EventDone {
-			t.Errorf("run %s does not end with done", run.ID)
+		events := collect(t, svc, "local", run.RunID)
+		if events[len(events)-1].Type != chat.EventDone || int64(len(events)) != stored.LastEventSeq {
+			t.Errorf("run %s does not end with done, or its log is not all stored", run.RunID)
 		}
 	}
-	if _, err := svc.Start(t.Context(), "local", chat.Request{Message: "late"}); err == nil {
+	if _, err := svc.Start(t.Context(), "local", chat.Request{Message: "late"}, chat.StartOptions{}); err == nil {
 		t.Error("a run started after Close")
 	}
 }
@@ -96,7 +431,7 @@ func TestRecoverAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := &store.Run{SessionID: sess.ID, Agent: "default", Model: "x/m"}
-	if err := db.CreateRun(ctx, user, dead); err != nil {
+	if err := db.CreateRun(ctx, user, dead, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []*store.Record{
@@ -107,8 +442,8 @@ func TestRecoverAfterCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := svc.Start(ctx, user, chat.Request{SessionID: sess.ID, Message: "hello?"}); err == nil {
-		t.Fatal("the session took a message while a call was open")
+	if _, err := svc.Start(ctx, user, chat.Request{SessionID: sess.ID, Message: "hello?"}, chat.StartOptions{}); err == nil {
+		t.Fatal("the session took a message while a run was running")
 	}
 	if err := svc.Recover(ctx); err != nil {
 		t.Fatal(err)
@@ -116,12 +451,11 @@ func TestRecoverAfterCrash(t *testing.T) {
 	if r, _ := db.Run(ctx, user, dead.ID); r.Status != store.RunInterrupted {
 		t.Fatalf("dead run after Recover: %+v", r)
 	}
-	run, err := svc.Start(ctx, user, chat.Request{SessionID: sess.ID, Message: "hello?"})
+	run, err := svc.Start(ctx, user, chat.Request{SessionID: sess.ID, Message: "hello?"}, chat.StartOptions{})
 	if err != nil {
 		t.Fatalf("after Recover: %v", err)
 	}
-	<-run.Done()
-	if o := run.Outcome(); o.Status != "completed" || o.Message.Content != "back again" {
+	if o, err := svc.Wait(ctx, user, run.RunID); err != nil || o.Status != "completed" || o.Message.Content != "back again" {
 		t.Fatalf("outcome = %+v", o)
 	}
 }
@@ -136,27 +470,22 @@ func (panicky) Stream(context.Context, *llm.Request) iter.Seq2[llm.Event, error]
 // TestPanicEndsOnlyTheRun: a panic inside a run fails that run — stored as failed, with error and done
 // events — and the process and the service go on.
 func TestPanicEndsOnlyTheRun(t *testing.T) {
-	db, err := sqlite.Open(t.Context(), ":memory:", sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openStore(t, "")
 	svc := chat.New(chat.Options{Store: db, Models: oneModel{panicky{}}, DefaultModel: "x/m"})
 	defer svc.Close(t.Context())
-	run, err := svc.Start(t.Context(), "local", chat.Request{Message: "hi"})
+	run, err := svc.Start(t.Context(), "local", chat.Request{Message: "hi"}, chat.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-run.Done()
-	events, _ := run.Events(0)
+	events := collect(t, svc, "local", run.RunID)
 	n := len(events)
 	if events[n-2].Type != chat.EventError || string(events[n-1].Data) != `{"status":"failed"}` {
 		t.Fatalf("last events: %s %s", events[n-2].Type, events[n-1].Data)
 	}
-	if r, err := db.Run(t.Context(), "local", run.ID); err != nil || r.Status != store.RunFailed {
+	if r, err := db.Run(t.Context(), "local", run.RunID); err != nil || r.Status != store.RunFailed {
 		t.Fatalf("stored run: %+v %v", r, err)
 	}
-	if _, err := svc.Start(t.Context(), "local", chat.Request{Message: "still here?"}); err != nil {
+	if _, err := svc.Start(t.Context(), "local", chat.Request{Message: "still here?"}, chat.StartOptions{}); err != nil {
 		t.Fatalf("the service stopped taking runs: %v", err)
 	}
 }

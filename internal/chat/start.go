@@ -3,12 +3,16 @@ package chat
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 
 	"chatd/internal/agent"
@@ -32,32 +36,138 @@ type plan struct {
 	session  *store.Session
 }
 
-// Start checks req, stores the user's message and starts the run. The run belongs to the service, not
-// to ctx: it goes on when the caller goes away, and Close cancels it. When Start returns a run, the
-// user's message is stored.
-func (s *Service) Start(ctx context.Context, user string, req Request) (*Run, error) {
+// Start checks req, stores the user's message and starts the run — or, under OnActiveEnqueue when the
+// session is busy, queues it. The run belongs to the service, not to ctx: it goes on when the caller
+// goes away, and only Cancel or Close stop it. When Start returns a running run, its user message is
+// stored; a queued run keeps the request in the store and stores the message when it starts.
+func (s *Service) Start(ctx context.Context, user string, req Request, opt StartOptions) (*Started, error) {
+	if s.isClosing() {
+		return nil, errClosing()
+	}
+	hash := ""
+	if opt.IdempotencyKey != "" {
+		hash = requestHash(req)
+		if st, err := s.replay(ctx, user, opt.IdempotencyKey, hash); st != nil || err != nil {
+			return st, err
+		}
+	}
 	p, err := s.plan(ctx, user, req)
 	if err != nil {
 		return nil, err
 	}
-	run, err := s.reserve(p)
+	created := false
+	if p.session == nil {
+		sess := &store.Session{Agent: p.agentNm, Title: title(p.req.Message)}
+		if err := s.opts.Store.CreateSession(ctx, user, sess); err != nil {
+			return nil, fmt.Errorf("create session: %w", err)
+		}
+		p.session, created = sess, true
+	} else if p.session.Title == "" {
+		t := title(p.req.Message)
+		if _, err := s.opts.Store.UpdateSession(ctx, user, p.session.ID, store.SessionPatch{Title: &t}); err != nil {
+			return nil, fmt.Errorf("title session: %w", err)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		st, err := s.begin(ctx, p, opt.IdempotencyKey, hash)
+		switch {
+		case errors.Is(err, store.ErrDuplicate):
+			// The same key, sent twice at once: the other send won.
+			if created {
+				s.dropSession(user, p.session.ID)
+			}
+			return s.replay(ctx, user, opt.IdempotencyKey, hash)
+		case !errors.Is(err, store.ErrBusy):
+			return st, err
+		}
+		active, aerr := s.opts.Store.ActiveRun(ctx, user, p.session.ID)
+		if errors.Is(aerr, store.ErrNotFound) && attempt < 3 {
+			continue // it ended meanwhile
+		}
+		if aerr != nil {
+			return nil, aerr
+		}
+		switch cmp.Or(opt.OnActiveRun, OnActiveReject) {
+		case OnActiveEnqueue:
+			st, err := s.enqueue(ctx, p, opt.IdempotencyKey, hash, active.ID)
+			if errors.Is(err, store.ErrDuplicate) {
+				return s.replay(ctx, user, opt.IdempotencyKey, hash)
+			}
+			return st, err
+		case OnActiveInterrupt:
+			if attempt < 3 {
+				if err := s.interruptActive(ctx, user, active.ID); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
+		return nil, &Error{Kind: ErrBusy, Code: "session_busy", RunID: active.ID,
+			Message: fmt.Sprintf("session %s already has an active run (%s); wait for it to end, cancel it, or send with on_active_run=enqueue or interrupt", p.session.ID, active.ID)}
+	}
+}
+
+// replay returns the run an earlier send with the same idempotency key started, or nil when there is
+// none.
+func (s *Service) replay(ctx context.Context, user, key, hash string) (*Started, error) {
+	r, err := s.opts.Store.RunByKey(ctx, user, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	history, err := s.begin(ctx, p, run)
-	if err != nil {
-		s.release(run)
-		s.wg.Done()
-		return nil, err
+	if r.RequestHash != hash {
+		return nil, &Error{Kind: ErrKeyReused, Code: "idempotency_key_reused", RunID: r.ID,
+			Message: "this Idempotency-Key was already used for another request (run " + r.ID + "); use a new key for a new message"}
 	}
-	runCtx, cancel := context.WithCancel(s.base)
-	go func() { // counted by reserve
-		defer s.wg.Done()
-		defer cancel()
-		defer s.release(run)
-		s.execute(runCtx, p, run, history)
-	}()
-	return run, nil
+	st := &Started{RunID: r.ID, SessionID: r.SessionID, Status: r.Status, Replayed: true}
+	if live := s.live(user, r.ID); live != nil {
+		st.Status = live.Status()
+	}
+	return st, nil
+}
+
+// requestHash identifies a request, so that a key sent again with another request can be told apart.
+func requestHash(req Request) string {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// dropSession deletes a session this send created for nothing.
+func (s *Service) dropSession(user, id string) {
+	if err := s.opts.Store.DeleteSession(context.WithoutCancel(s.base), user, id); err != nil {
+		s.log.Warn("delete unused session", "session", id, "err", err)
+	}
+}
+
+// interruptActive cancels the session's running run and waits until it has ended.
+func (s *Service) interruptActive(ctx context.Context, user, runID string) error {
+	live := s.live(user, runID)
+	if live == nil {
+		// Not this process's run: nothing to cancel here. Only a run of another chatd on the same
+		// database, or one ending right now, gets here; the retry tells.
+		return nil
+	}
+	live.requestCancel("interrupted by a new message")
+	if live.Status() == store.RunQueued {
+		return nil
+	}
+	wait := time.NewTimer(s.opts.InterruptWait)
+	defer wait.Stop()
+	select {
+	case <-live.Done():
+		return nil
+	case <-wait.C:
+		return &Error{Kind: ErrBusy, Code: "session_busy", RunID: runID,
+			Message: fmt.Sprintf("the active run %s did not stop within %s", runID, s.opts.InterruptWait)}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // plan validates the request and resolves its agent, model, tools and session.
@@ -115,87 +225,85 @@ func (s *Service) resolveModel(p *plan) error {
 	return nil
 }
 
-// reserve makes the run the session's active one (a session has at most one) and counts it as running.
-// The count is taken under the lock that checks closing, so that Close never waits on a WaitGroup a
-// starting run adds to.
-func (s *Service) reserve(p *plan) (*Run, error) {
+// begin stores a running run with the user's message and starts it. The store refuses it with
+// store.ErrBusy while the session has a running run.
+func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Started, error) {
+	run := newRun(newID(), p.user, p, s.events)
+	if err := s.admit(run); err != nil {
+		return nil, err
+	}
+	first := &store.Record{SessionID: run.SessionID, Role: store.RoleUser, Content: p.req.Message, Attachments: p.req.Attachments}
+	err := s.opts.Store.CreateRun(ctx, p.user, &store.Run{ID: run.ID, SessionID: run.SessionID, Agent: run.Agent,
+		Model: run.Model, IdempotencyKey: key, RequestHash: hash}, first)
+	if err != nil {
+		s.retire(run)
+		s.wg.Done()
+		return nil, err
+	}
+	run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
+	s.launch(run, first)
+	return &Started{RunID: run.ID, SessionID: run.SessionID, Status: store.RunRunning}, nil
+}
+
+// admit makes run live and counts it as running. The count is taken under the lock that checks closing,
+// so that Close never waits on a WaitGroup a starting run adds to.
+func (s *Service) admit(run *Run) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return nil, &Error{Kind: ErrClosed, Code: "shutting_down", Message: ErrClosed.Error()}
+		return errClosing()
 	}
-	if p.session != nil {
-		if r := s.active[p.session.ID]; r != nil {
-			return nil, &Error{Kind: ErrBusy, Code: "session_busy", RunID: r.ID,
-				Message: fmt.Sprintf("session %s already has an active run (%s); wait for it to end", p.session.ID, r.ID)}
-		}
-	}
-	sessionID := ""
-	if p.session != nil {
-		sessionID = p.session.ID
-	}
-	run := newRun(newID(), sessionID, p.agentNm, p.model)
-	if sessionID != "" {
-		s.active[sessionID] = run
-	}
+	s.runs[run.ID] = run
 	s.wg.Add(1)
-	return run, nil
+	return nil
 }
 
-func (s *Service) release(run *Run) {
+// launch runs a stored run whose user message (first) is stored: it loads the history and executes the
+// agent loop on its own goroutine. The caller counted it in s.wg.
+func (s *Service) launch(run *Run, first *store.Record) {
+	runCtx, cancel := context.WithCancel(s.base)
+	run.setRunning(cancel)
+	run.emit(EventRecord, mustJSON(recordData{Message: first}))
+	go func() { // counted by admit or startQueued
+		defer s.wg.Done()
+		defer cancel()
+		records, err := s.opts.Store.Records(context.WithoutCancel(runCtx), run.user, run.SessionID)
+		if err != nil {
+			obs := newObserver(s, run.plan, run)
+			obs.finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
+			return
+		}
+		s.execute(runCtx, run.plan, run, history(records))
+	}()
+}
+
+// retire forgets a run that ended, or never started, and starts the next queued run of its session.
+func (s *Service) retire(run *Run) {
+	s.mu.Lock()
+	if s.runs[run.ID] == run {
+		delete(s.runs, run.ID)
+	}
+	s.mu.Unlock()
+}
+
+// live returns the user's live run with this id, or nil.
+func (s *Service) live(user, id string) *Run {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.active[run.SessionID] == run {
-		delete(s.active, run.SessionID)
+	if r := s.runs[id]; r != nil && r.user == user {
+		return r
 	}
+	return nil
 }
 
-// begin creates the session when needed, stores the run and the user's message, and returns the history
-// the model sees. Its events are the run's first.
-func (s *Service) begin(ctx context.Context, p *plan, run *Run) ([]llm.Message, error) {
-	if p.session == nil {
-		sess := &store.Session{Agent: p.agentNm, Title: title(p.req.Message)}
-		if err := s.opts.Store.CreateSession(ctx, p.user, sess); err != nil {
-			return nil, fmt.Errorf("create session: %w", err)
-		}
-		p.session = sess
-		s.mu.Lock()
-		run.SessionID = sess.ID
-		s.active[sess.ID] = run
-		s.mu.Unlock()
-	} else if p.session.Title == "" {
-		t := title(p.req.Message)
-		if _, err := s.opts.Store.UpdateSession(ctx, p.user, p.session.ID, store.SessionPatch{Title: &t}); err != nil {
-			return nil, fmt.Errorf("title session: %w", err)
-		}
-	}
-	records, err := s.opts.Store.Records(ctx, p.user, p.session.ID)
-	if err != nil {
-		return nil, fmt.Errorf("load history: %w", err)
-	}
-	if err := s.opts.Store.CreateRun(ctx, p.user, &store.Run{ID: run.ID, SessionID: p.session.ID, Agent: p.agentNm, Model: p.model}); err != nil {
-		return nil, fmt.Errorf("create run: %w", err)
-	}
-	user := &store.Record{SessionID: p.session.ID, RunID: run.ID, Role: store.RoleUser, Content: p.req.Message, Attachments: p.req.Attachments}
-	if err := s.opts.Store.AppendRecord(ctx, p.user, user); err != nil {
-		// The run exists: end it so that it is not left running.
-		s.finishStored(p, run, store.RunEnd{Status: store.RunFailed, Error: "the user's message could not be stored"})
-		if errors.Is(err, store.ErrConflict) {
-			// Only a run of another chatd process could hold a call open now.
-			return nil, &Error{Kind: ErrBusy, Code: "session_busy", Message: "the session has a tool call still running; try again when its run has ended"}
-		}
-		return nil, fmt.Errorf("store user message: %w", err)
-	}
-	run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: p.session.ID, Model: p.model, Agent: p.agentNm}))
-	run.emit(EventRecord, mustJSON(recordData{Message: user}))
-	return append(history(records), userMessage(user)), nil
+func (s *Service) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
 }
 
-// finishStored ends a stored run that never started its loop.
-func (s *Service) finishStored(p *plan, run *Run, end store.RunEnd) {
-	if _, err := s.opts.Store.FinishRun(context.WithoutCancel(s.base), p.user, run.ID, end); err != nil {
-		s.log.Error("finish run", "run", run.ID, "err", err)
-	}
+func errClosing() error {
+	return &Error{Kind: ErrClosed, Code: "shutting_down", Message: ErrClosed.Error()}
 }
 
 // title makes a session title from the first message: its first line, cut at a word near 60 characters.
@@ -250,12 +358,14 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, history []llm.
 
 var errPanic = errors.New("internal error")
 
-// ActiveRun returns the id of the session's active run, or "".
-func (s *Service) ActiveRun(sessionID string) string {
+// ActiveRun returns the id of a live run (running or queued) of the user's session, or "".
+func (s *Service) ActiveRun(user, sessionID string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.active[sessionID]; r != nil {
-		return r.ID
+	for _, r := range s.runs {
+		if r.SessionID == sessionID && r.user == user {
+			return r.ID
+		}
 	}
 	return ""
 }
@@ -265,32 +375,39 @@ func (s *Service) AgentNames() []string {
 	return slices.Sorted(maps.Keys(s.opts.Agents))
 }
 
-// Recover ends the runs a previous process left running — it died or was killed mid-run — as
-// interrupted, closing their open tool calls, so that their sessions accept the next message. Call it
-// at start-up, before serving.
-func (s *Service) Recover(ctx context.Context) error {
-	ended, err := s.opts.Store.InterruptRunning(ctx, "chatd stopped before this call finished.")
-	for _, r := range ended {
-		s.log.Warn("run interrupted by a previous stop", "run", r.ID, "session", r.SessionID)
-	}
-	if err != nil {
-		return fmt.Errorf("recover runs: %w", err)
-	}
-	return nil
-}
-
-// Drain stops accepting new runs and waits for the running ones to end, or for ctx.
+// Drain stops accepting new runs and waits for the running ones to end, or for ctx. Queued runs do not
+// start any more; Close cancels them.
 func (s *Service) Drain(ctx context.Context) error {
 	s.stopAccepting()
 	return s.wait(ctx)
 }
 
-// Close stops accepting runs, cancels the running ones (each keeps its partial answer) and waits for
-// them to be stored, or for ctx.
+// shutdownReason is the cancelled event's reason of the runs Close stops.
+const shutdownReason = "chatd is shutting down"
+
+// Close stops accepting runs, cancels the running and queued ones (each keeps its partial answer),
+// waits for them to be stored, or for ctx, and writes the rest of the event log.
 func (s *Service) Close(ctx context.Context) error {
 	s.stopAccepting()
+	s.mu.Lock()
+	var queued []*Run
+	for _, r := range s.runs {
+		if !r.requestCancel(shutdownReason) && r.Status() == store.RunQueued {
+			queued = append(queued, r)
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range queued {
+		if !s.cancelQueued(r, shutdownReason) {
+			r.requestCancel(shutdownReason) // it started meanwhile
+		}
+	}
 	s.cancel()
-	return s.wait(ctx)
+	err := s.wait(ctx)
+	if s.events != nil {
+		s.events.close()
+	}
+	return err
 }
 
 func (s *Service) stopAccepting() {

@@ -26,18 +26,22 @@ import (
 // Defaults.
 const (
 	DefaultAddr = "127.0.0.1:8080"
-	DefaultDB   = "sqlite:./chatd.db"
+	// DefaultDrainTimeout is how long SIGTERM lets running runs finish before cancelling them.
+	DefaultDrainTimeout = 20 * time.Second
+	DefaultDB           = "sqlite:./chatd.db"
 )
 
 // Config is chatd's configuration. It never holds a secret in a field that is logged: API keys live in
 // Providers and are left out of LogValue.
 type Config struct {
-	Addr         string
-	DB           string // sqlite:PATH
-	Model        string // the default model, provider/model
-	File         string // the YAML file read, if any
-	LogLevel     slog.Level
-	ToolTimeout  time.Duration
+	Addr        string
+	DB          string // sqlite:PATH
+	Model       string // the default model, provider/model
+	File        string // the YAML file read, if any
+	LogLevel    slog.Level
+	ToolTimeout time.Duration
+	// DrainTimeout is how long SIGTERM lets running runs finish before cancelling them (default 20s).
+	DrainTimeout time.Duration
 	AllowedHosts []string // Host header values accepted besides loopback names (behind a reverse proxy)
 	Providers    []provider.Config
 	Unconfigured []provider.Unconfigured
@@ -60,6 +64,7 @@ type file struct {
 	Model        string                  `yaml:"model"`
 	LogLevel     string                  `yaml:"log_level"`
 	ToolTimeout  time.Duration           `yaml:"tool_timeout"`
+	DrainTimeout time.Duration           `yaml:"drain_timeout"`
 	AllowedHosts []string                `yaml:"allowed_hosts"`
 	Providers    map[string]fileProvider `yaml:"providers"`
 	Agents       map[string]Agent        `yaml:"agents"`
@@ -90,6 +95,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	}
 	c := &Config{File: cmp.Or(*cfgFile, getenv("CHATD_CONFIG"))}
 	var f file
+	var err error
 	if c.File != "" {
 		if err := readFile(c.File, &f); err != nil {
 			return nil, err
@@ -100,7 +106,10 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	if err := c.parseLevel(cmp.Or(*logLevel, getenv("CHATD_LOG_LEVEL"), f.LogLevel, "info")); err != nil {
 		return nil, err
 	}
-	if err := c.parseToolTimeout(getenv("CHATD_TOOL_TIMEOUT"), f.ToolTimeout); err != nil {
+	if c.ToolTimeout, err = duration("CHATD_TOOL_TIMEOUT", getenv("CHATD_TOOL_TIMEOUT"), f.ToolTimeout, 0); err != nil {
+		return nil, err
+	}
+	if c.DrainTimeout, err = duration("CHATD_DRAIN_TIMEOUT", getenv("CHATD_DRAIN_TIMEOUT"), f.DrainTimeout, DefaultDrainTimeout); err != nil {
 		return nil, err
 	}
 	if err := c.providers(getenv, f.Providers); err != nil {
@@ -140,19 +149,20 @@ func (c *Config) parseLevel(s string) error {
 	return nil
 }
 
-func (c *Config) parseToolTimeout(env string, fromFile time.Duration) error {
-	c.ToolTimeout = fromFile
+// duration reads a duration setting: the environment variable name (value env) wins over the file's
+// value; zero from both means def.
+func duration(name, env string, fromFile, def time.Duration) (time.Duration, error) {
+	d := fromFile
 	if env != "" {
-		d, err := time.ParseDuration(env)
-		if err != nil {
-			return fmt.Errorf("CHATD_TOOL_TIMEOUT=%q is not a duration such as 30s", env)
+		var err error
+		if d, err = time.ParseDuration(env); err != nil {
+			return 0, fmt.Errorf("%s=%q is not a duration such as 30s", name, env)
 		}
-		c.ToolTimeout = d
 	}
-	if c.ToolTimeout < 0 {
-		return errors.New("the tool timeout must be positive")
+	if d < 0 {
+		return 0, fmt.Errorf("%s must be positive", name)
 	}
-	return nil
+	return cmp.Or(d, def), nil
 }
 
 // providers reads the built-in providers from their usual variables, then the file's named ones.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -77,9 +78,20 @@ func (d *discard) SetWriteDeadline(time.Time) error { return nil }
 
 // BenchmarkStreamTextChunk measures one upstream text chunk travelling through chatd to the client:
 // SSE decoding, the OpenAI adapter, the agent loop, the run's event log and the SSE encoder. b.N chunks go
-// through one run; the run's fixed cost (storing the message and the answer) is spread over them.
+// through one run; the run's fixed cost (storing the message and the answer) is spread over them. The
+// durable event log is on (log=on, a SQLite file with synchronous=FULL, as chatd runs) or off (log=off):
+// the difference is what writing every event to disk costs a token.
 func BenchmarkStreamTextChunk(b *testing.B) {
-	db, err := sqlite.Open(b.Context(), ":memory:", sqlite.Options{})
+	for _, bc := range []struct {
+		name  string
+		flush time.Duration
+	}{{"log=on", 0}, {"log=off", -1}} {
+		b.Run(bc.name, func(b *testing.B) { benchmarkStream(b, bc.flush) })
+	}
+}
+
+func benchmarkStream(b *testing.B, flush time.Duration) {
+	db, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "chatd.db"), sqlite.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,7 +100,7 @@ func BenchmarkStreamTextChunk(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini"})
+	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini", FlushInterval: flush})
 	defer svc.Close(b.Context())
 	h := httpapi.New(httpapi.Options{Chat: svc, Store: db})
 	w := &discard{h: http.Header{}}

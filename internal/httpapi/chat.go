@@ -32,16 +32,21 @@ type attachmentWire struct {
 	Data      string `json:"data"`
 }
 
-func (s *server) startRun(w http.ResponseWriter, r *http.Request) (*chat.Run, error) {
+// maxKeyLen bounds an Idempotency-Key.
+const maxKeyLen = 255
+
+func (s *server) startRun(w http.ResponseWriter, r *http.Request) (*chat.Started, error) {
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > maxKeyLen || !printable(key) {
+		return nil, &apiError{status: http.StatusBadRequest, code: "invalid_idempotency_key",
+			message: fmt.Sprintf("Idempotency-Key must be at most %d printable ASCII characters", maxKeyLen)}
+	}
 	var in chatRequest
 	if err := s.decode(w, r, &in); err != nil {
 		return nil, err
 	}
 	switch in.OnActiveRun {
-	case "", "reject":
-	case "interrupt", "enqueue":
-		return nil, &apiError{status: http.StatusBadRequest, code: "unsupported",
-			message: "on_active_run=" + in.OnActiveRun + " is not supported by this version of chatd yet; use reject"}
+	case "", chat.OnActiveReject, chat.OnActiveInterrupt, chat.OnActiveEnqueue:
 	default:
 		return nil, &apiError{status: http.StatusBadRequest, code: "invalid_on_active_run",
 			message: "on_active_run must be reject, interrupt or enqueue"}
@@ -59,62 +64,98 @@ func (s *server) startRun(w http.ResponseWriter, r *http.Request) (*chat.Run, er
 		}
 		req.Attachments = append(req.Attachments, store.Attachment{MediaType: a.MediaType, Name: a.Name, Data: data})
 	}
-	return s.Chat.Start(r.Context(), user(r.Context()), req)
+	st, err := s.Chat.Start(r.Context(), user(r.Context()), req, chat.StartOptions{OnActiveRun: in.OnActiveRun, IdempotencyKey: key})
+	if err != nil {
+		return nil, err
+	}
+	h := w.Header()
+	h.Set("X-Run-Id", st.RunID)
+	h.Set("X-Session-Id", st.SessionID)
+	if st.Replayed {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	return st, nil
 }
 
-// chatStream starts a run and streams its events.
+// printable reports whether s is printable ASCII.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// chatStream starts a run and streams its events. A retried send (same Idempotency-Key) streams the
+// original run from its first event.
 func (s *server) chatStream(w http.ResponseWriter, r *http.Request) error {
-	run, err := s.startRun(w, r)
+	st, err := s.startRun(w, r)
 	if err != nil {
 		return err
 	}
-	s.streamEvents(w, r, run, 0)
-	return nil
+	return s.streamEvents(w, r, st.RunID, 0)
 }
 
+// maxBatch is how many events one write to a client carries at most: with the write deadline, the bound
+// on what a subscriber holds that its client has not taken.
+const maxBatch = 256
+
 // streamEvents writes the run's events after seq after as SSE until the run has ended and every event is
-// written, or the client goes away (the run goes on). A client that stops reading is dropped after the
-// write timeout; it never slows the run.
-func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, run *chat.Run, after int64) {
+// written, or the client goes away (the run goes on). The events are read from the run's shared log, so
+// a reader costs no copy of them; a reader that cannot take a batch within the write timeout is
+// disconnected (it resumes with Last-Event-ID) and never slows the run or other readers.
+func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, runID string, after int64) error {
+	ctx := r.Context()
+	f, err := s.Chat.Follow(ctx, user(ctx), runID, after)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache, no-transform")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	h.Set("X-Run-Id", run.ID)
-	h.Set("X-Session-Id", run.SessionID)
+	h.Set("X-Run-Id", runID)
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	out := sse.NewWriter(w)
-	wake, stop := run.Watch()
-	defer stop()
 	ping := time.NewTicker(s.PingInterval)
 	defer ping.Stop()
 	for {
-		events, ended := run.Events(after)
-		if len(events) > 0 {
+		events, end, err := f.Read(ctx)
+		if err != nil {
+			s.log.Warn("stream: read events", "run", runID, "err", err)
+			return nil // the status is sent; the client resumes from its last id
+		}
+		wrote := len(events) > 0
+		for len(events) > 0 {
+			batch := events[:min(len(events), maxBatch)]
+			events = events[len(batch):]
 			rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
-			for _, ev := range events {
+			for _, ev := range batch {
 				if err := out.WriteNumbered(ev.Seq, ev.Type, ev.Data); err != nil {
-					s.log.Debug("stream client gone", "run", run.ID, "seq", ev.Seq, "err", err)
-					return
+					s.log.Debug("stream client gone or too slow", "run", runID, "seq", ev.Seq, "err", err)
+					return nil
 				}
-				after = ev.Seq
 			}
 			ping.Reset(s.PingInterval)
-			continue // the run may have ended while we wrote: read again before waiting
 		}
-		if ended {
-			return
+		if end {
+			return nil
+		}
+		if wrote {
+			continue // more may have come while we wrote: read again before waiting
 		}
 		select {
-		case <-wake:
+		case <-f.Wait():
 		case <-ping.C:
 			rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
 			if out.Comment("ping") != nil {
-				return
+				return nil
 			}
-		case <-r.Context().Done():
-			return
+		case <-ctx.Done():
+			return nil
 		}
 	}
 }
@@ -134,16 +175,17 @@ type batchResponse struct {
 // chatBatch starts a run and answers when it has ended. A failed run answers 502 (upstream) or 500 with
 // the error and the run's ids, since the user's message is stored either way.
 func (s *server) chatBatch(w http.ResponseWriter, r *http.Request) error {
-	run, err := s.startRun(w, r)
+	st, err := s.startRun(w, r)
 	if err != nil {
 		return err
 	}
-	select {
-	case <-run.Done():
-	case <-r.Context().Done():
-		return nil // the client left; the run goes on and is stored
+	o, err := s.Chat.Wait(r.Context(), user(r.Context()), st.RunID)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return nil // the client left; the run goes on and is stored
+		}
+		return err
 	}
-	o := run.Outcome()
 	status := http.StatusOK
 	if o.Error != nil {
 		status = http.StatusInternalServerError
@@ -152,7 +194,7 @@ func (s *server) chatBatch(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	return writeJSON(w, status, batchResponse{
-		SessionID: run.SessionID, RunID: run.ID, Status: o.Status, Message: o.Message,
+		SessionID: st.SessionID, RunID: st.RunID, Status: o.Status, Message: o.Message,
 		ToolHistory: o.ToolHistory, Usage: o.Usage, FinishReason: o.FinishReason, Error: o.Error,
 	})
 }

@@ -11,7 +11,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
+
+// bodyTimeout bounds the reading of a request body.
+const bodyTimeout = time.Minute
 
 // decode reads a JSON object body into v, within the body limit. A body declared as anything but JSON
 // is refused: browsers send text/plain and form types cross-site without asking first.
@@ -23,7 +27,11 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 				message: "send the body as JSON with Content-Type: application/json"}
 		}
 	}
+	// The server has no read timeout (streams outlive any), so the body gets its own deadline.
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(bodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
+	rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return err

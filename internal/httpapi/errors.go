@@ -55,7 +55,7 @@ func toAPIError(err error) *apiError {
 		switch {
 		case errors.Is(e, store.ErrNotFound):
 			out.status = http.StatusNotFound
-		case errors.Is(e, chat.ErrBusy):
+		case errors.Is(e, chat.ErrBusy), errors.Is(e, chat.ErrKeyReused):
 			out.status = http.StatusConflict
 			if e.RunID != "" {
 				out.extra = map[string]any{"run_id": e.RunID}

@@ -27,7 +27,8 @@ type Options struct {
 	Logger *slog.Logger
 	// PingInterval is the idle time after which a stream gets a ": ping" comment; default 15s.
 	PingInterval time.Duration
-	// WriteTimeout bounds one write to a client; a reader that stops reading is dropped; default 30s.
+	// WriteTimeout bounds one write to a client (a batch of events); a reader that cannot take it in
+	// time is dropped and resumes from its last id; default 10s.
 	WriteTimeout time.Duration
 	// MaxBodyBytes limits request bodies; default 1 MiB.
 	MaxBodyBytes int64
@@ -53,7 +54,7 @@ func New(opts Options) http.Handler {
 		opts.PingInterval = 15 * time.Second
 	}
 	if opts.WriteTimeout <= 0 {
-		opts.WriteTimeout = 30 * time.Second
+		opts.WriteTimeout = 10 * time.Second
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
@@ -69,6 +70,9 @@ func (s *server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/chat/stream", s.handle(s.chatStream))
 	mux.Handle("POST /v1/chat", s.handle(s.chatBatch))
+	mux.Handle("GET /v1/runs/{id}", s.handle(s.getRun))
+	mux.Handle("GET /v1/runs/{id}/events", s.handle(s.runEvents))
+	mux.Handle("POST /v1/runs/{id}/cancel", s.handle(s.cancelRun))
 	mux.Handle("POST /v1/sessions", s.handle(s.createSession))
 	mux.Handle("GET /v1/sessions", s.handle(s.listSessions))
 	mux.Handle("GET /v1/sessions/{id}", s.handle(s.getSession))

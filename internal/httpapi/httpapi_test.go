@@ -327,7 +327,7 @@ func TestBadInput(t *testing.T) {
 		{"bad attachment", "POST", "/v1/chat", `{"message":"hi","attachments":[{"media_type":"image/png","data":"!!"}]}`, 400, "invalid_attachment", "base64"},
 		{"bad media type", "POST", "/v1/chat", `{"message":"hi","attachments":[{"media_type":"text/html","data":"aGk="}]}`, 400, "invalid_attachment", "text/html"},
 		{"bad temperature", "POST", "/v1/chat", `{"message":"hi","temperature":7}`, 400, "invalid_temperature", "between 0 and 2"},
-		{"unsupported policy", "POST", "/v1/chat", `{"message":"hi","on_active_run":"enqueue"}`, 400, "unsupported", "enqueue"},
+		{"unknown policy", "POST", "/v1/chat", `{"message":"hi","on_active_run":"queue"}`, 400, "invalid_on_active_run", "reject, interrupt or enqueue"},
 		{"unknown route", "GET", "/v1/nothing", ``, 404, "not_found", "/v1/nothing"},
 		{"unknown session get", "GET", "/v1/sessions/x", ``, 404, "session_not_found", `"x"`},
 		{"unknown session messages", "GET", "/v1/sessions/x/messages", ``, 404, "session_not_found", `"x"`},

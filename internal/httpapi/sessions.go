@@ -117,7 +117,7 @@ func (s *server) updateSession(w http.ResponseWriter, r *http.Request) error {
 
 func (s *server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	if run := s.Chat.ActiveRun(id); run != "" {
+	if run := s.Chat.ActiveRun(user(r.Context()), id); run != "" {
 		return &apiError{status: http.StatusConflict, code: "session_busy", extra: map[string]any{"run_id": run},
 			message: "the session has an active run; wait for it to end before deleting the session"}
 	}

@@ -25,6 +25,10 @@ var (
 	// ErrConflict: the write would break an invariant (a duplicate tool record, a record appended while
 	// tool calls are open, a call id the assistant record does not hold, a finished run).
 	ErrConflict = errors.New("conflict")
+	// ErrBusy: the session already has a running run (CreateRun, StartRun). The database enforces it.
+	ErrBusy = errors.New("session has a running run")
+	// ErrDuplicate: the user already has a run with this idempotency key (CreateRun).
+	ErrDuplicate = errors.New("idempotency key already used")
 )
 
 // Roles of a record.
@@ -35,8 +39,9 @@ const (
 	RoleSystem    = "system"
 )
 
-// Run statuses. Running is the only non-terminal one.
+// Run statuses. Queued and running are the non-terminal ones.
 const (
+	RunQueued        = "queued"
 	RunRunning       = "running"
 	RunCompleted     = "completed"
 	RunFailed        = "failed"
@@ -127,7 +132,8 @@ type Record struct {
 	Seq int64 `json:"-"`
 }
 
-// Run is one execution of the agent loop for one user message.
+// Run is one execution of the agent loop for one user message. A run is created running, or queued
+// behind the session's running run and started later; it ends with one of the terminal statuses.
 type Run struct {
 	ID           string     `json:"id"`
 	SessionID    string     `json:"session_id"`
@@ -136,9 +142,27 @@ type Run struct {
 	Model        string     `json:"model"`
 	FinishReason string     `json:"finish_reason,omitempty"`
 	Error        string     `json:"error,omitempty"`
-	Usage        Usage      `json:"usage"`
+	Usage        Usage      `json:"usage"` // of a run not ended yet: the sum of its usage entries so far
 	CreatedAt    time.Time  `json:"created_at"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
 	EndedAt      *time.Time `json:"ended_at,omitempty"`
+	// LastEventSeq is the Seq of the run's last stored event (0: none).
+	LastEventSeq int64 `json:"last_event_id"`
+	// RecoveredFrom is, for a run a dead process left running, the Seq of the first event the recovery
+	// appended to its log; 0 otherwise. Clients may have seen other events under the Seqs from there on:
+	// the ones the dead process streamed but had not stored.
+	RecoveredFrom int64 `json:"-"`
+
+	// UserID is the owner; set by UnfinishedRuns, which reads across users.
+	UserID string `json:"-"`
+	// IdempotencyKey, when set, is unique among the user's runs.
+	IdempotencyKey string `json:"-"`
+	// RequestHash identifies the request that created the run, so a retry with the same idempotency key
+	// but another request can be told apart.
+	RequestHash string `json:"-"`
+	// Request is the caller's request of a queued run, opaque to the store: what the chat layer needs to
+	// start it later, also after a restart.
+	Request json.RawMessage `json:"-"`
 }
 
 // RunEnd is how a run ended.
@@ -147,9 +171,26 @@ type RunEnd struct {
 	FinishReason string
 	Error        string // a short, safe description; never a secret
 	Usage        Usage  // run totals
+	// UsageFromEntries replaces Usage with the sum of the run's usage entries: for a run whose process
+	// died, whose totals were lost with it.
+	UsageFromEntries bool
 	// Reason is the content of the failed tool records FinishRun adds for calls still open,
 	// e.g. "the run was cancelled before this call finished".
 	Reason string
+	// Events are appended to the run's event log in the same transaction, so that a run is terminal if
+	// and only if its log holds its last events. Each must carry the run's id.
+	Events []Event
+	// RecoveredFrom is stored as the run's RecoveredFrom.
+	RecoveredFrom int64
+}
+
+// Event is one entry of a run's event log: Seq is its place in the run (1, 2, 3 … without gaps), Type
+// its name and Data its JSON object.
+type Event struct {
+	RunID string
+	Seq   int64
+	Type  string
+	Data  []byte
 }
 
 // UsageEntry is the usage of one model call.
@@ -182,20 +223,38 @@ type Store interface {
 	// Both refusals are ErrConflict.
 	AppendRecord(ctx context.Context, user string, r *Record) error
 
-	// CreateRun stores r with status running, assigning ID (when empty) and CreatedAt.
-	CreateRun(ctx context.Context, user string, r *Run) error
+	// CreateRun stores r in one of the user's sessions, assigning ID (when empty) and CreatedAt. r.Status
+	// is RunRunning (also when empty) or RunQueued. A running run is refused with ErrBusy while the
+	// session has another running run; in the same transaction first, when not nil, is appended as by
+	// AppendRecord (with RunID set), so that a run and its user message exist together or not at all.
+	// A taken r.IdempotencyKey is ErrDuplicate.
+	CreateRun(ctx context.Context, user string, r *Run, first *Record) error
+	// StartRun makes a queued run running, appending first (when not nil) in the same transaction.
+	// ErrBusy while the session has another running run; ErrConflict when the run is not queued.
+	StartRun(ctx context.Context, user, runID string, first *Record) error
 	Run(ctx context.Context, user, id string) (*Run, error)
-	// FinishRun ends a running run: in one transaction it appends a failed tool record (content
-	// end.Reason) for every tool call of the run that has none, and sets the run's status, finish reason,
-	// error, usage and EndedAt. It returns the tool records it appended. A run that already ended is
-	// ErrConflict.
+	// ActiveRun returns the session's running run, or ErrNotFound.
+	ActiveRun(ctx context.Context, user, sessionID string) (*Run, error)
+	// RunByKey returns the user's run created with this idempotency key, or ErrNotFound.
+	RunByKey(ctx context.Context, user, key string) (*Run, error)
+	// UnfinishedRuns returns, for every user, the runs still running or queued, oldest first, with UserID
+	// and Request. It is for start-up, to end the runs of a process that died and start the queued ones.
+	UnfinishedRuns(ctx context.Context) ([]Run, error)
+	// CloseCalls appends a failed tool record (content reason) for every tool call of the run that has
+	// none, in call order, and returns them.
+	CloseCalls(ctx context.Context, user, runID, reason string) ([]Record, error)
+	// FinishRun ends a running or queued run: in one transaction it closes the run's open calls as
+	// CloseCalls does (content end.Reason), appends end.Events to the run's log, and sets the run's
+	// status, finish reason, error, usage and EndedAt. It returns the tool records it appended. A run
+	// that already ended is ErrConflict.
 	FinishRun(ctx context.Context, user, runID string, end RunEnd) ([]Record, error)
 
-	// InterruptRunning ends, for every user, the runs still marked running — the runs of a process that
-	// died — as interrupted: each open tool call gets a failed tool record (content reason) and the run's
-	// usage is the sum of its stored usage entries. It returns the runs it ended. It is for start-up, when
-	// no live process owns a run.
-	InterruptRunning(ctx context.Context, reason string) ([]Run, error)
+	// AppendEvents appends events to the logs of their runs in one transaction. The caller (the chat
+	// layer, which owns the runs) assigns the sequence numbers; a Seq already stored is ErrConflict and
+	// nothing of the batch is stored.
+	AppendEvents(ctx context.Context, events []Event) error
+	// Events returns up to limit events of one of the user's runs with Seq > after, in order.
+	Events(ctx context.Context, user, runID string, after int64, limit int) ([]Event, error)
 
 	// AddUsage stores the usage of one model call.
 	AddUsage(ctx context.Context, user string, u UsageEntry) error

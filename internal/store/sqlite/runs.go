@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,19 +16,30 @@ import (
 // defaultCutReason is the content of the failed tool records FinishRun adds when RunEnd.Reason is empty.
 const defaultCutReason = "the run ended before this call finished"
 
+const runColumns = `id, session_id, status, agent, model, finish_reason, error, input_tokens, output_tokens,
+cache_read_tokens, cache_write_tokens, reasoning_tokens, COALESCE(idempotency_key, ''), request_hash, created_at,
+started_at, ended_at, recovered_from`
+
 const (
-	// insertRunSQL inserts nothing unless the session is the user's. The CAST is for PostgreSQL, which
+	// insertRunSQL inserts nothing unless the session is the user's. The CASTs are for PostgreSQL, which
 	// types a parameter in a SELECT list as text.
-	insertRunSQL = `INSERT INTO runs (id, session_id, user_id, status, agent, model, created_at)
-SELECT $1, id, user_id, 'running', $4, $5, CAST($6 AS BIGINT) FROM sessions WHERE id = $2 AND user_id = $3`
+	insertRunSQL = `INSERT INTO runs (id, session_id, user_id, status, agent, model, idempotency_key, request_hash,
+request, created_at, started_at)
+SELECT $1, id, user_id, $4, $5, $6, $7, $8, $9, CAST($10 AS BIGINT), CAST($11 AS BIGINT)
+FROM sessions WHERE id = $2 AND user_id = $3`
 
-	selectRunSQL = `SELECT id, session_id, status, agent, model, finish_reason, error, input_tokens,
-output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, created_at, ended_at
-FROM runs WHERE id = $1 AND user_id = $2`
+	selectRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE id = $1 AND user_id = $2`
+	activeRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE session_id = $1 AND user_id = $2 AND status = 'running'`
+	runByKeySQL     = `SELECT ` + runColumns + ` FROM runs WHERE user_id = $1 AND idempotency_key = $2`
+	unfinishedSQL   = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status IN ('queued', 'running') ORDER BY created_at, id`
+	runningInSQL    = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status = 'running'`
+	keyTakenSQL     = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
+	lastEventSeqSQL = `SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = $1`
 
-	runStateSQL    = `SELECT session_id, status FROM runs WHERE id = $1 AND user_id = $2`
-	runningRunsSQL = `SELECT id, user_id FROM runs WHERE status = 'running' ORDER BY created_at, id`
-	runUsageSQL    = `SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
+	runStateSQL = `SELECT session_id, status FROM runs WHERE id = $1 AND user_id = $2`
+	startRunSQL = `UPDATE runs SET status = 'running', started_at = $3, request = NULL
+WHERE id = $1 AND user_id = $2 AND status = 'queued'`
+	runUsageSQL = `SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
 		COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(reasoning_tokens), 0)
 		FROM usage WHERE run_id = $1 AND user_id = $2`
 
@@ -38,26 +50,77 @@ WHERE c.run_id = $1 AND c.session_id = $2 AND c.answer_id IS NULL
 ORDER BY r.seq, c.idx`
 
 	endRunSQL = `UPDATE runs SET status = $3, finish_reason = $4, error = $5, input_tokens = $6,
-output_tokens = $7, cache_read_tokens = $8, cache_write_tokens = $9, reasoning_tokens = $10, ended_at = $11
-WHERE id = $1 AND user_id = $2 AND status = 'running'`
+output_tokens = $7, cache_read_tokens = $8, cache_write_tokens = $9, reasoning_tokens = $10, ended_at = $11,
+recovered_from = $12, request = NULL
+WHERE id = $1 AND user_id = $2 AND status IN ('queued', 'running')`
 
 	insertUsageSQL = `INSERT INTO usage (id, user_id, run_id, session_id, agent, model, input_tokens,
 output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, created_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+
+	insertEventSQL  = `INSERT INTO run_events (run_id, seq, type, data) VALUES ($1, $2, $3, $4)`
+	selectEventsSQL = `SELECT e.seq, e.type, e.data FROM run_events e JOIN runs r ON r.id = e.run_id
+WHERE e.run_id = $1 AND r.user_id = $2 AND e.seq > $3 ORDER BY e.seq LIMIT $4`
+	runOwnedSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND user_id = $2)`
 )
 
-// CreateRun stores r with status running in one of the user's sessions, assigning ID (when empty) and
-// CreatedAt.
-func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run) error {
+// CreateRun stores r, running or queued, in one of the user's sessions, with its first record when
+// given, assigning ID (when empty) and CreatedAt.
+func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *store.Record) error {
 	run := *r
 	if run.ID == "" {
 		run.ID = uuid.Must(uuid.NewV7()).String()
 	}
-	run.Status, run.FinishReason, run.Error, run.Usage, run.EndedAt = store.RunRunning, "", "", store.Usage{}, nil
+	switch run.Status {
+	case "":
+		run.Status = store.RunRunning
+	case store.RunRunning, store.RunQueued:
+	default:
+		return fmt.Errorf("sqlite: create run: %w", conflict("a run cannot be created %s", run.Status))
+	}
+	if first != nil && run.Status == store.RunQueued {
+		return fmt.Errorf("sqlite: create run: %w", conflict("a queued run stores its first record when it starts"))
+	}
+	var rec store.Record
+	if first != nil {
+		var err error
+		if rec, err = newRecord(first); err != nil {
+			return fmt.Errorf("sqlite: create run: %w", err)
+		}
+		if rec.SessionID != run.SessionID {
+			return fmt.Errorf("sqlite: create run: %w", conflict("the first record belongs to another session"))
+		}
+		rec.RunID = run.ID
+	}
+	run.FinishReason, run.Error, run.Usage, run.EndedAt, run.LastEventSeq = "", "", store.Usage{}, nil, 0
 	run.CreatedAt = db.clock()
+	run.StartedAt = nil
+	var started any
+	if run.Status == store.RunRunning {
+		run.StartedAt = &run.CreatedAt
+		started = run.CreatedAt.UnixMicro()
+	}
+	var request any
+	if run.Status == store.RunQueued && run.Request != nil {
+		request = string(run.Request)
+	}
 	err := db.write(ctx, "create run", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, insertRunSQL, run.ID, run.SessionID, user, run.Agent, run.Model,
-			run.CreatedAt.UnixMicro())
+		if run.IdempotencyKey != "" {
+			var taken bool
+			if err := tx.QueryRowContext(ctx, keyTakenSQL, user, run.IdempotencyKey).Scan(&taken); err != nil {
+				return err
+			}
+			if taken {
+				return fmt.Errorf("%w: %q", store.ErrDuplicate, run.IdempotencyKey)
+			}
+		}
+		if run.Status == store.RunRunning {
+			if err := checkIdle(ctx, tx, user, run.SessionID); err != nil {
+				return err
+			}
+		}
+		res, err := tx.ExecContext(ctx, insertRunSQL, run.ID, run.SessionID, user, run.Status, run.Agent, run.Model,
+			nullable(run.IdempotencyKey), run.RequestHash, request, run.CreatedAt.UnixMicro(), started)
 		if err != nil {
 			return err
 		}
@@ -66,31 +129,185 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run) error {
 		} else if n == 0 {
 			return notFound("session", run.SessionID)
 		}
+		if first != nil {
+			return appendRecord(ctx, tx, user, &rec, run.CreatedAt)
+		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
+	if first != nil {
+		*first = rec
+	}
 	*r = run
 	return nil
 }
 
-// Run returns one of the user's runs.
+// checkIdle refuses with store.ErrBusy while the user's session has a running run. The unique index
+// runs_one_running_per_session enforces the same; checking first gives the error its own kind. Another
+// user's session looks idle here, so that the insert that follows reports it as not found.
+func checkIdle(ctx context.Context, tx *sql.Tx, user, sessionID string) error {
+	var id string
+	err := tx.QueryRowContext(ctx, runningInSQL, sessionID, user).Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("%w: session %q runs %s", store.ErrBusy, sessionID, id)
+}
+
+// StartRun makes a queued run running, with its first record.
+func (db *DB) StartRun(ctx context.Context, user, runID string, first *store.Record) error {
+	var rec store.Record
+	if first != nil {
+		var err error
+		if rec, err = newRecord(first); err != nil {
+			return fmt.Errorf("sqlite: start run: %w", err)
+		}
+		rec.RunID = runID
+	}
+	err := db.write(ctx, "start run", func(tx *sql.Tx) error {
+		var sessionID, status string
+		err := tx.QueryRowContext(ctx, runStateSQL, runID, user).Scan(&sessionID, &status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("run", runID)
+		}
+		if err != nil {
+			return err
+		}
+		if status != store.RunQueued {
+			return conflict("run %q is %s, not queued", runID, status)
+		}
+		if err := checkIdle(ctx, tx, user, sessionID); err != nil {
+			return err
+		}
+		now := db.clock()
+		if _, err := tx.ExecContext(ctx, startRunSQL, runID, user, now.UnixMicro()); err != nil {
+			return err
+		}
+		if first != nil {
+			if rec.SessionID != sessionID {
+				return conflict("the first record of run %q belongs to another session", runID)
+			}
+			return appendRecord(ctx, tx, user, &rec, now)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if first != nil {
+		*first = rec
+	}
+	return nil
+}
+
+// Run returns one of the user's runs. The usage of a run not ended yet is the sum of its usage entries.
 func (db *DB) Run(ctx context.Context, user, id string) (*store.Run, error) {
+	return db.runBy(ctx, user, "run", id, selectRunSQL, id, user)
+}
+
+// completeRun adds what is not a column of the run's row: its last event and, before it ends, its usage.
+func completeRun(ctx context.Context, tx *sql.Tx, user string, r *store.Run) error {
+	if err := tx.QueryRowContext(ctx, lastEventSeqSQL, r.ID).Scan(&r.LastEventSeq); err != nil {
+		return err
+	}
+	if r.EndedAt != nil {
+		return nil
+	}
+	u := &r.Usage
+	return tx.QueryRowContext(ctx, runUsageSQL, r.ID, user).Scan(&u.InputTokens, &u.OutputTokens,
+		&u.CacheReadTokens, &u.CacheWriteTokens, &u.ReasoningTokens)
+}
+
+// ActiveRun returns the session's running run.
+func (db *DB) ActiveRun(ctx context.Context, user, sessionID string) (*store.Run, error) {
+	return db.runBy(ctx, user, "running run of session", sessionID, activeRunSQL, sessionID, user)
+}
+
+// RunByKey returns the user's run created with the idempotency key.
+func (db *DB) RunByKey(ctx context.Context, user, key string) (*store.Run, error) {
+	return db.runBy(ctx, user, "run with idempotency key", key, runByKeySQL, user, key)
+}
+
+// runBy reads the one run query finds, reporting none as the missing "what id".
+func (db *DB) runBy(ctx context.Context, user, what, id, query string, args ...any) (*store.Run, error) {
+	var r *store.Run
+	err := db.read(ctx, what, func(tx *sql.Tx) error {
+		var err error
+		r, err = scanRun(tx.QueryRowContext(ctx, query, args...))
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound(what, id)
+		}
+		if err != nil {
+			return err
+		}
+		return completeRun(ctx, tx, user, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// UnfinishedRuns returns every user's running and queued runs, oldest first.
+func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
+	var runs []store.Run
+	err := db.read(ctx, "unfinished runs", func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, unfinishedSQL)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var request sql.NullString
+			r, err := scanRun(rows, &request)
+			if err != nil {
+				return err
+			}
+			if request.Valid {
+				r.Request = []byte(request.String)
+			}
+			runs = append(runs, *r)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		for i := range runs {
+			if err := completeRun(ctx, tx, runs[i].UserID, &runs[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return runs, err
+}
+
+// scanRun reads runColumns, then extra: for UnfinishedRuns, the user id and the request.
+func scanRun(row scanner, extra ...any) (*store.Run, error) {
 	var r store.Run
 	var created int64
-	var ended sql.NullInt64
+	var started, ended sql.NullInt64
 	u := &r.Usage
-	err := db.reader.QueryRowContext(ctx, selectRunSQL, id, user).Scan(&r.ID, &r.SessionID, &r.Status,
-		&r.Agent, &r.Model, &r.FinishReason, &r.Error, &u.InputTokens, &u.OutputTokens, &u.CacheReadTokens,
-		&u.CacheWriteTokens, &u.ReasoningTokens, &created, &ended)
-	if errors.Is(err, sql.ErrNoRows) {
-		err = notFound("run", id)
+	dest := []any{&r.ID, &r.SessionID, &r.Status, &r.Agent, &r.Model, &r.FinishReason, &r.Error,
+		&u.InputTokens, &u.OutputTokens, &u.CacheReadTokens, &u.CacheWriteTokens, &u.ReasoningTokens,
+		&r.IdempotencyKey, &r.RequestHash, &created, &started, &ended, &r.RecoveredFrom}
+	if len(extra) > 0 {
+		dest = append(dest, &r.UserID)
+		dest = append(dest, extra...)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: run: %w", err)
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
 	}
 	r.CreatedAt = fromMicros(created)
+	if started.Valid {
+		t := fromMicros(started.Int64)
+		r.StartedAt = &t
+	}
 	if ended.Valid {
 		t := fromMicros(ended.Int64)
 		r.EndedAt = &t
@@ -98,11 +315,38 @@ func (db *DB) Run(ctx context.Context, user, id string) (*store.Run, error) {
 	return &r, nil
 }
 
-// FinishRun ends a running run in one transaction: a failed tool record for each of its calls still
-// open, in call order, then the run's end state. It returns the records it appended.
+// CloseCalls appends a failed tool record for each open call of the run.
+func (db *DB) CloseCalls(ctx context.Context, user, runID, reason string) ([]store.Record, error) {
+	var added []store.Record
+	err := db.write(ctx, "close calls", func(tx *sql.Tx) error {
+		var sessionID, status string
+		err := tx.QueryRowContext(ctx, runStateSQL, runID, user).Scan(&sessionID, &status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("run", runID)
+		}
+		if err != nil {
+			return err
+		}
+		added, err = closeCalls(ctx, tx, user, sessionID, runID, reason, db.clock())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return added, nil
+}
+
+// FinishRun ends a running or queued run in one transaction: a failed tool record for each of its
+// calls still open, in call order, its last events, then the run's end state. It returns the records it
+// appended.
 func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEnd) ([]store.Record, error) {
 	if !terminal(end.Status) {
 		return nil, fmt.Errorf("sqlite: finish run: %w", conflict("%q is not a terminal run status", end.Status))
+	}
+	for _, e := range end.Events {
+		if e.RunID != runID {
+			return nil, fmt.Errorf("sqlite: finish run: %w", conflict("event %d belongs to run %q", e.Seq, e.RunID))
+		}
 	}
 	var added []store.Record
 	err := db.write(ctx, "finish run", func(tx *sql.Tx) error {
@@ -114,17 +358,26 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 		if err != nil {
 			return err
 		}
-		if status != store.RunRunning {
+		if status != store.RunRunning && status != store.RunQueued {
 			return conflict("run %q already ended (%s)", runID, status)
 		}
 		now := db.clock()
 		if added, err = closeCalls(ctx, tx, user, sessionID, runID, end.Reason, now); err != nil {
 			return err
 		}
+		if err := insertEvents(ctx, tx, end.Events); err != nil {
+			return err
+		}
 		u := end.Usage
+		if end.UsageFromEntries {
+			if err := tx.QueryRowContext(ctx, runUsageSQL, runID, user).Scan(&u.InputTokens, &u.OutputTokens,
+				&u.CacheReadTokens, &u.CacheWriteTokens, &u.ReasoningTokens); err != nil {
+				return err
+			}
+		}
 		_, err = tx.ExecContext(ctx, endRunSQL, runID, user, end.Status, end.FinishReason, end.Error,
 			u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.ReasoningTokens,
-			now.UnixMicro())
+			now.UnixMicro(), end.RecoveredFrom)
 		return err
 	})
 	if err != nil {
@@ -133,48 +386,105 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 	return added, nil
 }
 
-// interruptedError is the error of a run a dead process left running.
-const interruptedError = "chatd stopped before the run ended"
+// AppendEvents appends a batch of events, of any runs, in one transaction.
+func (db *DB) AppendEvents(ctx context.Context, events []store.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	return db.write(ctx, "append events", func(tx *sql.Tx) error {
+		return insertEvents(ctx, tx, events)
+	})
+}
 
-// InterruptRunning ends the runs a dead process left running, each as FinishRun would with status
-// interrupted, so that their sessions accept the next message.
-func (db *DB) InterruptRunning(ctx context.Context, reason string) ([]store.Run, error) {
-	type owned struct{ id, user string }
-	var running []owned
-	rows, err := db.reader.QueryContext(ctx, runningRunsSQL)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: interrupt running: %w", err)
-	}
-	for rows.Next() {
-		var o owned
-		if err := rows.Scan(&o.id, &o.user); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("sqlite: interrupt running: %w", err)
+// eventsPerInsert is how many events one INSERT statement carries: a multi-row insert costs the driver
+// one call where single rows cost one each.
+const eventsPerInsert = 128
+
+// insertManyEventsSQL inserts eventsPerInsert events.
+var insertManyEventsSQL = "INSERT INTO run_events (run_id, seq, type, data) VALUES " +
+	strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", eventsPerInsert), ", ")
+
+func insertEvents(ctx context.Context, tx *sql.Tx, events []store.Event) error {
+	for _, e := range events {
+		if e.Seq <= 0 || e.Type == "" {
+			return conflict("event %d of run %q has no sequence number or type", e.Seq, e.RunID)
 		}
-		running = append(running, o)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: interrupt running: %w", err)
-	}
-	var ended []store.Run
-	for _, o := range running {
-		end := store.RunEnd{Status: store.RunInterrupted, Error: interruptedError, Reason: reason}
-		u := &end.Usage
-		if err := db.reader.QueryRowContext(ctx, runUsageSQL, o.id, o.user).Scan(&u.InputTokens, &u.OutputTokens,
-			&u.CacheReadTokens, &u.CacheWriteTokens, &u.ReasoningTokens); err != nil {
-			return ended, fmt.Errorf("sqlite: interrupt running: usage of %s: %w", o.id, err)
-		}
-		if _, err := db.FinishRun(ctx, o.user, o.id, end); err != nil && !errors.Is(err, store.ErrConflict) {
-			return ended, err
-		}
-		r, err := db.Run(ctx, o.user, o.id)
+	if len(events) >= eventsPerInsert {
+		stmt, err := tx.PrepareContext(ctx, insertManyEventsSQL)
 		if err != nil {
-			return ended, err
+			return err
 		}
-		ended = append(ended, *r)
+		defer stmt.Close()
+		args := make([]any, 0, 4*eventsPerInsert)
+		for len(events) >= eventsPerInsert {
+			args = args[:0]
+			for _, e := range events[:eventsPerInsert] {
+				args = append(args, e.RunID, e.Seq, e.Type, e.Data)
+			}
+			if _, err := stmt.ExecContext(ctx, args...); err != nil {
+				return err
+			}
+			events = events[eventsPerInsert:]
+		}
 	}
-	return ended, nil
+	if len(events) == 0 {
+		return nil
+	}
+	stmt, err := tx.PrepareContext(ctx, insertEventSQL)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, e := range events {
+		if _, err := stmt.ExecContext(ctx, e.RunID, e.Seq, e.Type, e.Data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Events returns up to limit events of one of the user's runs after seq after.
+func (db *DB) Events(ctx context.Context, user, runID string, after int64, limit int) ([]store.Event, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	var events []store.Event
+	err := db.read(ctx, "events", func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, selectEventsSQL, runID, user, after, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e := store.Event{RunID: runID}
+			var data string
+			if err := rows.Scan(&e.Seq, &e.Type, &data); err != nil {
+				return err
+			}
+			e.Data = []byte(data)
+			events = append(events, e)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(events) > 0 {
+			return nil
+		}
+		// No events: tell an empty log from a run that is not the user's.
+		var owned bool
+		if err := tx.QueryRowContext(ctx, runOwnedSQL, runID, user).Scan(&owned); err != nil {
+			return err
+		}
+		if !owned {
+			return notFound("run", runID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return events, nil
 }
 
 // openCall is a tool call without a tool record.

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pressly/goose/v3"
 
 	"chatd/internal/store"
 	"chatd/internal/store/storetest"
@@ -136,6 +139,90 @@ func gooseVersions(t *testing.T, db *DB) int {
 	return n
 }
 
+// TestMigrateRuns upgrades a database of the first schema whose sessions hold several running runs,
+// as a FinishRun that failed could leave them: one running run per session survives, the one with a
+// call open or else the newest, and the others end as interrupted with their usage; ended runs keep
+// theirs.
+func TestMigrateRuns(t *testing.T) {
+	path, ctx := tempPath(t), t.Context()
+	const t0 = 1_700_000_000_000_000
+	migrateTo(t, path, 1, []string{
+		`INSERT INTO sessions (id, user_id, last_seq, created_at, updated_at)
+			VALUES ('s1', 'u', 1, 0, 0), ('s2', 'u', 0, 0, 0)`,
+		`INSERT INTO runs (id, session_id, user_id, status, model, created_at) VALUES
+			('open', 's1', 'u', 'running', 'm', 1700000000000001),
+			('newer', 's1', 'u', 'running', 'm', 1700000000000002),
+			('old', 's2', 'u', 'running', 'm', 1700000000000003),
+			('new', 's2', 'u', 'running', 'm', 1700000000000004)`,
+		`INSERT INTO runs (id, session_id, user_id, status, input_tokens, created_at, ended_at)
+			VALUES ('done', 's1', 'u', 'completed', 5, 1700000000000000, 1700000000000009)`,
+		`INSERT INTO records (id, session_id, user_id, seq, run_id, role, created_at)
+			VALUES ('a', 's1', 'u', 1, 'open', 'assistant', 1700000000000005)`,
+		`INSERT INTO tool_calls (record_id, call_id, session_id, run_id, idx, name, arguments)
+			VALUES ('a', 'c1', 's1', 'open', 0, 'f', '{}')`,
+		`INSERT INTO usage (id, user_id, run_id, input_tokens, output_tokens, created_at) VALUES
+			('u1', 'u', 'newer', 10, 3, 0), ('u2', 'u', 'newer', 10, 3, 0), ('u3', 'other', 'newer', 7000, 0, 0)`,
+	})
+	db := openTest(t, path, Options{})
+
+	for _, want := range []struct {
+		id, status string
+		usage      store.Usage
+	}{
+		{"open", store.RunRunning, store.Usage{}},
+		{"newer", store.RunInterrupted, store.Usage{InputTokens: 20, OutputTokens: 6}},
+		{"old", store.RunInterrupted, store.Usage{}},
+		{"new", store.RunRunning, store.Usage{}},
+		{"done", store.RunCompleted, store.Usage{InputTokens: 5}},
+	} {
+		r, err := db.Run(ctx, "u", want.id)
+		if err != nil {
+			t.Fatalf("Run(%s): %v", want.id, err)
+		}
+		ended := r.EndedAt != nil && !r.EndedAt.Before(r.CreatedAt)
+		if r.Status != want.status || r.Usage != want.usage || ended != (want.status != store.RunRunning) ||
+			r.StartedAt == nil || !r.StartedAt.Equal(r.CreatedAt) || r.CreatedAt.UnixMicro() < t0 {
+			t.Errorf("migrated run %s = %+v (started %v, ended %v); want %s with usage %+v",
+				want.id, r, r.StartedAt, r.EndedAt, want.status, want.usage)
+		}
+	}
+	// Start-up then ends the runs left running; the one with the open call closes it.
+	runs, err := db.UnfinishedRuns(ctx)
+	if err != nil || len(runs) != 2 || runs[0].ID != "open" || runs[1].ID != "new" {
+		t.Fatalf("UnfinishedRuns after the migration = %+v, %v; want runs open and new", runs, err)
+	}
+	added, err := db.FinishRun(ctx, "u", "open", store.RunEnd{Status: store.RunInterrupted, UsageFromEntries: true})
+	if err != nil || len(added) != 1 || added[0].ToolCallID != "c1" {
+		t.Errorf("FinishRun of the run with the open call = %+v, %v; want c1 closed", added, err)
+	}
+}
+
+// migrateTo brings a new database at path to schema version, then runs the statements.
+func migrateTo(t *testing.T, path string, version int64, statements []string) {
+	t.Helper()
+	pool, err := openPool(t.Context(), "file:"+escapePath(path)+"?"+writerParams, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	fsys, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, pool, fsys, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(t.Context(), version); err != nil {
+		t.Fatalf("migrate to version %d: %v", version, err)
+	}
+	for _, q := range statements {
+		if _, err := pool.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
 func TestOpenMissingDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
 	_, err := Open(t.Context(), filepath.Join(dir, "chatd.db"), Options{})
@@ -223,7 +310,8 @@ cache_read_tokens, cache_write_tokens, reasoning_tokens, created_at FROM usage W
 }
 
 // TestQueryPlans guards the indexes the hot queries rely on: each must search an index and never scan
-// a table. Only the open calls of one run, a handful of rows, may be sorted after the search.
+// a table. Only the open calls of one run and the unfinished runs, a handful of rows, may be sorted
+// after the search; the unfinished runs are a scan of a partial index, which holds only them.
 func TestQueryPlans(t *testing.T) {
 	db := openTest(t, tempPath(t), Options{})
 	for _, tc := range []struct {
@@ -239,10 +327,24 @@ func TestQueryPlans(t *testing.T) {
 		{"records", selectRecordsSQL, "SEARCH records USING INDEX", []any{"s", "u"}, false},
 		{"append", bumpSeqSQL, "SEARCH sessions USING INDEX", []any{"s", "u", 1}, false},
 		{"claim call", claimCallSQL, "SEARCH tool_calls USING INDEX", []any{"a", "r", "c", "s"}, false},
+		// The primary key of run_events is the index SQLite made for it.
+		{"events", selectEventsSQL,
+			"SEARCH e USING INDEX sqlite_autoindex_run_events_1 (run_id=? AND seq>?)", []any{"r", "u", 0, 10}, false},
+		{"last event", lastEventSeqSQL,
+			"SEARCH run_events USING COVERING INDEX sqlite_autoindex_run_events_1 (run_id=?)", []any{"r"}, false},
+		{"active run", activeRunSQL, "SEARCH runs USING INDEX runs_one_running_per_session (session_id=?)",
+			[]any{"s", "u"}, false},
+		{"busy check", runningInSQL, "SEARCH runs USING INDEX runs_one_running_per_session (session_id=?)",
+			[]any{"s", "u"}, false},
+		{"run by key", runByKeySQL,
+			"SEARCH runs USING INDEX runs_by_idempotency_key (user_id=? AND idempotency_key=?)", []any{"u", "k"}, false},
+		{"key taken", keyTakenSQL, "SEARCH runs USING COVERING INDEX runs_by_idempotency_key", []any{"u", "k"}, false},
+		{"unfinished runs", unfinishedSQL, "SCAN runs USING INDEX runs_unfinished", nil, true},
 	} {
 		plan := queryPlan(t, db, tc.query, tc.args...)
-		scans := strings.Contains(strings.ReplaceAll(plan, "SCAN CONSTANT ROW", ""), "SCAN ")
-		sorts := strings.Contains(plan, "TEMP B-TREE FOR ORDER BY")
+		rest := strings.NewReplacer("SCAN CONSTANT ROW", "", tc.want, "").Replace(plan)
+		scans := strings.Contains(rest, "SCAN ")
+		sorts := strings.Contains(plan, "USE TEMP B-TREE")
 		if !strings.Contains(plan, tc.want) || scans || sorts && !tc.sorts {
 			t.Errorf("%s: plan lacks %q, or scans, or sorts:\n%s", tc.name, tc.want, plan)
 		}

@@ -15,14 +15,16 @@ import (
 func testOtherUser(t *testing.T, s store.Store) {
 	ctx, alice, bob := t.Context(), newUser("alice"), newUser("bob")
 	sess := createSession(t, s, alice)
-	run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "openai/gpt-4o-mini"}
-	if err := s.CreateRun(ctx, alice, run); err != nil {
+	run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "openai/gpt-4o-mini", IdempotencyKey: "key"}
+	if err := s.CreateRun(ctx, alice, run, nil); err != nil {
 		t.Fatalf("CreateRun: %v", err)
 	}
+	queued := queueRun(t, s, alice, sess.ID, `{}`)
 	mustAppend(t, s, alice, userRecord(sess.ID, "hi"))
-	asst := assistantCalls(sess.ID, "call_1")
-	asst.RunID = run.ID
-	asst = mustAppend(t, s, alice, asst)
+	asst := mustAppend(t, s, alice, runAssistant(run, "call_1"))
+	if err := s.AppendEvents(ctx, []store.Event{event(run.ID, 1, "run_start", `{}`)}); err != nil {
+		t.Fatalf("AppendEvents: %v", err)
+	}
 	before := records(t, s, alice, sess.ID)
 	sessBefore, _ := s.Session(ctx, alice, sess.ID)
 
@@ -37,11 +39,28 @@ func testOtherUser(t *testing.T, s store.Store) {
 	wantErr(t, "AppendRecord(user)", s.AppendRecord(ctx, bob, &r), store.ErrNotFound)
 	r = toolResult(asst, "call_1")
 	wantErr(t, "AppendRecord(tool)", s.AppendRecord(ctx, bob, &r), store.ErrNotFound)
-	wantErr(t, "CreateRun", s.CreateRun(ctx, bob, &store.Run{SessionID: sess.ID}), store.ErrNotFound)
+	// Alice's session is busy, which bob must not learn either.
+	wantErr(t, "CreateRun", s.CreateRun(ctx, bob, &store.Run{SessionID: sess.ID}, nil), store.ErrNotFound)
+	r = userRecord(sess.ID, "intruder")
+	wantErr(t, "CreateRun with a first record", s.CreateRun(ctx, bob, &store.Run{SessionID: sess.ID}, &r),
+		store.ErrNotFound)
+	err = s.CreateRun(ctx, bob, &store.Run{SessionID: sess.ID, Status: store.RunQueued}, nil)
+	wantErr(t, "CreateRun(queued)", err, store.ErrNotFound)
 	_, err = s.Run(ctx, bob, run.ID)
 	wantErr(t, "Run", err, store.ErrNotFound)
-	_, err = s.FinishRun(ctx, bob, run.ID, store.RunEnd{Status: store.RunCancelled})
-	wantErr(t, "FinishRun", err, store.ErrNotFound)
+	_, err = s.ActiveRun(ctx, bob, sess.ID)
+	wantErr(t, "ActiveRun", err, store.ErrNotFound)
+	_, err = s.RunByKey(ctx, bob, "key")
+	wantErr(t, "RunByKey", err, store.ErrNotFound)
+	wantErr(t, "StartRun", s.StartRun(ctx, bob, queued.ID, nil), store.ErrNotFound)
+	_, err = s.CloseCalls(ctx, bob, run.ID, "mine")
+	wantErr(t, "CloseCalls", err, store.ErrNotFound)
+	_, err = s.Events(ctx, bob, run.ID, 0, 10)
+	wantErr(t, "Events", err, store.ErrNotFound)
+	for _, id := range []string{run.ID, queued.ID} {
+		_, err = s.FinishRun(ctx, bob, id, store.RunEnd{Status: store.RunCancelled})
+		wantErr(t, "FinishRun", err, store.ErrNotFound)
+	}
 
 	// Ids that exist for nobody answer the same.
 	_, err = s.Session(ctx, alice, "no-such-session")
@@ -57,8 +76,11 @@ func testOtherUser(t *testing.T, s store.Store) {
 	if sessAfter, err := s.Session(ctx, alice, sess.ID); err != nil || !cmp.Equal(sessBefore, sessAfter, cmpOpts) {
 		t.Errorf("another user changed the session: %+v, then %+v (%v)", sessBefore, sessAfter, err)
 	}
-	if got, err := s.Run(ctx, alice, run.ID); err != nil || got.Status != store.RunRunning {
+	if got, err := s.Run(ctx, alice, run.ID); err != nil || got.Status != store.RunRunning || got.LastEventSeq != 1 {
 		t.Errorf("another user changed the run: %+v, %v", got, err)
+	}
+	if got, err := s.Run(ctx, alice, queued.ID); err != nil || got.Status != store.RunQueued {
+		t.Errorf("another user changed the queued run: %+v, %v", got, err)
 	}
 }
 

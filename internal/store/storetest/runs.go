@@ -1,22 +1,15 @@
 package storetest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"chatd/internal/store"
 )
-
-func createRun(t *testing.T, s store.Store, user, sessionID string) *store.Run {
-	t.Helper()
-	run := &store.Run{SessionID: sessionID, Agent: "default", Model: "openai/gpt-4o-mini"}
-	if err := s.CreateRun(t.Context(), user, run); err != nil {
-		t.Fatalf("CreateRun: %v", err)
-	}
-	return run
-}
 
 // testFinishRun: FinishRun closes the run's open calls with failed tool records in call order, ends the
 // run, and refuses to end it twice.
@@ -24,7 +17,8 @@ func testFinishRun(t *testing.T, s store.Store) {
 	ctx, alice := t.Context(), newUser("alice")
 	sess := createSession(t, s, alice)
 	run := createRun(t, s, alice, sess.ID)
-	if run.ID == "" || run.Status != store.RunRunning || run.CreatedAt.IsZero() || run.EndedAt != nil {
+	if run.ID == "" || run.Status != store.RunRunning || run.CreatedAt.IsZero() || run.EndedAt != nil ||
+		run.StartedAt == nil || run.StartedAt.Before(run.CreatedAt) || run.LastEventSeq != 0 {
 		t.Fatalf("CreateRun returned %+v", run)
 	}
 	if got, err := s.Run(ctx, alice, run.ID); err != nil || !cmp.Equal(run, got) {
@@ -32,9 +26,7 @@ func testFinishRun(t *testing.T, s store.Store) {
 	}
 
 	mustAppend(t, s, alice, store.Record{SessionID: sess.ID, RunID: run.ID, Role: store.RoleUser, Content: "go"})
-	asst := assistantCalls(sess.ID, "call_1", "call_2", "call_3")
-	asst.RunID = run.ID
-	asst = mustAppend(t, s, alice, asst)
+	asst := mustAppend(t, s, alice, runAssistant(run, "call_1", "call_2", "call_3"))
 	mustAppend(t, s, alice, toolResult(asst, "call_2"))
 
 	end := store.RunEnd{Status: store.RunCancelled, FinishReason: "cancelled", Error: "stopped by the user",
@@ -43,16 +35,8 @@ func testFinishRun(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatalf("FinishRun: %v", err)
 	}
-	var want []store.Record
-	for i, id := range []string{"call_1", "call_3"} {
-		want = append(want, store.Record{SessionID: sess.ID, RunID: run.ID, Role: store.RoleTool,
-			Content: end.Reason, ToolCallID: id, Name: "get_weather", Success: ptr(false),
-			DurationMS: ptr(int64(0)), ParentID: asst.ID, Seq: asst.Seq + 2 + int64(i)})
-	}
-	ignore := cmp.FilterPath(func(p cmp.Path) bool {
-		return p.Last().String() == ".ID" || p.Last().String() == ".CreatedAt"
-	}, cmp.Ignore())
-	if diff := cmp.Diff(want, added, cmpOpts, ignore); diff != "" {
+	want := closedCalls(asst, end.Reason, asst.Seq+2, "call_1", "call_3")
+	if diff := cmp.Diff(want, added, cmpOpts, ignoreIDAndTime); diff != "" {
 		t.Errorf("FinishRun appended (-want +got):\n%s", diff)
 	}
 	got := records(t, s, alice, sess.ID)
@@ -80,7 +64,7 @@ func checkEnded(t *testing.T, s store.Store, user string, run *store.Run, end st
 	}
 	if got.Status != end.Status || got.FinishReason != end.FinishReason || got.Error != end.Error ||
 		got.Usage != end.Usage || got.EndedAt == nil || got.EndedAt.Before(got.CreatedAt) ||
-		got.EndedAt.Location() != time.UTC || !got.CreatedAt.Equal(run.CreatedAt) {
+		got.EndedAt.Location() != time.UTC || !got.CreatedAt.Equal(run.CreatedAt) || got.RecoveredFrom != end.RecoveredFrom {
 		t.Errorf("ended run = %+v (ended %v), want the end %+v", got, got.EndedAt, end)
 	}
 }
@@ -92,12 +76,12 @@ func testFinishRunPlain(t *testing.T, s store.Store, user, sessionID string) {
 	run := createRun(t, s, user, sessionID)
 	_, err := s.FinishRun(ctx, user, run.ID, store.RunEnd{Status: store.RunRunning})
 	wantErr(t, "FinishRun to running", err, store.ErrConflict)
+	_, err = s.FinishRun(ctx, user, run.ID, store.RunEnd{Status: store.RunQueued})
+	wantErr(t, "FinishRun to queued", err, store.ErrConflict)
 	_, err = s.FinishRun(ctx, user, "no-such-run", store.RunEnd{Status: store.RunCompleted})
 	wantErr(t, "FinishRun(unknown)", err, store.ErrNotFound)
 
-	asst := assistantCalls(sessionID, "call_1")
-	asst.RunID = run.ID
-	mustAppend(t, s, user, asst)
+	mustAppend(t, s, user, runAssistant(run, "call_1"))
 	added, err := s.FinishRun(ctx, user, run.ID, store.RunEnd{Status: store.RunFailed})
 	if err != nil || len(added) != 1 || added[0].Content == "" {
 		t.Fatalf("FinishRun without a Reason = %+v, %v; want one record with some content", added, err)
@@ -111,31 +95,120 @@ func testFinishRunPlain(t *testing.T, s store.Store, user, sessionID string) {
 	checkEnded(t, s, user, run, end)
 }
 
-// testFinishRunOwnCallsOnly: FinishRun closes the calls of its run, not another run's.
+// testFinishRunOwnCallsOnly: FinishRun closes the calls of its run, not another's: neither those of the
+// run a queued run waits for, nor a call of no run in the session of the run that ends.
 func testFinishRunOwnCallsOnly(t *testing.T, s store.Store) {
 	ctx, alice := t.Context(), newUser("alice")
-	sess := createSession(t, s, alice)
-	first, second := createRun(t, s, alice, sess.ID), createRun(t, s, alice, sess.ID)
-	asst := assistantCalls(sess.ID, "call_1")
-	asst.RunID = first.ID
-	asst = mustAppend(t, s, alice, asst)
-	if added, err := s.FinishRun(ctx, alice, second.ID, store.RunEnd{Status: store.RunInterrupted}); err != nil ||
-		len(added) != 0 {
-		t.Fatalf("FinishRun(second) = %+v, %v; want nothing appended", added, err)
+	sess, elsewhere := createSession(t, s, alice), createSession(t, s, alice)
+	first, second := createRun(t, s, alice, sess.ID), queueRun(t, s, alice, sess.ID, `{}`)
+	asst := mustAppend(t, s, alice, runAssistant(first, "call_1"))
+	other := createRun(t, s, alice, elsewhere.ID)
+	runless := mustAppend(t, s, alice, assistantCalls(elsewhere.ID, "call_1"))
+	for _, run := range []*store.Run{second, other} {
+		if added, err := s.FinishRun(ctx, alice, run.ID, store.RunEnd{Status: store.RunInterrupted}); err != nil ||
+			len(added) != 0 {
+			t.Fatalf("FinishRun(%s run) = %+v, %v; want nothing appended", run.Status, added, err)
+		}
 	}
 	mustAppend(t, s, alice, toolResult(asst, "call_1")) // still open for its own run
+	mustAppend(t, s, alice, toolResult(runless, "call_1"))
 }
 
-// testDeleteCascades: deleting a session deletes its records, calls and runs, and nothing else.
+// testCloseCalls: CloseCalls closes the open calls of its run only, in call order, returns what it
+// appended, and leaves the run running; a second call finds nothing to close.
+func testCloseCalls(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	sess, elsewhere := createSession(t, s, alice), createSession(t, s, alice)
+	run := createRun(t, s, alice, sess.ID)
+	mustAppend(t, s, alice, store.Record{SessionID: sess.ID, RunID: run.ID, Role: store.RoleUser, Content: "go"})
+	asst := mustAppend(t, s, alice, runAssistant(run, "call_1", "call_2", "call_3"))
+	mustAppend(t, s, alice, toolResult(asst, "call_2"))
+	other := createRun(t, s, alice, elsewhere.ID)
+	otherAsst := mustAppend(t, s, alice, runAssistant(other, "call_1"))
+
+	const reason = "the tool did not answer in time"
+	added, err := s.CloseCalls(ctx, alice, run.ID, reason)
+	if err != nil {
+		t.Fatalf("CloseCalls: %v", err)
+	}
+	want := closedCalls(asst, reason, asst.Seq+2, "call_1", "call_3")
+	if diff := cmp.Diff(want, added, cmpOpts, ignoreIDAndTime); diff != "" {
+		t.Errorf("CloseCalls appended (-want +got):\n%s", diff)
+	}
+	got := records(t, s, alice, sess.ID)
+	if diff := cmp.Diff(added, got[len(got)-2:], cmpOpts); diff != "" {
+		t.Errorf("CloseCalls' records differ from the stored ones (-returned +stored):\n%s", diff)
+	}
+	if again, err := s.CloseCalls(ctx, alice, run.ID, reason); err != nil || len(again) != 0 {
+		t.Errorf("second CloseCalls = %+v, %v; want nothing appended", again, err)
+	}
+	if r := getRun(t, s, alice, run.ID); r.Status != store.RunRunning || r.EndedAt != nil {
+		t.Errorf("CloseCalls changed the run: %+v", r)
+	}
+	// The run goes on with its next turn; the other run's call is still open.
+	mustAppend(t, s, alice, store.Record{SessionID: sess.ID, RunID: run.ID, Role: store.RoleAssistant,
+		Content: "the tool timed out", FinishReason: "stop"})
+	mustAppend(t, s, alice, toolResult(otherAsst, "call_1"))
+
+	_, err = s.CloseCalls(ctx, newUser("bob"), run.ID, reason)
+	wantErr(t, "CloseCalls of another user's run", err, store.ErrNotFound)
+	_, err = s.CloseCalls(ctx, alice, "no-such-run", reason)
+	wantErr(t, "CloseCalls(unknown)", err, store.ErrNotFound)
+}
+
+// testRunUsageSoFar: a run not ended yet reports the sum of its usage entries (the user's, for this run);
+// an ended run reports the totals FinishRun stored, whatever is added afterwards.
+func testRunUsageSoFar(t *testing.T, s store.Store) {
+	ctx, alice, bob := t.Context(), newUser("alice"), newUser("bob")
+	sess := createSession(t, s, alice)
+	run, other := createRun(t, s, alice, sess.ID), queueRun(t, s, alice, sess.ID, `{}`)
+	if u := getRun(t, s, alice, run.ID).Usage; u != (store.Usage{}) {
+		t.Errorf("usage of a run without entries = %+v, want zero", u)
+	}
+	add := func(user, runID string, u store.Usage) {
+		t.Helper()
+		err := s.AddUsage(ctx, user, store.UsageEntry{RunID: runID, SessionID: sess.ID, Model: "m", Usage: u})
+		if err != nil {
+			t.Fatalf("AddUsage: %v", err)
+		}
+	}
+	add(alice, run.ID, store.Usage{InputTokens: 100, OutputTokens: 10, CacheReadTokens: 50, CacheWriteTokens: 5,
+		ReasoningTokens: 3})
+	add(alice, run.ID, store.Usage{InputTokens: 20, OutputTokens: 2})
+	add(alice, other.ID, store.Usage{InputTokens: 1000})
+	add(bob, run.ID, store.Usage{InputTokens: 7000}) // a label, not bob's access to alice's run
+
+	want := store.Usage{InputTokens: 120, OutputTokens: 12, CacheReadTokens: 50, CacheWriteTokens: 5,
+		ReasoningTokens: 3}
+	if u := getRun(t, s, alice, run.ID).Usage; u != want {
+		t.Errorf("Run usage so far = %+v, want %+v", u, want)
+	}
+	if active, err := s.ActiveRun(ctx, alice, sess.ID); err != nil || active.Usage != want {
+		t.Errorf("ActiveRun = %+v, %v; want usage %+v", active, err, want)
+	}
+
+	end := store.RunEnd{Status: store.RunCompleted, Usage: store.Usage{InputTokens: 1, OutputTokens: 2,
+		CacheReadTokens: 3, CacheWriteTokens: 4, ReasoningTokens: 5}}
+	mustFinish(t, s, alice, run.ID, end)
+	add(alice, run.ID, store.Usage{InputTokens: 9})
+	if u := getRun(t, s, alice, run.ID).Usage; u != end.Usage {
+		t.Errorf("usage of the ended run = %+v, want the totals it ended with, %+v", u, end.Usage)
+	}
+}
+
+// testDeleteCascades: deleting a session deletes its records, calls, runs and their events, and nothing
+// else.
 func testDeleteCascades(t *testing.T, s store.Store) {
 	ctx, alice := t.Context(), newUser("alice")
 	sess, kept := createSession(t, s, alice), createSession(t, s, alice)
-	run := createRun(t, s, alice, sess.ID)
-	asst := assistantCalls(sess.ID, "call_1", "call_2")
-	asst.RunID = run.ID
-	asst = mustAppend(t, s, alice, asst)
+	run, keptRun := createRun(t, s, alice, sess.ID), createRun(t, s, alice, kept.ID)
+	asst := mustAppend(t, s, alice, runAssistant(run, "call_1", "call_2"))
 	mustAppend(t, s, alice, toolResult(asst, "call_1"))
 	mustAppend(t, s, alice, userRecord(kept.ID, "keep me"))
+	events := []store.Event{event(run.ID, 1, "run_start", `{}`), event(keptRun.ID, 1, "run_start", `{}`)}
+	if err := s.AppendEvents(ctx, events); err != nil {
+		t.Fatalf("AppendEvents: %v", err)
+	}
 	if err := s.AddUsage(ctx, alice, store.UsageEntry{RunID: run.ID, SessionID: sess.ID, Model: "m",
 		Usage: store.Usage{InputTokens: 1}}); err != nil {
 		t.Fatalf("AddUsage: %v", err)
@@ -152,8 +225,15 @@ func testDeleteCascades(t *testing.T, s store.Store) {
 	wantErr(t, "FinishRun of a deleted session", err, store.ErrNotFound)
 	r := toolResult(asst, "call_2")
 	wantErr(t, "AppendRecord to a deleted session", s.AppendRecord(ctx, alice, &r), store.ErrNotFound)
+	_, err = s.Events(ctx, alice, run.ID, 0, 10)
+	wantErr(t, "Events of a deleted session's run", err, store.ErrNotFound)
+	_, err = s.ActiveRun(ctx, alice, sess.ID)
+	wantErr(t, "ActiveRun of a deleted session", err, store.ErrNotFound)
 	if got := records(t, s, alice, kept.ID); len(got) != 1 || got[0].Content != "keep me" {
 		t.Errorf("the other session's records = %+v", got)
+	}
+	if diff := cmp.Diff(events[1:], mustEvents(t, s, alice, keptRun.ID, 0, 10)); diff != "" {
+		t.Errorf("the other session's events (-want +got):\n%s", diff)
 	}
 	// Accounting outlives the session: usage of its run can still be recorded.
 	if err := s.AddUsage(ctx, alice, store.UsageEntry{RunID: run.ID, SessionID: sess.ID}); err != nil {
@@ -179,70 +259,122 @@ func testUsage(t *testing.T, s store.Store) {
 	}
 }
 
-// testInterruptRunning: at start-up the runs a dead process left running end as interrupted, for every
-// user, with their open calls closed and their usage summed; ended runs are untouched; the sessions
-// accept the next message. Other subtests' runs may share the store: only this subtest's are checked.
-func testInterruptRunning(t *testing.T, s store.Store) {
-	ctx := t.Context()
-	type left struct {
-		user string
-		run  *store.Run
-		sess string
-	}
-	var runs []left
+// testUnfinishedRuns: at start-up UnfinishedRuns lists every user's running and queued runs, oldest
+// first, with their owner and request. Ending the running ones as interrupted, with the usage of their
+// entries, closes their calls and frees their sessions for the queued runs; the ended runs are no longer
+// listed. Other subtests' runs may share the store: only this subtest's are checked.
+func testUnfinishedRuns(t *testing.T, s store.Store) {
+	var left []leftRun
 	for _, name := range []string{"alice", "bob"} {
-		user := newUser(name)
-		sess := createSession(t, s, user)
-		run := createRun(t, s, user, sess.ID)
-		mustAppend(t, s, user, store.Record{SessionID: sess.ID, RunID: run.ID, Role: store.RoleUser, Content: "go"})
-		asst := assistantCalls(sess.ID, "call_1")
-		asst.RunID = run.ID
-		mustAppend(t, s, user, asst)
-		for range 2 {
-			if err := s.AddUsage(ctx, user, store.UsageEntry{RunID: run.ID, SessionID: sess.ID, Model: "m",
-				Usage: store.Usage{InputTokens: 10, OutputTokens: 3}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		runs = append(runs, left{user, run, sess.ID})
+		left = append(left, leaveRuns(t, s, newUser(name))...)
 	}
-	done := runs[0]
-	finished := createRun(t, s, done.user, done.sess)
-	if _, err := s.FinishRun(ctx, done.user, finished.ID, store.RunEnd{Status: store.RunCompleted}); err != nil {
-		t.Fatal(err)
+	owner := left[0].user
+	done := createRun(t, s, owner, createSession(t, s, owner).ID)
+	mustFinish(t, s, owner, done.ID, store.RunEnd{Status: store.RunCompleted})
+
+	var want []store.Run
+	for _, l := range left {
+		r := getRun(t, s, l.user, l.run.ID)
+		r.UserID = l.user
+		want = append(want, *r)
+	}
+	got := unfinishedOf(t, s, left)
+	byID := cmpopts.SortSlices(func(a, b store.Run) bool { return a.ID < b.ID })
+	// Request is the queued runs' business, checked below.
+	if diff := cmp.Diff(want, got, byID, cmpopts.IgnoreFields(store.Run{}, "Request")); diff != "" {
+		t.Errorf("UnfinishedRuns (-want +got):\n%s", diff)
+	}
+	for _, r := range got {
+		if r.Status == store.RunQueued && string(r.Request) != `{"message": "and then?"}` {
+			t.Errorf("queued run %s has Request %q, want it byte for byte", r.ID, r.Request)
+		}
 	}
 
-	ended, err := s.InterruptRunning(ctx, "chatd stopped before this call finished")
+	interruptLeft(t, s, left)
+	if got := unfinishedOf(t, s, left); len(got) != 2 || got[0].Status != store.RunQueued ||
+		got[1].Status != store.RunQueued {
+		t.Fatalf("UnfinishedRuns after the interrupts = %+v, want the two queued runs", got)
+	}
+	for _, l := range left {
+		if l.run.Status != store.RunQueued {
+			continue
+		}
+		first := userRecord(l.run.SessionID, "and then?")
+		if err := s.StartRun(t.Context(), l.user, l.run.ID, &first); err != nil {
+			t.Fatalf("StartRun after the running run was interrupted: %v", err)
+		}
+		mustFinish(t, s, l.user, l.run.ID, store.RunEnd{Status: store.RunCompleted})
+	}
+	if got := unfinishedOf(t, s, left); len(got) != 0 {
+		t.Errorf("UnfinishedRuns after every run ended = %+v", got)
+	}
+}
+
+// leftRun is a run a dead process left behind.
+type leftRun struct {
+	user string
+	run  *store.Run
+	asst store.Record // of a running run: its assistant record, call_1 open
+}
+
+// leaveRuns leaves in a new session of user what a dead process leaves: a running run with a call open
+// and two usage entries, and a run queued behind it.
+func leaveRuns(t *testing.T, s store.Store, user string) []leftRun {
+	t.Helper()
+	sess := createSession(t, s, user)
+	run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "m"}
+	first := userRecord(sess.ID, "go")
+	if err := s.CreateRun(t.Context(), user, run, &first); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	asst := mustAppend(t, s, user, runAssistant(run, "call_1"))
+	for range 2 {
+		if err := s.AddUsage(t.Context(), user, store.UsageEntry{RunID: run.ID, SessionID: sess.ID, Model: "m",
+			Usage: store.Usage{InputTokens: 10, OutputTokens: 3}}); err != nil {
+			t.Fatalf("AddUsage: %v", err)
+		}
+	}
+	queued := queueRun(t, s, user, sess.ID, `{"message": "and then?"}`)
+	return []leftRun{{user: user, run: run, asst: asst}, {user: user, run: queued}}
+}
+
+// unfinishedOf returns the runs of left that UnfinishedRuns lists, in its order, having checked that
+// the whole list is oldest first.
+func unfinishedOf(t *testing.T, s store.Store, left []leftRun) []store.Run {
+	t.Helper()
+	all, err := s.UnfinishedRuns(t.Context())
 	if err != nil {
-		t.Fatalf("InterruptRunning: %v", err)
+		t.Fatalf("UnfinishedRuns: %v", err)
 	}
-	byID := map[string]store.Run{}
-	for _, r := range ended {
-		byID[r.ID] = r
+	if !slices.IsSortedFunc(all, func(a, b store.Run) int { return a.CreatedAt.Compare(b.CreatedAt) }) {
+		t.Errorf("UnfinishedRuns is not oldest first: %+v", all)
 	}
-	if _, again := byID[finished.ID]; again {
-		t.Error("InterruptRunning ended a run that had already ended")
-	}
-	for _, l := range runs {
-		r, ok := byID[l.run.ID]
-		if !ok || r.Status != store.RunInterrupted || r.EndedAt == nil || r.Usage.InputTokens != 20 || r.Usage.OutputTokens != 6 {
-			t.Errorf("%s's run after InterruptRunning: %+v (found %v)", l.user, r, ok)
+	var mine []store.Run
+	for _, r := range all {
+		if slices.ContainsFunc(left, func(l leftRun) bool { return l.run.ID == r.ID }) {
+			mine = append(mine, r)
 		}
-		recs := records(t, s, l.user, l.sess)
-		last := recs[len(recs)-1]
-		if last.Role != store.RoleTool || last.ToolCallID != "call_1" || last.Success == nil || *last.Success ||
-			last.Content != "chatd stopped before this call finished" {
-			t.Errorf("%s's open call was not closed: %+v", l.user, last)
-		}
-		mustAppend(t, s, l.user, userRecord(l.sess, "the conversation goes on"))
 	}
-	if again, err := s.InterruptRunning(ctx, "x"); err != nil {
-		t.Fatal(err)
-	} else {
-		for _, r := range again {
-			if _, mine := byID[r.ID]; mine {
-				t.Errorf("run %s interrupted twice", r.ID)
-			}
+	return mine
+}
+
+// interruptLeft ends the running runs of left as start-up does: interrupted, calls closed, usage summed
+// from the entries (the Usage given is replaced).
+func interruptLeft(t *testing.T, s store.Store, left []leftRun) {
+	t.Helper()
+	const reason = "chatd stopped before this call finished"
+	for _, l := range left {
+		if l.run.Status != store.RunRunning {
+			continue
 		}
+		end := store.RunEnd{Status: store.RunInterrupted, Error: "chatd stopped before the run ended",
+			Reason: reason, UsageFromEntries: true, Usage: store.Usage{InputTokens: 999}, RecoveredFrom: 7}
+		added := mustFinish(t, s, l.user, l.run.ID, end)
+		want := closedCalls(l.asst, reason, l.asst.Seq+1, "call_1")
+		if diff := cmp.Diff(want, added, cmpOpts, ignoreIDAndTime); diff != "" {
+			t.Errorf("%s's open call was not closed (-want +got):\n%s", l.user, diff)
+		}
+		end.Usage = store.Usage{InputTokens: 20, OutputTokens: 6}
+		checkEnded(t, s, l.user, l.run, end)
 	}
 }

@@ -1,10 +1,13 @@
 // Package storetest is the contract suite every store.Store implementation runs (store/sqlite, and
-// store/postgres later): sessions, records and the pairing invariant, runs, usage, user scoping and
-// concurrent appends. It imports store and test helpers only, never an implementation.
+// store/postgres later): sessions, records and the pairing invariant, runs and their queue, idempotency
+// keys, event logs, usage, user scoping and concurrent writes. It imports store and test helpers only,
+// never an implementation.
 //
 // Where store.go leaves the error of a bad input open, the suite pins the answer both stores give, so the
 // HTTP layer maps them one way: a record or patch that breaks a rule of the records' shape is
-// store.ErrConflict, a page cursor the store did not issue is store.ErrNotFound.
+// store.ErrConflict, a page cursor the store did not issue is store.ErrNotFound, a first record of
+// another session than its run's is store.ErrConflict, and a taken idempotency key is
+// store.ErrDuplicate even while the session is busy.
 package storetest
 
 import (
@@ -39,7 +42,19 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ToolCallValidation", testToolCallValidation},
 		{"FinishRun", testFinishRun},
 		{"FinishRunOwnCallsOnly", testFinishRunOwnCallsOnly},
-		{"InterruptRunning", testInterruptRunning},
+		{"CloseCalls", testCloseCalls},
+		{"RunUsageSoFar", testRunUsageSoFar},
+		{"UnfinishedRuns", testUnfinishedRuns},
+		{"CreateRunWithFirstRecord", testCreateRunFirstRecord},
+		{"CreateRunRefused", testCreateRunRefused},
+		{"OneRunningRunPerSession", testOneRunningPerSession},
+		{"StartRun", testStartRun},
+		{"FinishQueuedRun", testFinishQueuedRun},
+		{"IdempotencyKey", testIdempotencyKey},
+		{"ConcurrentCreateRun", testConcurrentCreateRun},
+		{"EventLog", testEventLog},
+		{"AppendEventsAtomic", testAppendEventsAtomic},
+		{"FinishRunEvents", testFinishRunEvents},
 		{"DeleteCascades", testDeleteCascades},
 		{"Usage", testUsage},
 		{"ConcurrentAppend", testConcurrentAppend},
@@ -96,6 +111,78 @@ func toolResult(parent store.Record, id string) store.Record {
 	return store.Record{SessionID: parent.SessionID, RunID: parent.RunID, Role: store.RoleTool,
 		ParentID: parent.ID, ToolCallID: id, Name: "get_weather", Content: "sunny",
 		Success: ptr(true), DurationMS: ptr(int64(3))}
+}
+
+func createRun(t *testing.T, s store.Store, user, sessionID string) *store.Run {
+	t.Helper()
+	run := &store.Run{SessionID: sessionID, Agent: "default", Model: "openai/gpt-4o-mini"}
+	if err := s.CreateRun(t.Context(), user, run, nil); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	return run
+}
+
+// queueRun creates a queued run carrying request.
+func queueRun(t *testing.T, s store.Store, user, sessionID, request string) *store.Run {
+	t.Helper()
+	run := &store.Run{SessionID: sessionID, Status: store.RunQueued, Agent: "default", Model: "openai/gpt-4o-mini",
+		Request: []byte(request)}
+	if err := s.CreateRun(t.Context(), user, run, nil); err != nil {
+		t.Fatalf("CreateRun(queued): %v", err)
+	}
+	if run.Status != store.RunQueued || run.StartedAt != nil {
+		t.Fatalf("CreateRun(queued) returned %+v", run)
+	}
+	return run
+}
+
+func getRun(t *testing.T, s store.Store, user, id string) *store.Run {
+	t.Helper()
+	run, err := s.Run(t.Context(), user, id)
+	if err != nil {
+		t.Fatalf("Run(%s): %v", id, err)
+	}
+	return run
+}
+
+func mustFinish(t *testing.T, s store.Store, user, runID string, end store.RunEnd) []store.Record {
+	t.Helper()
+	added, err := s.FinishRun(t.Context(), user, runID, end)
+	if err != nil {
+		t.Fatalf("FinishRun(%s): %v", runID, err)
+	}
+	return added
+}
+
+// wantNoRun fails unless the user has no run with this id.
+func wantNoRun(t *testing.T, s store.Store, user, id string) {
+	t.Helper()
+	if r, err := s.Run(t.Context(), user, id); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Run(%s) = %+v, %v; want no such run", id, r, err)
+	}
+}
+
+// runAssistant is an assistant record of run holding calls with the given ids.
+func runAssistant(run *store.Run, ids ...string) store.Record {
+	r := assistantCalls(run.SessionID, ids...)
+	r.RunID = run.ID
+	return r
+}
+
+// ignoreIDAndTime ignores the fields a store assigns that a test cannot predict.
+var ignoreIDAndTime = cmp.FilterPath(func(p cmp.Path) bool {
+	return p.Last().String() == ".ID" || p.Last().String() == ".CreatedAt"
+}, cmp.Ignore())
+
+// closedCalls is what FinishRun or CloseCalls appends for the open calls ids of parent, from Seq on.
+func closedCalls(parent store.Record, reason string, seq int64, ids ...string) []store.Record {
+	var want []store.Record
+	for i, id := range ids {
+		want = append(want, store.Record{SessionID: parent.SessionID, RunID: parent.RunID, Role: store.RoleTool,
+			Content: reason, ToolCallID: id, Name: "get_weather", Success: ptr(false),
+			DurationMS: ptr(int64(0)), ParentID: parent.ID, Seq: seq + int64(i)})
+	}
+	return want
 }
 
 func records(t *testing.T, s store.Store, user, sessionID string) []store.Record {

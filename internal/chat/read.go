@@ -1,0 +1,333 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"chatd/internal/store"
+)
+
+// notFound is the error for a run id the user has no run under.
+func notFound(id string) error {
+	return &Error{Kind: store.ErrNotFound, Code: "run_not_found", Message: fmt.Sprintf("no run %q", id)}
+}
+
+// RunInfo returns one of the user's runs: its status, agent, model, times and usage so far.
+func (s *Service) RunInfo(ctx context.Context, user, id string) (*store.Run, error) {
+	r, err := s.opts.Store.Run(ctx, user, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound(id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if live := s.live(user, id); live != nil {
+		r.LastEventSeq = live.lastSeq()
+	}
+	return r, nil
+}
+
+// CancelResult says what a cancel did.
+type CancelResult struct {
+	RunID string `json:"run_id"`
+	// Status is "cancelling" for a running run that was asked to stop, "cancelled" for a queued run
+	// (ended at once), or the status of a run that had already ended.
+	Status string `json:"status"`
+	// AlreadyEnded reports a run that had ended before: the cancel did nothing.
+	AlreadyEnded bool   `json:"already_ended"`
+	Message      string `json:"message"`
+}
+
+// Cancel stops one of the user's runs: the model call and the running tools stop, the partial answer is
+// stored, open tool calls get failed tool records, and the run ends with cancelled, then done cancelled.
+// A queued run ends at once without starting. Cancelling a run that has ended does nothing.
+func (s *Service) Cancel(ctx context.Context, user, id, reason string) (*CancelResult, error) {
+	if reason == "" {
+		reason = "cancelled by the user"
+	}
+	if live := s.live(user, id); live != nil {
+		cancelling := &CancelResult{RunID: id, Status: "cancelling", Message: "the run is stopping; its stream ends with cancelled, then done"}
+		if live.requestCancel(reason) {
+			return cancelling, nil
+		}
+		if live.Status() == store.RunQueued {
+			if s.cancelQueued(live, reason) {
+				return &CancelResult{RunID: id, Status: store.RunCancelled, Message: "the queued run was cancelled before it started"}, nil
+			}
+			// It started meanwhile: the queue's lock was held until it was running.
+			if live.requestCancel(reason) {
+				return cancelling, nil
+			}
+		}
+		select {
+		case <-live.Done():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	r, err := s.opts.Store.Run(ctx, user, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound(id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.Status == store.RunRunning || r.Status == store.RunQueued {
+		// In the store, not in this process: a run of another chatd process on the same database.
+		return nil, &Error{Kind: ErrBusy, Code: "run_not_here", RunID: id,
+			Message: "the run belongs to another chatd process, which cannot be reached from this one"}
+	}
+	return &CancelResult{RunID: id, Status: r.Status, AlreadyEnded: true, Message: "the run had already ended (" + r.Status + "); nothing was cancelled"}, nil
+}
+
+// Follower reads one run's events in order, from the live run or from the store: a run that is not
+// live any more has its whole log in the store.
+type Follower struct {
+	s     *Service
+	user  string
+	id    string
+	after int64
+
+	run   *Run // the live run; nil when reading the store
+	wake  <-chan struct{}
+	stop  func()
+	ended bool // the store's log ended, or the live run's every event was read
+
+	more bool // the last store read returned a full page
+
+	recovered *store.Run // set by Follow for a recovered run read from an id in recovery's part
+}
+
+// followPage is how many stored events one Read returns at most.
+const followPage = 512
+
+// pollInterval is how often a reader of a run that is neither live here nor ended checks the store.
+const pollInterval = 250 * time.Millisecond
+
+// Follow returns a reader of the user's run's events after Seq after.
+func (s *Service) Follow(ctx context.Context, user, id string, after int64) (*Follower, error) {
+	f := &Follower{s: s, user: user, id: id, after: max(after, 0)}
+	if live := s.live(user, id); live != nil {
+		f.run = live
+		f.wake, f.stop = live.Watch()
+		return f, nil
+	}
+	r, err := s.opts.Store.Run(ctx, user, id)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, notFound(id)
+		}
+		return nil, err
+	}
+	if r.EndedAt != nil && r.RecoveredFrom > 0 && f.after >= r.RecoveredFrom {
+		f.recovered = r
+	}
+	return f, nil
+}
+
+// Close stops following.
+func (f *Follower) Close() {
+	if f.stop != nil {
+		f.stop()
+	}
+}
+
+// Read returns the next events, none when none are ready, and end when the log is over and every
+// event of it was returned.
+func (f *Follower) Read(ctx context.Context) ([]Event, bool, error) {
+	if f.ended {
+		return nil, true, nil
+	}
+	if f.run != nil {
+		events, ended := f.run.Events(f.after)
+		if len(events) > 0 {
+			f.after = events[len(events)-1].Seq
+			return events, false, nil
+		}
+		if ended {
+			f.ended = true
+			if last := f.run.lastSeq(); f.after > last && last > 0 {
+				// A last id beyond the end: events a crash lost after the reader saw them.
+				done, _ := f.run.Events(last - 1)
+				return done, true, nil
+			}
+		}
+		return nil, f.ended, nil
+	}
+	if f.recovered != nil {
+		return f.resendRecovery(ctx, f.recovered)
+	}
+	stored, err := f.s.opts.Store.Events(ctx, f.user, f.id, f.after, followPage)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, false, notFound(f.id)
+		}
+		return nil, false, err
+	}
+	f.more = len(stored) == followPage
+	if len(stored) > 0 {
+		events := make([]Event, len(stored))
+		for i, e := range stored {
+			events[i] = Event{Seq: e.Seq, Type: e.Type, Data: e.Data}
+		}
+		f.after = events[len(events)-1].Seq
+		return events, false, nil
+	}
+	r, err := f.s.opts.Store.Run(ctx, f.user, f.id)
+	if err != nil {
+		return nil, false, err
+	}
+	switch {
+	case r.EndedAt != nil && f.after > r.LastEventSeq && r.LastEventSeq > 0:
+		return f.resendDone(ctx)
+	case r.EndedAt != nil:
+		f.ended = true
+	default:
+		// Not ended, not live when Follow looked: it may have become live here since (a queued run
+		// recovered at start-up), or belong to another process; the next Read looks again.
+		if live := f.s.live(f.user, f.id); live != nil {
+			f.run = live
+			f.wake, f.stop = live.Watch()
+			return f.Read(ctx)
+		}
+	}
+	return nil, f.ended, nil
+}
+
+// resendRecovery answers a reader whose last id lies in or beyond the events recovery wrote for a run a
+// dead process left running: the ids from there on may have named events the dead process streamed but
+// never stored, so the reader gets recovery's events in full — the stored partial answer, the closed
+// calls, error and done — and learns how the run ended.
+func (f *Follower) resendRecovery(ctx context.Context, r *store.Run) ([]Event, bool, error) {
+	f.ended = true
+	stored, err := f.s.opts.Store.Events(ctx, f.user, f.id, r.RecoveredFrom-1, followPage)
+	if err != nil {
+		return nil, true, err
+	}
+	events := make([]Event, len(stored))
+	for i, e := range stored {
+		events[i] = Event{Seq: e.Seq, Type: e.Type, Data: e.Data}
+	}
+	return events, true, nil
+}
+
+// resendDone answers a reader whose last id lies beyond the end of a finished run's log — events a crash
+// lost after the reader saw them — with the log's final done event, so that it learns how the run ended.
+func (f *Follower) resendDone(ctx context.Context) ([]Event, bool, error) {
+	f.ended = true
+	r, err := f.s.opts.Store.Run(ctx, f.user, f.id)
+	if err != nil || r.LastEventSeq == 0 {
+		return nil, true, err
+	}
+	stored, err := f.s.opts.Store.Events(ctx, f.user, f.id, r.LastEventSeq-1, 1)
+	if err != nil || len(stored) == 0 || stored[0].Type != EventDone {
+		return nil, true, err
+	}
+	return []Event{{Seq: stored[0].Seq, Type: stored[0].Type, Data: stored[0].Data}}, true, nil
+}
+
+// Wait returns a channel that receives when Read may have more: a signal from the live run, or, when
+// reading the store, at once while pages remain and after a short poll otherwise.
+func (f *Follower) Wait() <-chan struct{} {
+	if f.run != nil {
+		return f.wake
+	}
+	c := make(chan struct{}, 1)
+	if f.more || f.ended {
+		c <- struct{}{}
+		return c
+	}
+	time.AfterFunc(pollInterval, func() { c <- struct{}{} })
+	return c
+}
+
+// Wait waits until the user's run has ended, or ctx, and returns how it ended.
+func (s *Service) Wait(ctx context.Context, user, id string) (Outcome, error) {
+	for {
+		if live := s.live(user, id); live != nil {
+			select {
+			case <-live.Done():
+				return live.Outcome(), nil
+			case <-ctx.Done():
+				return Outcome{}, ctx.Err()
+			}
+		}
+		r, err := s.opts.Store.Run(ctx, user, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return Outcome{}, notFound(id)
+		}
+		if err != nil {
+			return Outcome{}, err
+		}
+		if r.EndedAt != nil {
+			return s.storedOutcome(ctx, user, r)
+		}
+		select {
+		case <-time.After(pollInterval):
+		case <-ctx.Done():
+			return Outcome{}, ctx.Err()
+		}
+	}
+}
+
+// storedOutcome rebuilds the outcome of an ended run from the last events of its log, and from its
+// records when the log has no complete event (a cancelled, failed or interrupted run, or no log).
+func (s *Service) storedOutcome(ctx context.Context, user string, r *store.Run) (Outcome, error) {
+	o := Outcome{Status: r.Status, FinishReason: r.FinishReason, Usage: r.Usage, ToolHistory: []ToolHistoryEntry{}}
+	events, err := s.opts.Store.Events(ctx, user, r.ID, max(r.LastEventSeq-8, 0), 16)
+	if err != nil {
+		return o, err
+	}
+	completed := false
+	for _, e := range events {
+		switch e.Type {
+		case EventComplete:
+			var c completeData
+			if json.Unmarshal(e.Data, &c) == nil {
+				o.Message, o.ToolHistory, completed = c.Message, c.ToolHistory, true
+			}
+		case EventError:
+			var info ErrorInfo
+			if json.Unmarshal(e.Data, &info) == nil {
+				o.Error = &info
+			}
+		}
+	}
+	if o.Error == nil && r.Status == store.RunFailed {
+		o.Error = &ErrorInfo{Code: "internal", Message: r.Error}
+	}
+	if !completed {
+		return s.recordsOutcome(ctx, user, r, o)
+	}
+	return o, nil
+}
+
+// recordsOutcome adds to o the run's last assistant record and its tool calls, as its records hold them.
+func (s *Service) recordsOutcome(ctx context.Context, user string, r *store.Run, o Outcome) (Outcome, error) {
+	recs, err := s.opts.Store.Records(ctx, user, r.SessionID)
+	if err != nil {
+		return o, err
+	}
+	var calls []store.ToolCall
+	for i := range recs {
+		switch rec := &recs[i]; {
+		case rec.RunID != r.ID:
+		case rec.Role == store.RoleAssistant:
+			o.Message, calls = rec, rec.ToolCalls
+		case rec.Role == store.RoleTool:
+			h := ToolHistoryEntry{ToolCallID: rec.ToolCallID, Name: rec.Name, Arguments: json.RawMessage("{}"),
+				Success: rec.Success != nil && *rec.Success, Content: rec.Content, Payload: rec.Payload}
+			if i := callIndex(calls, rec.ToolCallID); i >= 0 {
+				h.Arguments = calls[i].Arguments
+			}
+			if rec.DurationMS != nil {
+				h.DurationMS = *rec.DurationMS
+			}
+			o.ToolHistory = append(o.ToolHistory, h)
+		}
+	}
+	return o, nil
+}

@@ -1,0 +1,254 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"chatd/internal/store"
+)
+
+// Texts of a run a dead process left running.
+const (
+	interruptedError  = "chatd stopped before the run ended; the partial answer is kept"
+	interruptedReason = "chatd stopped before this call finished."
+	// FinishInterrupted is the finish reason of an assistant record recovered from a run's event log.
+	FinishInterrupted = "interrupted"
+)
+
+// Recover ends the runs a previous process left running — it died or was killed mid-run — and starts
+// the runs it left queued. A running run ends as interrupted: the answer it had streamed (as far as its
+// event log holds it) is stored as an assistant record, its open tool calls get failed tool records,
+// and its log ends with error and done interrupted, so that its session accepts the next message with a
+// history every provider accepts. Call it at start-up, before serving: it assumes that no other process
+// owns a run.
+func (s *Service) Recover(ctx context.Context) error {
+	runs, err := s.opts.Store.UnfinishedRuns(ctx)
+	if err != nil {
+		return fmt.Errorf("recover runs: %w", err)
+	}
+	var errs []error
+	for i := range runs {
+		if r := &runs[i]; r.Status == store.RunRunning {
+			if err := s.interrupt(ctx, r); err != nil {
+				errs = append(errs, fmt.Errorf("recover run %s: %w", r.ID, err))
+				continue
+			}
+			s.log.Warn("run interrupted by a previous stop", "run", r.ID, "session", r.SessionID)
+		}
+	}
+	sessions := map[string]bool{}
+	for i := range runs {
+		if r := &runs[i]; r.Status == store.RunQueued {
+			if err := s.requeue(ctx, r); err != nil {
+				errs = append(errs, fmt.Errorf("recover queued run %s: %w", r.ID, err))
+				continue
+			}
+			sessions[r.SessionID] = true
+		}
+	}
+	for id := range sessions {
+		s.kick(id)
+	}
+	return errors.Join(errs...)
+}
+
+// interrupt ends a run a dead process left running.
+func (s *Service) interrupt(ctx context.Context, r *store.Run) error {
+	lastSeq, logged, partial, err := s.scanLog(ctx, r)
+	if err != nil {
+		return err
+	}
+	var events []store.Event
+	from := lastSeq + 1
+	add := func(typ string, data []byte) {
+		lastSeq++
+		events = append(events, store.Event{RunID: r.ID, Seq: lastSeq, Type: typ, Data: data})
+	}
+	unlogged, err := s.unlogged(ctx, r, logged)
+	if err != nil {
+		return err
+	}
+	for i := range unlogged {
+		add(EventRecord, mustJSON(recordData{Message: &unlogged[i]}))
+	}
+	// The log is a prefix of what the run emitted: text streamed before a record it does not name belongs
+	// to that record's turn, which is stored already.
+	if partial != nil && len(unlogged) == 0 {
+		rec, err := s.storePartial(ctx, r, partial)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
+			add(EventRecord, mustJSON(recordData{Message: rec}))
+		}
+	}
+	closed, err := s.opts.Store.CloseCalls(ctx, r.UserID, r.ID, interruptedReason)
+	if err != nil {
+		return err
+	}
+	for i := range closed {
+		add(EventRecord, mustJSON(recordData{Message: &closed[i]}))
+	}
+	add(EventError, mustJSON(ErrorInfo{Code: "interrupted", Message: interruptedError, Retryable: true}))
+	add(EventDone, mustJSON(doneData{Status: store.RunInterrupted}))
+	_, err = s.opts.Store.FinishRun(ctx, r.UserID, r.ID, store.RunEnd{Status: store.RunInterrupted,
+		FinishReason: FinishInterrupted, Error: interruptedError, UsageFromEntries: true, Reason: interruptedReason,
+		Events: events, RecoveredFrom: from})
+	return err
+}
+
+// partialTurn is what a run streamed of a turn it did not store.
+type partialTurn struct {
+	text, reasoning strings.Builder
+}
+
+// scanLog reads a run's stored events and returns the Seq of the last one, the id of the last record
+// the log names, and the turn the run was streaming when its process died: the text and reasoning after
+// the last logged user or assistant record (nil when there is none).
+func (s *Service) scanLog(ctx context.Context, r *store.Run) (int64, string, *partialTurn, error) {
+	var last int64
+	var logged string
+	var p *partialTurn
+	for {
+		events, err := s.opts.Store.Events(ctx, r.UserID, r.ID, last, 1000)
+		if err != nil {
+			return 0, "", nil, err
+		}
+		if len(events) == 0 {
+			break
+		}
+		for _, e := range events {
+			last = e.Seq
+			switch e.Type {
+			case EventRecord:
+				var d struct {
+					Message struct {
+						ID   string `json:"id"`
+						Role string `json:"role"`
+					} `json:"message"`
+				}
+				if json.Unmarshal(e.Data, &d) != nil {
+					continue
+				}
+				logged = d.Message.ID
+				if d.Message.Role != store.RoleTool {
+					p = nil
+				}
+			case EventTextDelta, EventReasoningDelta:
+				var d struct {
+					Text string `json:"text"`
+				}
+				if json.Unmarshal(e.Data, &d) != nil {
+					continue
+				}
+				if p == nil {
+					p = &partialTurn{}
+				}
+				if e.Type == EventTextDelta {
+					p.text.WriteString(d.Text)
+				} else {
+					p.reasoning.WriteString(d.Text)
+				}
+			}
+		}
+	}
+	if p != nil && strings.TrimSpace(p.text.String()) == "" && strings.TrimSpace(p.reasoning.String()) == "" {
+		p = nil
+	}
+	return last, logged, p, nil
+}
+
+// unlogged returns the run's records stored after logged, the last one its log names ("" for none): the
+// process died before the event log wrote their record events — or, for a partial answer, an earlier
+// recovery that stopped half-way stored it. A run's records are the last of its session.
+func (s *Service) unlogged(ctx context.Context, r *store.Run, logged string) ([]store.Record, error) {
+	recs, err := s.opts.Store.Records(ctx, r.UserID, r.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	i := len(recs)
+	for i > 0 && recs[i-1].RunID == r.ID && recs[i-1].ID != logged {
+		i--
+	}
+	return recs[i:], nil
+}
+
+// storePartial stores the partial answer of an interrupted run as its last assistant record.
+func (s *Service) storePartial(ctx context.Context, r *store.Run, p *partialTurn) (*store.Record, error) {
+	rec := &store.Record{SessionID: r.SessionID, RunID: r.ID, Role: store.RoleAssistant, Content: p.text.String(),
+		Reasoning: p.reasoning.String(), Model: r.Model, FinishReason: FinishInterrupted}
+	if err := s.opts.Store.AppendRecord(ctx, r.UserID, rec); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			// A tool call is open: the text belongs to no turn the history can hold. It stays in the log.
+			s.log.Warn("partial answer of an interrupted run not stored: a tool call is open", "run", r.ID)
+			return nil, nil
+		}
+		return nil, err
+	}
+	return rec, nil
+}
+
+// requeue makes a queued run of a previous process live again, to start when its session is free.
+func (s *Service) requeue(ctx context.Context, r *store.Run) error {
+	var req Request
+	if err := json.Unmarshal(r.Request, &req); err != nil {
+		return s.failQueued(ctx, r, fmt.Errorf("its stored request is unreadable: %w", err))
+	}
+	req.SessionID = r.SessionID
+	p, err := s.plan(ctx, r.UserID, req)
+	if err != nil {
+		return s.failQueued(ctx, r, err)
+	}
+	run := newRun(r.ID, r.UserID, p, s.events)
+	run.status = store.RunQueued
+	for after := int64(0); ; {
+		events, err := s.opts.Store.Events(ctx, r.UserID, r.ID, after, 1000)
+		if err != nil {
+			return err
+		}
+		if len(events) == 0 {
+			break
+		}
+		for _, e := range events {
+			if e.Seq != int64(len(run.events))+1 {
+				break // a gap cannot be: keep the prefix
+			}
+			run.events = append(run.events, Event{Seq: e.Seq, Type: e.Type, Data: e.Data})
+			after = e.Seq
+		}
+		if after != events[len(events)-1].Seq {
+			break
+		}
+	}
+	run.persisted = int64(len(run.events))
+	if len(run.events) == 0 {
+		run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
+	}
+	run.emit(EventStatus, textData("message", "chatd restarted; the queued message starts when the session is free…"))
+	if err := s.admitQueued(run); err != nil {
+		return err
+	}
+	s.push(run)
+	return nil
+}
+
+// failQueued ends a recovered queued run that can no longer start.
+func (s *Service) failQueued(ctx context.Context, r *store.Run, cause error) error {
+	s.log.Error("queued run cannot start after a restart", "run", r.ID, "err", cause)
+	last := r.LastEventSeq
+	msg := "the queued message could not be started after chatd restarted: " + cause.Error()
+	info := ErrorInfo{Code: "invalid_request", Message: msg}
+	if e, ok := errors.AsType[*Error](cause); ok {
+		info.Code = e.Code
+	}
+	events := []store.Event{
+		{RunID: r.ID, Seq: last + 1, Type: EventError, Data: mustJSON(info)},
+		{RunID: r.ID, Seq: last + 2, Type: EventDone, Data: mustJSON(doneData{Status: store.RunFailed})},
+	}
+	_, err := s.opts.Store.FinishRun(ctx, r.UserID, r.ID, store.RunEnd{Status: store.RunFailed, FinishReason: "error",
+		Error: msg, Events: events})
+	return err
+}

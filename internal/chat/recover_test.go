@@ -1,0 +1,384 @@
+package chat_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"chatd/internal/chat"
+	"chatd/internal/llm/llmtest"
+	"chatd/internal/store"
+	"chatd/internal/store/sqlite"
+)
+
+// deadProcess writes, through the store, what a chatd process killed mid-run leaves in its database:
+// runs it had stored, the records of their turns, and the part of their event logs it had flushed.
+type deadProcess struct {
+	t  *testing.T
+	db *sqlite.DB
+}
+
+func newDeadProcess(t *testing.T, path string) *deadProcess {
+	db, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &deadProcess{t: t, db: db}
+}
+
+// die closes the database, as the kill did.
+func (p *deadProcess) die() {
+	if err := p.db.Close(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *deadProcess) session() string {
+	s := &store.Session{Agent: "default", Title: "before the crash"}
+	if err := p.db.CreateSession(p.t.Context(), user, s); err != nil {
+		p.t.Fatal(err)
+	}
+	return s.ID
+}
+
+// deadRun is a run of the dead process and its log as far as it was flushed.
+type deadRun struct {
+	p   *deadProcess
+	run *store.Run
+	seq int64
+}
+
+// running stores a running run with its user message, and logs its first events as the run did.
+func (p *deadProcess) running(sessionID, message string) *deadRun {
+	r := &deadRun{p: p, run: &store.Run{SessionID: sessionID, Agent: "default", Model: "x/m"}}
+	first := &store.Record{SessionID: sessionID, Role: store.RoleUser, Content: message}
+	if err := p.db.CreateRun(p.t.Context(), user, r.run, first); err != nil {
+		p.t.Fatal(err)
+	}
+	r.log(chat.EventRunStart, map[string]string{"run_id": r.run.ID, "session_id": sessionID, "model": "x/m", "agent": "default"})
+	r.log(chat.EventRecord, map[string]any{"message": first})
+	r.log(chat.EventStatus, map[string]string{"message": "Thinking…"})
+	return r
+}
+
+// queued stores a run queued behind the session's running one, with its first events.
+func (p *deadProcess) queued(sessionID, message string) *deadRun {
+	req, err := json.Marshal(chat.Request{SessionID: sessionID, Message: message})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	r := &deadRun{p: p, run: &store.Run{SessionID: sessionID, Agent: "default", Model: "x/m", Status: store.RunQueued, Request: req}}
+	if err := p.db.CreateRun(p.t.Context(), user, r.run, nil); err != nil {
+		p.t.Fatal(err)
+	}
+	r.log(chat.EventRunStart, map[string]string{"run_id": r.run.ID, "session_id": sessionID, "model": "x/m", "agent": "default"})
+	r.log(chat.EventStatus, map[string]string{"message": "Waiting for the active run to end…"})
+	return r
+}
+
+// log appends one event that was flushed before the process died.
+func (r *deadRun) log(typ string, data any) {
+	b, err := json.Marshal(data)
+	if err != nil {
+		r.p.t.Fatal(err)
+	}
+	r.seq++
+	if err := r.p.db.AppendEvents(r.p.t.Context(), []store.Event{{RunID: r.run.ID, Seq: r.seq, Type: typ, Data: b}}); err != nil {
+		r.p.t.Fatal(err)
+	}
+}
+
+// text logs streamed text.
+func (r *deadRun) text(s string) { r.log(chat.EventTextDelta, map[string]string{"text": s}) }
+
+// record stores a record of the run; logged tells whether its record event was flushed before the
+// process died.
+func (r *deadRun) record(rec *store.Record, logged bool) *store.Record {
+	rec.SessionID, rec.RunID = r.run.SessionID, r.run.ID
+	if err := r.p.db.AppendRecord(r.p.t.Context(), user, rec); err != nil {
+		r.p.t.Fatal(err)
+	}
+	if logged {
+		r.log(chat.EventRecord, map[string]any{"message": rec})
+	}
+	return rec
+}
+
+var ok, failed = true, false
+
+// TestRecoverInterruptedRun: at start-up, a run left running by a killed process ends as interrupted: the
+// text it had streamed becomes an assistant record (unless a stored turn already holds it), its open calls
+// are closed, and its log continues without a gap with the records, then error and done interrupted — so
+// that the log names every record of the run. Recovering again changes nothing, and the session's next
+// message gets a history the model accepts.
+func TestRecoverInterruptedRun(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		crash   func(r *deadRun)
+		want    []string // the session's records after recovery
+		partial []string // content|reasoning of the records with finish reason interrupted
+		added   []string // the events recovery appends
+	}{{
+		name: "mid-answer",
+		crash: func(r *deadRun) {
+			r.log(chat.EventReasoningDelta, map[string]string{"text": "A story…"})
+			r.text("Once upon")
+			r.text(" a time")
+		},
+		want:    []string{"user:tell me", "assistant:Once upon a time"},
+		partial: []string{"Once upon a time|A story…"},
+		added:   []string{chat.EventRecord, chat.EventError, chat.EventDone},
+	}, {
+		name:  "before any output",
+		crash: func(r *deadRun) {},
+		want:  []string{"user:tell me"},
+		added: []string{chat.EventError, chat.EventDone},
+	}, {
+		name: "tool call open",
+		crash: func(r *deadRun) {
+			r.text("Let me check.")
+			r.record(&store.Record{Role: store.RoleAssistant, Content: "Let me check.", FinishReason: "tool_calls",
+				ToolCalls: []store.ToolCall{{ID: "call_1", Name: "wait_for_it", Arguments: json.RawMessage(`{}`)}}}, true)
+			r.log(chat.EventToolStart, map[string]any{"tool_call_id": "call_1", "name": "wait_for_it", "arguments": map[string]any{}})
+		},
+		want:  []string{"user:tell me", "assistant:Let me check.→call_1", "tool:call_1:failed"},
+		added: []string{chat.EventRecord, chat.EventError, chat.EventDone},
+	}, {
+		name: "mid-answer after a tool result",
+		crash: func(r *deadRun) {
+			call := r.record(&store.Record{Role: store.RoleAssistant, FinishReason: "tool_calls",
+				ToolCalls: []store.ToolCall{{ID: "call_1", Name: "wait_for_it", Arguments: json.RawMessage(`{}`)}}}, true)
+			r.record(&store.Record{Role: store.RoleTool, ParentID: call.ID, ToolCallID: "call_1", Name: "wait_for_it",
+				Content: "done", Success: &ok}, true)
+			r.text("It is")
+		},
+		want:    []string{"user:tell me", "assistant:→call_1", "tool:call_1:ok", "assistant:It is"},
+		partial: []string{"It is|"},
+		added:   []string{chat.EventRecord, chat.EventError, chat.EventDone},
+	}, {
+		// The turn was stored, but the process died before the event log wrote its record event: the
+		// streamed text is that turn's, not a partial answer to store again.
+		name: "answer stored, its event not written",
+		crash: func(r *deadRun) {
+			r.text("Hello, ")
+			r.text("wor")
+			r.record(&store.Record{Role: store.RoleAssistant, Content: "Hello, world", FinishReason: "stop"}, false)
+		},
+		want:  []string{"user:tell me", "assistant:Hello, world"},
+		added: []string{chat.EventRecord, chat.EventError, chat.EventDone},
+	}, {
+		name: "tool result stored, no event written",
+		crash: func(r *deadRun) {
+			r.text("Let me check.")
+			call := r.record(&store.Record{Role: store.RoleAssistant, Content: "Let me check.", FinishReason: "tool_calls",
+				ToolCalls: []store.ToolCall{{ID: "call_1", Name: "wait_for_it", Arguments: json.RawMessage(`{}`)}}}, false)
+			r.record(&store.Record{Role: store.RoleTool, ParentID: call.ID, ToolCallID: "call_1", Name: "wait_for_it",
+				Content: "done", Success: &ok}, false)
+		},
+		want:  []string{"user:tell me", "assistant:Let me check.→call_1", "tool:call_1:ok"},
+		added: []string{chat.EventRecord, chat.EventRecord, chat.EventError, chat.EventDone},
+	}, {
+		// An earlier recovery stored the partial answer, then the process died again before it ended the
+		// run.
+		name: "recovery stopped half-way",
+		crash: func(r *deadRun) {
+			r.text("Once upon")
+			r.record(&store.Record{Role: store.RoleAssistant, Content: "Once upon", FinishReason: chat.FinishInterrupted}, false)
+		},
+		want:    []string{"user:tell me", "assistant:Once upon"},
+		partial: []string{"Once upon|"},
+		added:   []string{chat.EventRecord, chat.EventError, chat.EventDone},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := dbPath(t)
+			dead := newDeadProcess(t, path)
+			r := dead.running(dead.session(), "tell me")
+			tc.crash(r)
+			usage := store.UsageEntry{RunID: r.run.ID, SessionID: r.run.SessionID, Agent: "default", Model: "x/m",
+				Usage: store.Usage{InputTokens: 42, OutputTokens: 7}}
+			if err := dead.db.AddUsage(t.Context(), user, usage); err != nil {
+				t.Fatal(err)
+			}
+			before := stored(t, dead.db, r.run.ID)
+			dead.die()
+
+			f := newFixture(t, setup{Path: path, Respond: echo})
+			for range 2 {
+				if err := f.svc.Recover(t.Context()); err != nil {
+					t.Fatalf("recover: %v", err)
+				}
+			}
+			recs := records(t, f.db, r.run.SessionID)
+			if diff := cmp.Diff(tc.want, transcript(recs)); diff != "" {
+				t.Errorf("records (-want +got):\n%s", diff)
+			}
+			checkPaired(t, recs)
+			var partial []string
+			for _, rec := range recs {
+				if rec.FinishReason == chat.FinishInterrupted {
+					partial = append(partial, rec.Content+"|"+rec.Reasoning)
+				}
+			}
+			if diff := cmp.Diff(tc.partial, partial); diff != "" {
+				t.Errorf("partial answers, content|reasoning (-want +got):\n%s", diff)
+			}
+			run := storedRun(t, f.db, r.run.ID)
+			if run.Status != store.RunInterrupted || run.FinishReason != chat.FinishInterrupted || run.EndedAt == nil ||
+				run.Usage != usage.Usage {
+				t.Errorf("stored run: %+v", run)
+			}
+
+			log := stored(t, f.db, r.run.ID)
+			checkLog(t, "recovered log", log)
+			if diff := cmp.Diff(before, log[:len(before)]); diff != "" {
+				t.Errorf("the log before the crash changed (-before +after):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.added, typeList(log[len(before):])); diff != "" {
+				t.Errorf("events added (-want +got):\n%s", diff)
+			}
+			checkEnds(t, log, chat.EventError, "", store.RunInterrupted)
+			var info chat.ErrorInfo
+			if err := json.Unmarshal(log[len(log)-2].Data, &info); err != nil || info.Code != "interrupted" || !info.Retryable {
+				t.Errorf("error event: %s", log[len(log)-2].Data)
+			}
+			if diff := cmp.Diff(runRecordIDs(recs, r.run.ID), loggedRecordIDs(t, log)); diff != "" {
+				t.Errorf("records named by the log (-stored +logged):\n%s", diff)
+			}
+
+			// The next message: the strict model refuses a history with an unanswered call.
+			next := f.send(t, chat.Request{SessionID: r.run.SessionID, Message: "go on"}, chat.StartOptions{})
+			if o := f.wait(t, next.RunID); o.Status != store.RunCompleted || o.Message.Content != "re: go on" {
+				t.Errorf("the next message: %+v", o)
+			}
+		})
+	}
+}
+
+func typeList(events []chat.Event) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+// runRecordIDs are the ids of the run's records, in order.
+func runRecordIDs(recs []store.Record, runID string) []string {
+	var ids []string
+	for _, r := range recs {
+		if r.RunID == runID {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
+}
+
+// loggedRecordIDs are the ids of the records the log's record events carry, in order.
+func loggedRecordIDs(t *testing.T, log []chat.Event) []string {
+	t.Helper()
+	var ids []string
+	for _, e := range log {
+		if e.Type != chat.EventRecord {
+			continue
+		}
+		var d struct{ Message store.Record }
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatalf("record event %d: %v", e.Seq, err)
+		}
+		ids = append(ids, d.Message.ID)
+	}
+	return ids
+}
+
+// TestRecoverQueuedRuns: runs a killed process left queued start at start-up — behind the interrupted run
+// of their session, or at once in an idle session — and complete; each log goes on from what was stored.
+func TestRecoverQueuedRuns(t *testing.T) {
+	path := dbPath(t)
+	dead := newDeadProcess(t, path)
+	busy := dead.session()
+	interrupted := dead.running(busy, "first")
+	interrupted.text("half an ans")
+	behind := dead.queued(busy, "second")
+	alone := dead.queued(dead.session(), "alone")
+	before := map[string][]chat.Event{}
+	for _, r := range []*deadRun{behind, alone} {
+		before[r.run.ID] = stored(t, dead.db, r.run.ID)
+	}
+	dead.die()
+
+	f := newFixture(t, setup{Path: path, Respond: echo})
+	if err := f.svc.Recover(t.Context()); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	for _, r := range []*deadRun{behind, alone} {
+		o := f.wait(t, r.run.ID)
+		var req chat.Request
+		json.Unmarshal(r.run.Request, &req)
+		if o.Status != store.RunCompleted || o.Message == nil || o.Message.Content != "re: "+req.Message {
+			t.Errorf("recovered queued run %q: %+v", req.Message, o)
+		}
+		log := stored(t, f.db, r.run.ID)
+		checkLog(t, "recovered queued run", log)
+		checkEnds(t, log, chat.EventComplete, "", store.RunCompleted)
+		if diff := cmp.Diff(before[r.run.ID], log[:len(before[r.run.ID])]); diff != "" {
+			t.Errorf("the log before the crash changed (-before +after):\n%s", diff)
+		}
+		if diff := cmp.Diff(log, f.follow(t, r.run.ID, 0).all()); diff != "" {
+			t.Errorf("followed log (-stored +followed):\n%s", diff)
+		}
+	}
+	if r := storedRun(t, f.db, interrupted.run.ID); r.Status != store.RunInterrupted {
+		t.Errorf("the running run: %+v", r)
+	}
+	want := []string{"user:first", "assistant:half an ans", "user:second", "assistant:re: second"}
+	if diff := cmp.Diff(want, transcript(records(t, f.db, busy))); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+	if unfinished, err := f.db.UnfinishedRuns(t.Context()); err != nil || len(unfinished) != 0 {
+		t.Errorf("unfinished runs: %+v %v", unfinished, err)
+	}
+}
+
+// TestRecoverThenFollow: a reader that saw part of an interrupted run before the crash comes back after
+// the restart with its last event id and gets the rest of the log, ending with done interrupted. A reader
+// whose id lies in what recovery wrote — ids the dead process may have used for events it never stored —
+// gets recovery's events in full, and so learns how the run ended.
+func TestRecoverThenFollow(t *testing.T) {
+	path := dbPath(t)
+	dead := newDeadProcess(t, path)
+	r := dead.running(dead.session(), "tell me")
+	r.text("Once upon")
+	r.text(" a time")
+	written := r.seq
+	dead.die()
+
+	f := newFixture(t, setup{Path: path, Turns: []llmtest.Turn{}})
+	if err := f.svc.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	log := stored(t, f.db, r.run.ID)
+	recovery := log[written:]
+	if diff := cmp.Diff([]string{chat.EventRecord, chat.EventError, chat.EventDone}, typeList(recovery)); diff != "" {
+		t.Fatalf("recovery's events (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct {
+		after int64
+		want  []chat.Event
+	}{
+		{0, log},
+		{written - 1, log[written-1:]},
+		{written, recovery},
+		{written + 1, recovery},
+		{int64(len(log)), recovery},
+		{int64(len(log)) + 3, recovery},
+	} {
+		if diff := cmp.Diff(tc.want, f.follow(t, r.run.ID, tc.after).all()); diff != "" {
+			t.Errorf("resumed after %d (-want +got):\n%s", tc.after, diff)
+		}
+	}
+	if o := f.wait(t, r.run.ID); o.Status != store.RunInterrupted || o.Message == nil || o.Message.Content != "Once upon a time" ||
+		o.Error == nil || o.Error.Code != "interrupted" {
+		t.Errorf("outcome: %+v", o)
+	}
+}

@@ -1,0 +1,57 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// getRun answers a run's status and summary.
+func (s *server) getRun(w http.ResponseWriter, r *http.Request) error {
+	run, err := s.Chat.RunInfo(r.Context(), user(r.Context()), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, run)
+}
+
+// runEvents replays a run's events after Last-Event-ID (or ?after=N), then follows it live until done.
+func (s *server) runEvents(w http.ResponseWriter, r *http.Request) error {
+	after, err := lastEventID(r)
+	if err != nil {
+		return err
+	}
+	return s.streamEvents(w, r, r.PathValue("id"), after)
+}
+
+// lastEventID reads where a reader resumes: the Last-Event-ID header an EventSource sends when it
+// reconnects, else the after parameter; 0 replays from the start.
+func lastEventID(r *http.Request) (int64, error) {
+	v, name := r.Header.Get("Last-Event-ID"), "Last-Event-ID"
+	if v == "" {
+		v, name = r.URL.Query().Get("after"), "after"
+	}
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, &apiError{status: http.StatusBadRequest, code: "invalid_event_id",
+			message: name + " must be the sequence number of an event (a non-negative integer)"}
+	}
+	return n, nil
+}
+
+// cancelRun stops a run: 202 while it stops, 200 when it had already ended (nothing done).
+func (s *server) cancelRun(w http.ResponseWriter, r *http.Request) error {
+	res, err := s.Chat.Cancel(r.Context(), user(r.Context()), r.PathValue("id"), "")
+	if err != nil {
+		return err
+	}
+	status := http.StatusAccepted
+	if res.AlreadyEnded {
+		status = http.StatusOK
+	}
+	return writeJSON(w, status, res)
+}
