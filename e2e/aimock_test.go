@@ -1,5 +1,7 @@
-// Package e2e runs the real chatd binary against software nobody on the team wrote: here the provider mock
-// @copilotkit/aimock, installed from npm into e2e/node_modules by .ci/run (or `npm ci --prefix e2e`).
+// Package e2e runs the real chatd binary the way its users run it: against software nobody on the team
+// wrote — here the provider mock @copilotkit/aimock, installed from npm into e2e/node_modules by .ci/run
+// (or `npm ci --prefix e2e`) — and through crashes and shutdowns (crash_test.go, against llmtest, which
+// needs nothing but Go).
 //
 // A test whose peer is missing skips with the reason, except under CI (CHATD_CI=1), where that fails.
 package e2e
@@ -17,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,34 +40,6 @@ func require(t *testing.T, ok bool, why string) {
 		t.Fatalf("%s (CHATD_CI is set: peers must be installed; .ci/run installs them)", why)
 	}
 	t.Skipf("%s; install the peers with: npm ci --prefix e2e", why)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// logBuffer collects a process's output safely.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // start runs a command until the test ends and waits until it accepts connections on port.
@@ -99,23 +72,6 @@ func start(t *testing.T, name string, port int, env []string, args ...string) (*
 	}
 	t.Fatalf("%s did not listen on %d:\n%s", name, port, out.String())
 	return nil, nil
-}
-
-func buildChatd(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "chatd")
-	cmd := exec.Command("go", "build", "-o", bin, "chatd/cmd/chatd")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-type event struct {
-	ID   string
-	Type string
-	Data map[string]any
 }
 
 func TestChatAgainstAimock(t *testing.T) {
@@ -247,36 +203,6 @@ func checkStreamedTurn(t *testing.T, events []event) string {
 		t.Errorf("complete = %v", c)
 	}
 	return events[0].Data["session_id"].(string)
-}
-
-func getJSON(t *testing.T, url string, v any) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, raw)
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-}
-
-type record struct {
-	Role       string
-	Content    string
-	ToolCallID string `json:"tool_call_id"`
-	Name       string
-	Success    *bool
-	ToolCalls  []struct {
-		ID, Name  string
-		Arguments map[string]any
-	} `json:"tool_calls"`
-	FinishReason string `json:"finish_reason"`
-	Model        string
 }
 
 func checkStoredRecords(t *testing.T, base, sessionID string) {
