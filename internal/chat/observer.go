@@ -155,6 +155,9 @@ func (o *observer) finish(res agent.Result) {
 	run.end(last, stored, out)
 	run.flushMu.Unlock()
 	o.s.retire(run)
+	// The next queued run of the session starts on its own goroutine: finish is also called by kick
+	// itself (a queued run that cannot start), under the queue's lock. It ends when that run has
+	// started, after one store write.
 	go o.s.kick(run.SessionID)
 }
 
