@@ -96,9 +96,10 @@ type Follower struct {
 	stop  func()
 	ended bool // the store's log ended, or the live run's every event was read
 
-	more bool // the last store read returned a full page
-
-	recovered *store.Run // set by Follow for a recovered run read from an id in recovery's part
+	more bool       // the last store read returned a full page
+	info *store.Run // the stored run, while reading the store; read again only while it has not ended
+	// inRecovery: the reader resumed from an id in the part of the log recovery wrote.
+	inRecovery bool
 }
 
 // followPage is how many stored events one Read returns at most.
@@ -122,9 +123,8 @@ func (s *Service) Follow(ctx context.Context, user, id string, after int64) (*Fo
 		}
 		return nil, err
 	}
-	if r.EndedAt != nil && r.RecoveredFrom > 0 && f.after >= r.RecoveredFrom {
-		f.recovered = r
-	}
+	f.info = r
+	f.inRecovery = r.EndedAt != nil && r.RecoveredFrom > 0 && f.after >= r.RecoveredFrom
 	return f, nil
 }
 
@@ -157,32 +157,32 @@ func (f *Follower) Read(ctx context.Context) ([]Event, bool, error) {
 		}
 		return nil, f.ended, nil
 	}
-	if f.recovered != nil {
-		return f.resendRecovery(ctx, f.recovered)
+	r := f.info
+	if f.inRecovery {
+		// The ids from recovery's first event on may have named events the dead process streamed but
+		// never stored: the reader gets recovery's events in full — the partial answer, the closed
+		// calls, error and done — and learns how the run ended.
+		return f.tail(ctx, r.RecoveredFrom-1)
 	}
-	stored, err := f.s.opts.Store.Events(ctx, f.user, f.id, f.after, followPage)
+	events, err := f.page(ctx, f.after)
 	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, false, notFound(f.id)
-		}
 		return nil, false, err
 	}
-	f.more = len(stored) == followPage
-	if len(stored) > 0 {
-		events := make([]Event, len(stored))
-		for i, e := range stored {
-			events[i] = Event{Seq: e.Seq, Type: e.Type, Data: e.Data}
-		}
+	if len(events) > 0 {
 		f.after = events[len(events)-1].Seq
 		return events, false, nil
 	}
-	r, err := f.s.opts.Store.Run(ctx, f.user, f.id)
-	if err != nil {
-		return nil, false, err
+	if r.EndedAt == nil {
+		if r, err = f.s.opts.Store.Run(ctx, f.user, f.id); err != nil {
+			return nil, false, err
+		}
+		f.info = r
 	}
 	switch {
 	case r.EndedAt != nil && f.after > r.LastEventSeq && r.LastEventSeq > 0:
-		return f.resendDone(ctx)
+		// A last id beyond the end: events a crash lost after the reader saw them. The log's last
+		// event, done, tells it how the run ended.
+		return f.tail(ctx, r.LastEventSeq-1)
 	case r.EndedAt != nil:
 		f.ended = true
 	default:
@@ -197,36 +197,29 @@ func (f *Follower) Read(ctx context.Context) ([]Event, bool, error) {
 	return nil, f.ended, nil
 }
 
-// resendRecovery answers a reader whose last id lies in or beyond the events recovery wrote for a run a
-// dead process left running: the ids from there on may have named events the dead process streamed but
-// never stored, so the reader gets recovery's events in full — the stored partial answer, the closed
-// calls, error and done — and learns how the run ended.
-func (f *Follower) resendRecovery(ctx context.Context, r *store.Run) ([]Event, bool, error) {
-	f.ended = true
-	stored, err := f.s.opts.Store.Events(ctx, f.user, f.id, r.RecoveredFrom-1, followPage)
-	if err != nil {
-		return nil, true, err
+// page reads up to followPage stored events after Seq after.
+func (f *Follower) page(ctx context.Context, after int64) ([]Event, error) {
+	stored, err := f.s.opts.Store.Events(ctx, f.user, f.id, after, followPage)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound(f.id)
 	}
+	if err != nil {
+		return nil, err
+	}
+	f.more = len(stored) == followPage
 	events := make([]Event, len(stored))
 	for i, e := range stored {
 		events[i] = Event{Seq: e.Seq, Type: e.Type, Data: e.Data}
 	}
-	return events, true, nil
+	return events, nil
 }
 
-// resendDone answers a reader whose last id lies beyond the end of a finished run's log — events a crash
-// lost after the reader saw them — with the log's final done event, so that it learns how the run ended.
-func (f *Follower) resendDone(ctx context.Context) ([]Event, bool, error) {
+// tail ends the reading with the stored events after Seq after: the answer to a reader whose last id
+// names events a crash lost.
+func (f *Follower) tail(ctx context.Context, after int64) ([]Event, bool, error) {
 	f.ended = true
-	r, err := f.s.opts.Store.Run(ctx, f.user, f.id)
-	if err != nil || r.LastEventSeq == 0 {
-		return nil, true, err
-	}
-	stored, err := f.s.opts.Store.Events(ctx, f.user, f.id, r.LastEventSeq-1, 1)
-	if err != nil || len(stored) == 0 || stored[0].Type != EventDone {
-		return nil, true, err
-	}
-	return []Event{{Seq: stored[0].Seq, Type: stored[0].Type, Data: stored[0].Data}}, true, nil
+	events, err := f.page(ctx, after)
+	return events, true, err
 }
 
 // Wait returns a channel that receives when Read may have more: a signal from the live run, or, when

@@ -154,9 +154,6 @@ func (s *Service) interruptActive(ctx context.Context, user, runID string) error
 		return nil
 	}
 	live.requestCancel("interrupted by a new message")
-	if live.Status() == store.RunQueued {
-		return nil
-	}
 	wait := time.NewTimer(s.opts.InterruptWait)
 	defer wait.Stop()
 	select {

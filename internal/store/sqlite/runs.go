@@ -170,11 +170,7 @@ func (db *DB) StartRun(ctx context.Context, user, runID string, first *store.Rec
 		rec.RunID = runID
 	}
 	err := db.write(ctx, "start run", func(tx *sql.Tx) error {
-		var sessionID, status string
-		err := tx.QueryRowContext(ctx, runStateSQL, runID, user).Scan(&sessionID, &status)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("run", runID)
-		}
+		sessionID, status, err := runState(ctx, tx, user, runID)
 		if err != nil {
 			return err
 		}
@@ -315,15 +311,20 @@ func scanRun(row scanner, extra ...any) (*store.Run, error) {
 	return &r, nil
 }
 
+// runState reads the session and status of one of the user's runs.
+func runState(ctx context.Context, tx *sql.Tx, user, runID string) (sessionID, status string, err error) {
+	err = tx.QueryRowContext(ctx, runStateSQL, runID, user).Scan(&sessionID, &status)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = notFound("run", runID)
+	}
+	return sessionID, status, err
+}
+
 // CloseCalls appends a failed tool record for each open call of the run.
 func (db *DB) CloseCalls(ctx context.Context, user, runID, reason string) ([]store.Record, error) {
 	var added []store.Record
 	err := db.write(ctx, "close calls", func(tx *sql.Tx) error {
-		var sessionID, status string
-		err := tx.QueryRowContext(ctx, runStateSQL, runID, user).Scan(&sessionID, &status)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("run", runID)
-		}
+		sessionID, _, err := runState(ctx, tx, user, runID)
 		if err != nil {
 			return err
 		}
@@ -350,11 +351,7 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 	}
 	var added []store.Record
 	err := db.write(ctx, "finish run", func(tx *sql.Tx) error {
-		var sessionID, status string
-		err := tx.QueryRowContext(ctx, runStateSQL, runID, user).Scan(&sessionID, &status)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("run", runID)
-		}
+		sessionID, status, err := runState(ctx, tx, user, runID)
 		if err != nil {
 			return err
 		}
