@@ -54,14 +54,18 @@ func TestDependencies(t *testing.T) {
 	}
 	// Packages of chatd each may depend on (transitively); nil means none.
 	allowed := map[string][]string{
-		"chatd/internal/llm":         nil,
-		"chatd/internal/sse":         nil,
-		"chatd/internal/store":       nil,
-		"chatd/internal/tool":        nil,
-		"chatd/internal/agent":       {"chatd/internal/llm"},
-		"chatd/internal/llm/openai":  {"chatd/internal/llm", "chatd/internal/sse"},
-		"chatd/internal/llm/llmtest": {"chatd/internal/llm"},
-		"chatd/internal/chat":        {"chatd/internal/agent", "chatd/internal/llm", "chatd/internal/store", "chatd/internal/tool"},
+		"chatd/internal/llm":           nil,
+		"chatd/internal/sse":           nil,
+		"chatd/internal/store":         nil,
+		"chatd/internal/tool":          nil,
+		"chatd/internal/agent":         {"chatd/internal/llm"},
+		"chatd/internal/llm/upstream":  {"chatd/internal/llm"},
+		"chatd/internal/llm/openai":    {"chatd/internal/llm", "chatd/internal/llm/upstream", "chatd/internal/sse"},
+		"chatd/internal/llm/responses": {"chatd/internal/llm", "chatd/internal/llm/upstream", "chatd/internal/sse"},
+		"chatd/internal/llm/anthropic": {"chatd/internal/llm", "chatd/internal/llm/upstream", "chatd/internal/sse"},
+		"chatd/internal/llm/gemini":    {"chatd/internal/llm", "chatd/internal/llm/upstream", "chatd/internal/sse"},
+		"chatd/internal/llm/llmtest":   {"chatd/internal/llm"},
+		"chatd/internal/chat":          {"chatd/internal/agent", "chatd/internal/llm", "chatd/internal/store", "chatd/internal/tool"},
 		"chatd/internal/httpapi": {"chatd/internal/chat", "chatd/internal/agent", "chatd/internal/llm", "chatd/internal/store",
 			"chatd/internal/tool", "chatd/internal/sse"},
 	}

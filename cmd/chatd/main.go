@@ -21,6 +21,7 @@ import (
 	"chatd/internal/chat"
 	"chatd/internal/config"
 	"chatd/internal/httpapi"
+	"chatd/internal/llm"
 	"chatd/internal/provider"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
@@ -91,7 +92,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 	if len(providers.Names()) == 0 {
-		log.Warn("no LLM provider is configured: chats will fail until you set OPENAI_API_KEY (and OPENAI_BASE_URL for a compatible server) or OLLAMA_HOST, then restart")
+		log.Warn("no LLM provider is configured: chats will fail until you set OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY (each with its *_BASE_URL for a compatible server) or OLLAMA_HOST, or name providers in the config file, then restart")
 	}
 	tools := tool.NewRegistry(tool.Options{DefaultTimeout: cfg.ToolTimeout, Logger: log})
 	defer closeTools(tools, log)
@@ -107,7 +108,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	srv := &http.Server{
 		Addr: cfg.Addr,
 		Handler: httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, Logger: log,
-			AllowedHosts: cfg.AllowedHosts}),
+			AllowedHosts: cfg.AllowedHosts, Models: catalog(providers), DefaultModel: cfg.Model}),
 		// No ReadTimeout: it would end every stream that outlives it. The API bounds the reading of each
 		// request body itself.
 		ReadHeaderTimeout: 10 * time.Second,
@@ -168,8 +169,27 @@ func closeTools(tools *tool.Registry, log *slog.Logger) {
 func agents(in map[string]config.Agent) map[string]chat.Agent {
 	out := make(map[string]chat.Agent, len(in))
 	for name, a := range in {
-		out[name] = chat.Agent{Model: a.Model, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
+		ca := chat.Agent{Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
 			MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens}
+		if r := a.Reasoning; r != nil {
+			ca.Reasoning = &llm.Reasoning{Effort: r.Effort, BudgetTokens: r.BudgetTokens}
+		}
+		out[name] = ca
 	}
 	return out
+}
+
+// catalog lists the providers' models for the API, each provider asked for at most 5 seconds.
+func catalog(providers *provider.Set) httpapi.Catalog {
+	return func(ctx context.Context) []httpapi.ProviderModels {
+		var out []httpapi.ProviderModels
+		for _, l := range providers.Catalog(ctx, 5*time.Second) {
+			src := "config"
+			if l.Live {
+				src = "live"
+			}
+			out = append(out, httpapi.ProviderModels{Provider: l.Provider, Type: l.Type, Models: l.Models, Source: src, Error: l.Err})
+		}
+		return out
+	}
 }

@@ -44,8 +44,8 @@ type Observer interface {
 	ToolStart(call llm.ToolCall)
 	// ToolComplete may run concurrently with the other methods, and before the turn is stored.
 	ToolComplete(call llm.ToolCall, res ToolResult)
-	// Usage reports the usage of one model call.
-	Usage(model string, u llm.Usage)
+	// Usage reports the usage of one model call, and the model that made it.
+	Usage(m Model, u llm.Usage)
 	// Turn is called once when a model turn has ended (continuations included). The observer stores it;
 	// an error fails the run.
 	Turn(ctx context.Context, t *Turn) error
@@ -58,11 +58,31 @@ type Observer interface {
 type Turn struct {
 	Text      string
 	Reasoning string
+	// Parts are the turn's text and reasoning parts in the order they streamed, with the signatures
+	// and item ids the provider needs back on later turns; Text and Reasoning are their texts joined.
+	Parts []llm.Part
 	// ToolCalls have ids unique within the turn and arguments that are JSON objects.
 	ToolCalls    []llm.ToolCall
 	FinishReason string // stop, tool_calls, length, content_filter, cancelled, error
 	Usage        llm.Usage
-	Model        string
+	Model        string // the provider's model name
+	Origin       string // the provider that answered (the primary or a fallback)
+}
+
+// HasReplay reports whether the turn carries something only its provider can read back: a
+// signature, an item id, redacted reasoning.
+func (t *Turn) HasReplay() bool {
+	for i := range t.Parts {
+		if t.Parts[i].HasReplay() {
+			return true
+		}
+	}
+	for _, c := range t.ToolCalls {
+		if c.Signature != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Status is how a run ended.
@@ -76,15 +96,27 @@ const (
 	StatusMaxIterations Status = "max_iterations"
 )
 
+// Model is one model a run may call.
+type Model struct {
+	Provider llm.Provider
+	Name     string // the provider's model name
+	Origin   string // the provider's configured name, stamped on the turns it writes
+}
+
 // Config is one run's settings. The zero value of each limit means its default.
 type Config struct {
-	Provider    llm.Provider
-	Model       string // the provider's model name
+	Provider llm.Provider
+	Model    string // the provider's model name
+	Origin   string // the provider's configured name
+	// Fallbacks are tried in order when a model call fails before any output, once the retries of
+	// the model before them are spent.
+	Fallbacks   []Model
 	System      string
 	ToolSpecs   []llm.ToolSpec // the tools the model sees; nil: none
 	Tools       Tools
 	Temperature *float64
 	MaxTokens   int
+	Reasoning   *llm.Reasoning
 
 	MaxIterations    int           // tool rounds before the last turn without tools; default 10
 	MaxContinuations int           // automatic continuations of an answer cut by length; default 3, <0 none
@@ -92,7 +124,9 @@ type Config struct {
 	Retries          int           // retries of a model call that failed before any output; default 2, <0 none
 	RetryBase        time.Duration // first backoff; default 1s, doubled each time
 	MaxRetryWait     time.Duration // a longer retry-after fails at once; default 30s
-	Logger           *slog.Logger
+	// RetryWindow bounds the time spent retrying one model: no retry starts after it (default 2m).
+	RetryWindow time.Duration
+	Logger      *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -113,6 +147,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxRetryWait <= 0 {
 		c.MaxRetryWait = 30 * time.Second
+	}
+	if c.RetryWindow <= 0 {
+		c.RetryWindow = 2 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
@@ -24,11 +25,12 @@ var emptyArgs = json.RawMessage("{}")
 // turnState is a model turn in progress, with the tool calls it has started.
 type turnState struct {
 	Turn
-	text, reasoning strings.Builder
-	finish          llm.FinishReason
-	output          bool // something reached the observer
-	calls           []*pendingCall
-	ids             map[string]bool
+	parts  llm.Collector // text and reasoning, with their part boundaries and signatures
+	model  Model         // the model that answered
+	finish llm.FinishReason
+	output bool // something reached the observer
+	calls  []*pendingCall
+	ids    map[string]bool
 
 	toolCtx     context.Context
 	cancelTools context.CancelFunc
@@ -43,6 +45,7 @@ type pendingCall struct {
 	name    string
 	idFixed bool
 	args    []byte
+	sig     string
 	started bool
 	result  ToolResult
 	notRun  string // why the call will not run
@@ -68,11 +71,12 @@ func (r *runner) runPhaseModel(ctx context.Context, noTools bool) (*turnState, e
 	var err error
 	for n := 0; ; n++ {
 		err = r.stream(ctx, req, t, noTools)
-		if err != nil || ctx.Err() != nil || t.finish != llm.FinishLength || len(t.calls) > 0 || n >= r.cfg.MaxContinuations {
+		cut := t.finish == llm.FinishLength || t.finish == llm.FinishPause
+		if err != nil || ctx.Err() != nil || !cut || len(t.calls) > 0 || n >= r.cfg.MaxContinuations {
 			break
 		}
 		r.obs.Status("Continuing the answer…")
-		req = r.continuation(req, t.text.String())
+		req = r.continuation(req, t)
 	}
 	if !t.output && (err != nil || ctx.Err() != nil) {
 		t.abandon()
@@ -95,6 +99,7 @@ func (r *runner) request(noTools bool) *llm.Request {
 		Tools:       r.cfg.ToolSpecs,
 		Temperature: r.cfg.Temperature,
 		MaxTokens:   r.cfg.MaxTokens,
+		Reasoning:   r.cfg.Reasoning,
 	}
 	if noTools && len(req.Tools) > 0 {
 		// The tools stay declared (the history holds tool calls, which some providers only accept with
@@ -104,15 +109,56 @@ func (r *runner) request(noTools bool) *llm.Request {
 	return req
 }
 
-func (r *runner) continuation(req *llm.Request, partial string) *llm.Request {
+// continuation asks for the rest of a turn the token limit cut or the provider paused. The partial
+// answer goes back with its parts and signatures; a pause needs nothing else, a cut answer a prompt.
+func (r *runner) continuation(req *llm.Request, t *turnState) *llm.Request {
 	next := *req
-	next.Messages = append(r.messages[:len(r.messages):len(r.messages)],
-		llm.TextMessage(llm.RoleAssistant, partial), llm.TextMessage(llm.RoleUser, continuePrompt))
+	partial := llm.Message{Role: llm.RoleAssistant, Parts: t.parts.Parts(), Origin: t.model.Origin}
+	next.Messages = append(r.messages[:len(r.messages):len(r.messages)], partial)
+	if t.finish != llm.FinishPause {
+		next.Messages = append(next.Messages, llm.TextMessage(llm.RoleUser, continuePrompt))
+	}
+	// A continuation stays with the model that wrote the beginning.
+	next.Model = t.model.Name
 	return &next
 }
 
-// stream runs one model call into t, retrying a call that failed before any output.
+// models lists the models a call may use, in order: the primary, then the fallbacks.
+func (r *runner) models() []Model {
+	return append([]Model{{Provider: r.cfg.Provider, Name: r.cfg.Model, Origin: r.cfg.Origin}}, r.cfg.Fallbacks...)
+}
+
+// stream runs one model call into t. A call that fails before any output is retried, then handed to
+// the next fallback model; once a model has streamed output, the turn stays with it.
 func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noTools bool) error {
+	models := r.models()
+	if t.model.Provider != nil {
+		models = []Model{t.model} // a continuation
+	}
+	var err error
+	for i, m := range models {
+		if i > 0 {
+			r.cfg.Logger.Warn("model failed; trying a fallback", "model", models[i-1].Name, "fallback", m.Name, "err", err)
+			r.obs.Status(fmt.Sprintf("%s is unavailable; trying %s…", models[i-1].Name, m.Name))
+		}
+		t.model = m
+		call := *req
+		call.Model = m.Name
+		err = r.streamRetrying(ctx, &call, t, noTools)
+		if err == nil || t.output || ctx.Err() != nil {
+			return err
+		}
+		if _, ok := errors.AsType[*llm.Error](err); !ok {
+			return err // not the provider's failure: another provider would fail the same way
+		}
+	}
+	return err
+}
+
+// streamRetrying runs one model call into t, retrying a call that failed before any output, a bounded
+// number of times within the retry window.
+func (r *runner) streamRetrying(ctx context.Context, req *llm.Request, t *turnState, noTools bool) error {
+	deadline := time.Now().Add(r.cfg.RetryWindow)
 	for attempt := 0; ; attempt++ {
 		t.finish = ""
 		output, err := r.streamOnce(ctx, req, t, noTools)
@@ -120,10 +166,10 @@ func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noT
 			return err
 		}
 		wait, ok := r.backoff(err, attempt)
-		if !ok {
+		if !ok || time.Now().Add(wait).After(deadline) {
 			return err
 		}
-		r.cfg.Logger.Warn("model call failed; retrying", "model", r.cfg.Model, "attempt", attempt+1, "wait", wait, "err", err)
+		r.cfg.Logger.Warn("model call failed; retrying", "model", req.Model, "attempt", attempt+1, "wait", wait, "err", err)
 		r.obs.Status(fmt.Sprintf("The model is unavailable; retrying in %s…", wait.Round(100*time.Millisecond)))
 		select {
 		case <-ctx.Done():
@@ -137,19 +183,26 @@ func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noT
 // A retry or a continuation starts with no calls accumulated (it follows a call without output, or an
 // answer without calls), so the stream's indexes are the turn's.
 func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState, noTools bool) (output bool, err error) {
-	for ev, err := range r.cfg.Provider.Stream(ctx, req) {
+	for ev, err := range t.model.Provider.Stream(ctx, req) {
 		if err != nil {
 			return output, err
 		}
 		switch ev.Kind {
 		case llm.EventText:
 			output, t.output = true, true
-			t.text.WriteString(ev.Text)
-			r.obs.TextDelta(ev.Text)
+			t.parts.Add(ev)
+			if ev.Text != "" {
+				r.obs.TextDelta(ev.Text)
+			}
 		case llm.EventReasoning:
 			output, t.output = true, true
-			t.reasoning.WriteString(ev.Text)
-			r.obs.ReasoningDelta(ev.Text)
+			t.parts.Add(ev)
+			if ev.Text != "" {
+				r.obs.ReasoningDelta(ev.Text)
+			}
+		case llm.EventReasoningEnd:
+			output, t.output = true, true
+			t.parts.Add(ev)
 		case llm.EventToolCallDelta:
 			output, t.output = true, true
 			pc := t.call(ev.Index)
@@ -165,7 +218,7 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 		case llm.EventUsage:
 			t.Usage.Add(ev.Usage)
 			r.usage.Add(ev.Usage)
-			r.obs.Usage(r.cfg.Model, ev.Usage)
+			r.obs.Usage(t.model, ev.Usage)
 		case llm.EventFinish:
 			t.finish = ev.FinishReason
 		}
@@ -203,6 +256,9 @@ func (pc *pendingCall) add(ev llm.Event) {
 	if ev.Name != "" && ev.Name != pc.name {
 		pc.name += ev.Name
 	}
+	if ev.Signature != "" {
+		pc.sig = ev.Signature
+	}
 	pc.args = append(pc.args, ev.Text...)
 }
 
@@ -233,7 +289,9 @@ func (pc *pendingCall) arguments() (json.RawMessage, bool) {
 
 // finishTurn fixes the turn's text, ids, arguments and finish reason once its stream has ended.
 func (r *runner) finishTurn(ctx context.Context, t *turnState, streamErr error) {
-	t.Text, t.Reasoning, t.Model = t.text.String(), t.reasoning.String(), r.cfg.Model
+	t.Parts = t.parts.Parts()
+	t.Text, t.Reasoning = t.parts.Text(), t.parts.Reasoning()
+	t.Model, t.Origin = cmp.Or(t.model.Name, r.cfg.Model), cmp.Or(t.model.Origin, r.cfg.Origin)
 	switch {
 	case ctx.Err() != nil:
 		t.FinishReason = "cancelled"
@@ -259,7 +317,7 @@ func (r *runner) finishTurn(ctx context.Context, t *turnState, streamErr error) 
 		if !ok {
 			args = emptyArgs // stored calls always hold an object; the raw text still goes to the tool
 		}
-		t.ToolCalls = append(t.ToolCalls, llm.ToolCall{ID: pc.id, Name: pc.name, Arguments: args})
+		t.ToolCalls = append(t.ToolCalls, llm.ToolCall{ID: pc.id, Name: pc.name, Arguments: args, Signature: pc.sig})
 	}
 }
 
@@ -282,12 +340,5 @@ func (t *turnState) abandon() {
 }
 
 func assistantMessage(t *Turn) llm.Message {
-	m := llm.Message{Role: llm.RoleAssistant, ToolCalls: t.ToolCalls}
-	if t.Reasoning != "" {
-		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartReasoning, Text: t.Reasoning})
-	}
-	if t.Text != "" {
-		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartText, Text: t.Text})
-	}
-	return m
+	return llm.Message{Role: llm.RoleAssistant, Parts: t.Parts, ToolCalls: t.ToolCalls, Origin: t.Origin}
 }

@@ -54,12 +54,15 @@ type Models interface {
 
 // Agent is a named profile: model, prompt, tools and limits. The zero value is a useful default agent.
 type Agent struct {
-	Model         string
+	Model string
+	// Fallbacks are provider/model names tried in order when the model fails before any output.
+	Fallbacks     []string
 	SystemPrompt  string
 	Tools         []string // allowed tool names; nil allows every tool
 	MaxIterations int
 	Temperature   *float64
 	MaxTokens     int
+	Reasoning     *llm.Reasoning
 }
 
 // Options configure a Service.

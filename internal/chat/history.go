@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"chatd/internal/agent"
 	"chatd/internal/llm"
 	"chatd/internal/store"
 )
@@ -60,6 +61,11 @@ func userMessage(r *store.Record) llm.Message {
 
 func assistantMessage(r *store.Record) llm.Message {
 	m := llm.Message{Role: llm.RoleAssistant}
+	if r.Replay != nil && replayText(r.Replay) == r.Content {
+		return replayMessage(r)
+	}
+	// Without a replay, or with one whose text no longer matches the record (it was edited), the
+	// record's own fields are the message; unsigned reasoning is kept for the providers that read it.
 	if r.Reasoning != "" {
 		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartReasoning, Text: r.Reasoning})
 	}
@@ -70,6 +76,66 @@ func assistantMessage(r *store.Record) llm.Message {
 		m.ToolCalls = append(m.ToolCalls, llm.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}
 	return m
+}
+
+// replayMessage is an assistant record as its provider wrote it: parts in order, with signatures.
+func replayMessage(r *store.Record) llm.Message {
+	m := llm.Message{Role: llm.RoleAssistant, Origin: r.Replay.Provider}
+	sigs := map[string]string{}
+	for _, p := range r.Replay.Parts {
+		switch p.Kind {
+		case store.PartText:
+			m.Parts = append(m.Parts, llm.Part{Kind: llm.PartText, Text: p.Text, Signature: p.Signature})
+		case store.PartReasoning:
+			m.Parts = append(m.Parts, llm.Part{Kind: llm.PartReasoning, Text: p.Text, Signature: p.Signature, ID: p.ID})
+		case store.PartRedactedReasoning:
+			m.Parts = append(m.Parts, llm.Part{Kind: llm.PartRedactedReasoning, Signature: p.Signature})
+		case store.PartToolCall:
+			sigs[p.ID] = p.Signature
+		}
+	}
+	for _, c := range r.ToolCalls {
+		m.ToolCalls = append(m.ToolCalls, llm.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments, Signature: sigs[c.ID]})
+	}
+	return m
+}
+
+func replayText(rp *store.Replay) string {
+	var b strings.Builder
+	for _, p := range rp.Parts {
+		if p.Kind == store.PartText {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+// replayOf keeps what only the turn's provider can read back; nil when the turn has nothing of the sort.
+func replayOf(t *agent.Turn) *store.Replay {
+	if !t.HasReplay() {
+		return nil
+	}
+	rp := &store.Replay{Provider: t.Origin}
+	for _, p := range t.Parts {
+		part := store.ReplayPart{Text: p.Text, Signature: p.Signature, ID: p.ID}
+		switch p.Kind {
+		case llm.PartText:
+			part.Kind = store.PartText
+		case llm.PartReasoning:
+			part.Kind = store.PartReasoning
+		case llm.PartRedactedReasoning:
+			part.Kind = store.PartRedactedReasoning
+		default:
+			continue
+		}
+		rp.Parts = append(rp.Parts, part)
+	}
+	for _, c := range t.ToolCalls {
+		if c.Signature != "" {
+			rp.Parts = append(rp.Parts, store.ReplayPart{Kind: store.PartToolCall, ID: c.ID, Signature: c.Signature})
+		}
+	}
+	return rp
 }
 
 // systemPrompt is the agent's prompt, followed by the request's context when it has one.

@@ -32,8 +32,11 @@ type plan struct {
 	model    string // provider/model
 	provider llm.Provider
 	upstream string // the provider's model name
-	tools    *toolSet
-	session  *store.Session
+	origin   string // the provider's name
+	// fallbacks are the agent's fallback models, resolved.
+	fallbacks []agent.Model
+	tools     *toolSet
+	session   *store.Session
 }
 
 // Start checks req, stores the user's message and starts the run — or, under OnActiveEnqueue when the
@@ -218,8 +221,24 @@ func (s *Service) resolveModel(p *plan) error {
 	if err != nil {
 		return invalid("invalid_model", "%s", err.Error())
 	}
-	p.provider, p.upstream = prov, upstream
+	p.provider, p.upstream, p.origin = prov, upstream, providerName(p.model)
+	for _, name := range p.agent.Fallbacks {
+		if name == p.model {
+			continue
+		}
+		prov, upstream, err := s.opts.Models.Resolve(name)
+		if err != nil {
+			return invalid("invalid_model", "agent %q: fallback: %s", p.agentNm, err.Error())
+		}
+		p.fallbacks = append(p.fallbacks, agent.Model{Provider: prov, Name: upstream, Origin: providerName(name)})
+	}
 	return nil
+}
+
+// providerName is the provider part of a provider/model name.
+func providerName(model string) string {
+	name, _, _ := strings.Cut(model, "/")
+	return name
 }
 
 // begin stores a running run with the user's message and starts it. The store refuses it with
@@ -330,6 +349,9 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, history []llm.
 	cfg := agent.Config{
 		Provider:      p.provider,
 		Model:         p.upstream,
+		Origin:        p.origin,
+		Fallbacks:     p.fallbacks,
+		Reasoning:     p.agent.Reasoning,
 		System:        systemPrompt(p),
 		ToolSpecs:     p.tools.specs,
 		Tools:         p.tools,

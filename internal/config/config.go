@@ -14,12 +14,14 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"chatd/internal/llm/upstream"
 	"chatd/internal/provider"
 )
 
@@ -50,12 +52,22 @@ type Config struct {
 
 // Agent is a named profile from the config file.
 type Agent struct {
-	Model         string   `yaml:"model"`
+	Model string `yaml:"model"`
+	// Fallbacks are provider/model names tried in order when the model fails before any output.
+	Fallbacks     []string `yaml:"fallbacks"`
 	SystemPrompt  string   `yaml:"system_prompt"`
 	Tools         []string `yaml:"tools"` // absent: every tool
 	MaxIterations int      `yaml:"max_iterations"`
 	Temperature   *float64 `yaml:"temperature"`
 	MaxTokens     int      `yaml:"max_tokens"`
+	// Reasoning asks reasoning models to think: effort (low, medium, high) and/or budget_tokens.
+	Reasoning *Reasoning `yaml:"reasoning"`
+}
+
+// Reasoning is an agent's thinking setting.
+type Reasoning struct {
+	Effort       string `yaml:"effort"`
+	BudgetTokens int    `yaml:"budget_tokens"`
 }
 
 type file struct {
@@ -71,11 +83,14 @@ type file struct {
 }
 
 type fileProvider struct {
-	Type      string            `yaml:"type"`
-	BaseURL   string            `yaml:"base_url"`
-	APIKeyEnv string            `yaml:"api_key_env"`
-	Headers   map[string]string `yaml:"headers"`
-	Models    []string          `yaml:"models"`
+	Type             string            `yaml:"type"`
+	BaseURL          string            `yaml:"base_url"`
+	APIKeyEnv        string            `yaml:"api_key_env"`
+	Headers          map[string]string `yaml:"headers"`
+	Models           []string          `yaml:"models"`
+	ConnectTimeout   time.Duration     `yaml:"connect_timeout"`
+	FirstByteTimeout time.Duration     `yaml:"first_byte_timeout"`
+	IdleTimeout      time.Duration     `yaml:"idle_timeout"`
 }
 
 // Load parses the serve command's flags (args) with the environment read through getenv.
@@ -165,45 +180,80 @@ func duration(name, env string, fromFile, def time.Duration) (time.Duration, err
 	return cmp.Or(d, def), nil
 }
 
+// builtin is a provider read from its usual environment variables.
+type builtin struct {
+	name, typ, keyVar, baseVar, hint string
+}
+
+var builtins = []builtin{
+	{"openai", provider.TypeOpenAI, "OPENAI_API_KEY", "OPENAI_BASE_URL",
+		"set OPENAI_API_KEY (and OPENAI_BASE_URL, including /v1, for an OpenAI-compatible server)"},
+	{"anthropic", provider.TypeAnthropic, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
+		"set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL, the host root, for a compatible server)"},
+	{"gemini", provider.TypeGemini, "GEMINI_API_KEY", "GEMINI_BASE_URL",
+		"set GEMINI_API_KEY (and GEMINI_BASE_URL, the host root, for a compatible server)"},
+}
+
 // providers reads the built-in providers from their usual variables, then the file's named ones.
 func (c *Config) providers(getenv func(string) string, named map[string]fileProvider) error {
-	if key, base := getenv("OPENAI_API_KEY"), getenv("OPENAI_BASE_URL"); key != "" || base != "" {
-		c.Providers = append(c.Providers, provider.Config{Name: "openai", Type: "openai", BaseURL: base, APIKey: key})
-	} else {
-		c.Unconfigured = append(c.Unconfigured, provider.Unconfigured{Name: "openai",
-			Hint: "set OPENAI_API_KEY (and OPENAI_BASE_URL, including /v1, for an OpenAI-compatible server)"})
+	for _, b := range builtins {
+		if _, inFile := named[b.name]; inFile {
+			continue // the file's definition wins
+		}
+		if key, base := getenv(b.keyVar), getenv(b.baseVar); key != "" || base != "" {
+			c.Providers = append(c.Providers, provider.Config{Name: b.name, Type: b.typ, BaseURL: base, APIKey: key})
+		} else {
+			c.Unconfigured = append(c.Unconfigured, provider.Unconfigured{Name: b.name, Hint: b.hint})
+		}
 	}
-	if host := getenv("OLLAMA_HOST"); host != "" {
-		base, err := ollamaBaseURL(host)
+	if _, inFile := named["ollama"]; !inFile {
+		if host := getenv("OLLAMA_HOST"); host != "" {
+			base, err := ollamaBaseURL(host)
+			if err != nil {
+				return err
+			}
+			c.Providers = append(c.Providers, provider.Config{Name: "ollama", Type: provider.TypeOpenAI, BaseURL: base})
+		} else {
+			c.Unconfigured = append(c.Unconfigured, provider.Unconfigured{Name: "ollama",
+				Hint: "set OLLAMA_HOST, for example OLLAMA_HOST=127.0.0.1:11434"})
+		}
+	}
+	names := make([]string, 0, len(named))
+	for name := range named {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		pc, err := namedProvider(name, named[name], getenv)
 		if err != nil {
 			return err
-		}
-		c.Providers = append(c.Providers, provider.Config{Name: "ollama", Type: "openai", BaseURL: base})
-	} else {
-		c.Unconfigured = append(c.Unconfigured, provider.Unconfigured{Name: "ollama",
-			Hint: "set OLLAMA_HOST, for example OLLAMA_HOST=127.0.0.1:11434"})
-	}
-	for _, name := range []string{"anthropic", "gemini"} {
-		c.Unconfigured = append(c.Unconfigured, provider.Unconfigured{Name: name,
-			Hint: "this version of chatd does not speak the " + name + " API yet; reach it through an OpenAI-compatible gateway configured under providers: in the config file"})
-	}
-	for name, p := range named {
-		if strings.ContainsAny(name, "/ ") || name == "" {
-			return fmt.Errorf("config: provider name %q must not contain '/' or spaces", name)
-		}
-		pc := provider.Config{Name: name, Type: cmp.Or(p.Type, "openai"), BaseURL: p.BaseURL, Headers: p.Headers, Models: p.Models}
-		if p.APIKeyEnv != "" {
-			pc.APIKey = getenv(p.APIKeyEnv)
-			if pc.APIKey == "" {
-				return fmt.Errorf("config: provider %q reads its key from %s, which is not set", name, p.APIKeyEnv)
-			}
-		}
-		if p.BaseURL == "" {
-			return fmt.Errorf("config: provider %q needs base_url", name)
 		}
 		c.Providers = append(c.Providers, pc)
 	}
 	return nil
+}
+
+func namedProvider(name string, p fileProvider, getenv func(string) string) (provider.Config, error) {
+	if strings.ContainsAny(name, "/ ") || name == "" {
+		return provider.Config{}, fmt.Errorf("config: provider name %q must not contain '/' or spaces", name)
+	}
+	typ := cmp.Or(strings.ToLower(p.Type), provider.TypeOpenAI)
+	if !slices.Contains(provider.Types, typ) {
+		return provider.Config{}, fmt.Errorf("config: provider %q: type %q is not supported; use one of %s",
+			name, p.Type, strings.Join(provider.Types, ", "))
+	}
+	pc := provider.Config{Name: name, Type: typ, BaseURL: p.BaseURL, Headers: p.Headers, Models: p.Models,
+		Timeouts: upstream.Timeouts{Connect: p.ConnectTimeout, FirstByte: p.FirstByteTimeout, Idle: p.IdleTimeout}}
+	if p.ConnectTimeout < 0 || p.FirstByteTimeout < 0 || p.IdleTimeout < 0 {
+		return pc, fmt.Errorf("config: provider %q: timeouts must be positive", name)
+	}
+	if p.APIKeyEnv != "" {
+		pc.APIKey = getenv(p.APIKeyEnv)
+		if pc.APIKey == "" {
+			return pc, fmt.Errorf("config: provider %q reads its key from %s, which is not set", name, p.APIKeyEnv)
+		}
+	}
+	return pc, nil
 }
 
 // ollamaBaseURL turns OLLAMA_HOST into the URL of Ollama's OpenAI-compatible API, the way Ollama reads it:
@@ -240,6 +290,10 @@ func (c *Config) defaultModel() string {
 		switch {
 		case p.Name == "openai":
 			return "openai/gpt-4o-mini"
+		case p.Name == "anthropic" && p.Type == provider.TypeAnthropic:
+			return "anthropic/claude-sonnet-4-5"
+		case p.Name == "gemini" && p.Type == provider.TypeGemini:
+			return "gemini/gemini-2.5-flash"
 		case p.Name == "ollama":
 			return "ollama/llama3.2"
 		case len(p.Models) > 0:
@@ -269,6 +323,11 @@ func (c *Config) Validate() error {
 	for name, a := range c.Agents {
 		if a.MaxIterations < 0 || a.MaxTokens < 0 {
 			return fmt.Errorf("config: agent %q: limits must be positive", name)
+		}
+		if r := a.Reasoning; r != nil {
+			if r.BudgetTokens < 0 || !slices.Contains([]string{"", "minimal", "low", "medium", "high"}, r.Effort) {
+				return fmt.Errorf("config: agent %q: reasoning: effort is low, medium or high, budget_tokens positive", name)
+			}
 		}
 	}
 	return nil

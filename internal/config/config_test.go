@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"chatd/internal/llm/upstream"
 	"chatd/internal/provider"
 )
 
@@ -63,6 +64,57 @@ func TestProvidersFromEnvironment(t *testing.T) {
 	}
 	if strings.Contains(c.LogValue().String(), "sk-x") {
 		t.Error("the key is in the log value")
+	}
+}
+
+func TestEveryProviderType(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	os.WriteFile(file, []byte(`
+providers:
+  claude-proxy:
+    type: anthropic
+    base_url: http://127.0.0.1:4010
+    api_key_env: PROXY_KEY
+    headers: {anthropic-beta: interleaved-thinking-2025-05-14}
+    idle_timeout: 90s
+  reasoner:
+    type: openai-responses
+  gemini:
+    type: gemini
+    base_url: http://127.0.0.1:4011
+    models: [gemini-2.5-pro]
+agents:
+  careful:
+    model: reasoner/o4-mini
+    fallbacks: [anthropic/claude-sonnet-4-5, gemini/gemini-2.5-pro]
+    reasoning: {effort: high}
+`), 0o600)
+	c, err := Load([]string{"--config", file}, env(map[string]string{
+		"PROXY_KEY": "k1", "ANTHROPIC_API_KEY": "k2", "GEMINI_API_KEY": "ignored: the file defines gemini",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []provider.Config{
+		{Name: "anthropic", Type: "anthropic", APIKey: "k2"},
+		{Name: "claude-proxy", Type: "anthropic", BaseURL: "http://127.0.0.1:4010", APIKey: "k1",
+			Headers: map[string]string{"anthropic-beta": "interleaved-thinking-2025-05-14"}, Timeouts: upstream.Timeouts{Idle: 90 * time.Second}},
+		{Name: "gemini", Type: "gemini", BaseURL: "http://127.0.0.1:4011", Models: []string{"gemini-2.5-pro"}},
+		{Name: "reasoner", Type: "openai-responses"},
+	}
+	if diff := cmp.Diff(want, c.Providers); diff != "" {
+		t.Errorf("providers (-want +got):\n%s", diff)
+	}
+	a := c.Agents["careful"]
+	if a.Reasoning == nil || a.Reasoning.Effort != "high" || len(a.Fallbacks) != 2 {
+		t.Errorf("agent = %+v", a)
+	}
+	if c.Model != "anthropic/claude-sonnet-4-5" {
+		t.Errorf("default model = %q", c.Model)
+	}
+	if _, err := provider.New(c.Providers, c.Unconfigured); err != nil {
+		t.Errorf("provider.New: %v", err)
 	}
 }
 
@@ -156,7 +208,9 @@ agents:
 	for body, contains := range map[string]string{
 		"adress: x\n": "field adress not found",
 		"providers:\n  p:\n    base_url: http://x/v1\n    api_key_env: MISSING\n": "MISSING, which is not set",
-		"providers:\n  p:\n    type: openai\n":                                    "needs base_url",
+		"providers:\n  p:\n    type: bedrock\n":                                   "type \"bedrock\" is not supported",
+		"providers:\n  p:\n    idle_timeout: -1s\n":                               "timeouts must be positive",
+		"agents:\n  x:\n    reasoning: {effort: huge}\n":                          "reasoning",
 		"providers:\n  a/b:\n    base_url: http://x/v1\n":                         "must not contain '/'",
 		"agents:\n  x:\n    max_iterations: -1\n":                                 "limits must be positive",
 	} {

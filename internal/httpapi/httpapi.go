@@ -25,6 +25,10 @@ type Options struct {
 	Store  store.Store
 	Tools  *tool.Registry
 	Logger *slog.Logger
+	// Models lists the providers' models (GET /v1/models); nil lists none.
+	Models Catalog
+	// DefaultModel is the model of requests that name none.
+	DefaultModel string
 	// PingInterval is the idle time after which a stream gets a ": ping" comment; default 15s.
 	PingInterval time.Duration
 	// WriteTimeout bounds one write to a client (a batch of events); a reader that cannot take it in
@@ -80,6 +84,7 @@ func (s *server) routes() *http.ServeMux {
 	mux.Handle("DELETE /v1/sessions/{id}", s.handle(s.deleteSession))
 	mux.Handle("GET /v1/sessions/{id}/messages", s.handle(s.listMessages))
 	mux.Handle("GET /v1/tools", s.handle(s.listTools))
+	mux.Handle("GET /v1/models", s.handle(s.listModels))
 	mux.Handle("GET /healthz", s.handle(s.health))
 	mux.Handle("/v1/", s.handle(s.notFound))
 	mux.Handle("GET /{$}", http.HandlerFunc(s.home))

@@ -320,7 +320,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown session", "POST", "/v1/chat/stream", `{"message":"hi","session_id":"nope"}`, 404, "session_not_found", "nope"},
 		{"unknown provider", "POST", "/v1/chat", `{"message":"hi","model":"mistral/large"}`, 400, "invalid_model", "unknown provider"},
 		{"unconfigured provider", "POST", "/v1/chat", `{"message":"hi","model":"ollama/llama3.2"}`, 400, "invalid_model", "set OLLAMA_HOST"},
-		{"unsupported provider", "POST", "/v1/chat", `{"message":"hi","model":"anthropic/claude"}`, 400, "invalid_model", "does not speak the anthropic API yet"},
+		{"unconfigured anthropic", "POST", "/v1/chat", `{"message":"hi","model":"anthropic/claude"}`, 400, "invalid_model", "set ANTHROPIC_API_KEY"},
 		{"model without provider", "POST", "/v1/chat", `{"message":"hi","model":"gpt-4o"}`, 400, "invalid_model", "provider/model"},
 		{"unknown agent", "POST", "/v1/chat", `{"message":"hi","agent":"nobody"}`, 400, "unknown_agent", "nobody"},
 		{"unknown tool", "POST", "/v1/chat", `{"message":"hi","selected_tools":["rm_rf"]}`, 400, "unknown_tool", "rm_rf"},

@@ -20,6 +20,12 @@ type Provider interface {
 	Stream(ctx context.Context, req *Request) iter.Seq2[Event, error]
 }
 
+// ModelLister is the optional capability of a provider whose API lists its models.
+type ModelLister interface {
+	// Models returns the provider's model names, without the "provider/" prefix.
+	Models(ctx context.Context) ([]string, error)
+}
+
 // Role is who speaks a message.
 type Role string
 
@@ -41,6 +47,13 @@ type Message struct {
 	ToolCallID string
 	ToolName   string
 	IsError    bool
+	// Origin names the provider that wrote an assistant message (its configured name: "anthropic",
+	// "gemini", a named provider). Signatures, item ids and redacted reasoning are sent back only to
+	// that provider; any other drops them, and the reasoning with them.
+	Origin string
+	// Cache asks the provider to cache the prompt up to and including this message (Anthropic's
+	// cache_control breakpoint). Providers that cache on their own, or not at all, ignore it.
+	Cache bool
 }
 
 // Text returns the concatenated text parts of m.
@@ -67,9 +80,12 @@ type PartKind uint8
 
 // Kinds of parts.
 const (
-	PartText      PartKind = iota + 1 // Text
+	PartText      PartKind = iota + 1 // Text; Signature when the provider signed it (Gemini)
 	PartImage                         // MediaType and Data
-	PartReasoning                     // Text: the model's thinking, sent back only where the provider wants it
+	PartReasoning                     // Text: the model's thinking; Signature and ID when the provider sent them
+	// PartRedactedReasoning is thinking the provider returned encrypted (Anthropic's redacted_thinking):
+	// Signature holds the opaque data, to be sent back verbatim.
+	PartRedactedReasoning
 )
 
 // Part is one piece of a message's content.
@@ -78,6 +94,18 @@ type Part struct {
 	Text      string
 	MediaType string
 	Data      []byte
+	// Signature is the provider's opaque token for the part, sent back verbatim on later turns:
+	// Anthropic's thinking signature, Gemini's thoughtSignature, the encrypted_content of an OpenAI
+	// Responses reasoning item, or the data of redacted thinking.
+	Signature string
+	// ID is the provider's id of the item the part belongs to (an OpenAI Responses reasoning item,
+	// "rs_…"); consecutive parts with one ID are one item.
+	ID string
+}
+
+// HasReplay reports whether the part carries something only its provider can read back.
+func (p *Part) HasReplay() bool {
+	return p.Signature != "" || p.ID != "" || p.Kind == PartRedactedReasoning
 }
 
 // ToolCall is one call of a tool by the model. Arguments is the JSON object of its arguments.
@@ -85,6 +113,9 @@ type ToolCall struct {
 	ID        string
 	Name      string
 	Arguments json.RawMessage
+	// Signature is the provider's opaque token for the call (Gemini's thoughtSignature on a
+	// functionCall part), sent back verbatim with the call.
+	Signature string
 }
 
 // ToolSpec declares a tool to the model.
@@ -99,8 +130,9 @@ type ToolChoice string
 
 // Tool choices. The empty choice is the provider's default (auto).
 const (
-	ToolChoiceAuto ToolChoice = "auto"
-	ToolChoiceNone ToolChoice = "none"
+	ToolChoiceAuto     ToolChoice = "auto"
+	ToolChoiceNone     ToolChoice = "none"
+	ToolChoiceRequired ToolChoice = "required" // the model must call at least one tool
 )
 
 // Request is one model call.
@@ -111,7 +143,22 @@ type Request struct {
 	Tools       []ToolSpec
 	ToolChoice  ToolChoice
 	Temperature *float64
-	MaxTokens   int // 0: the provider's default
+	MaxTokens   int // 0: the provider's default (Anthropic, which needs one: 8192)
+	// Reasoning asks a reasoning model to think, and to stream its thinking where the API can. nil:
+	// the provider's default (Anthropic and Gemini 2.5 Flash: no thinking).
+	Reasoning *Reasoning
+	// CacheSystem and CacheTools ask for a cache breakpoint after the system prompt and after the tool
+	// declarations; Message.Cache places one after a message. See Message.Cache.
+	CacheSystem bool
+	CacheTools  bool
+}
+
+// Reasoning configures a model's thinking. Each adapter maps what its API has: Effort for OpenAI
+// ("low", "medium", "high") and Gemini 3 (thinkingLevel), BudgetTokens for Anthropic and Gemini 2.5;
+// an adapter given only one derives the other.
+type Reasoning struct {
+	Effort       string
+	BudgetTokens int
 }
 
 // EventKind says what an Event carries.
@@ -119,13 +166,20 @@ type EventKind uint8
 
 // Kinds of streamed events.
 const (
-	// EventText carries Text, a fragment of the answer.
+	// EventText carries Text, a fragment of the answer. Signature, when set, belongs to the text part
+	// being streamed (Gemini signs text parts); Text may then be empty.
 	EventText EventKind = iota + 1
-	// EventReasoning carries Text, a fragment of the model's thinking.
+	// EventReasoning carries Text, a fragment of the model's thinking. Signature and ID, when set,
+	// belong to the reasoning part being streamed.
 	EventReasoning
+	// EventReasoningEnd ends the reasoning part being streamed: the next reasoning fragment starts a
+	// new part. Signature and ID, when set, are the part's (Anthropic sends the signature last; an
+	// OpenAI Responses reasoning item may have no text at all, only encrypted content). With Redacted,
+	// it is a whole part of redacted thinking whose opaque data is Signature.
+	EventReasoningEnd
 	// EventToolCallDelta carries Index and a fragment of one tool call: ID and Name when the provider
-	// sends them (usually once, in the first fragment), and Text, a fragment of the JSON arguments split
-	// at an arbitrary point.
+	// sends them (usually once, in the first fragment), Text, a fragment of the JSON arguments split
+	// at an arbitrary point, and the call's Signature when the provider signs calls (Gemini).
 	EventToolCallDelta
 	// EventToolCallEnd says the tool call at Index has all its arguments.
 	EventToolCallEnd
@@ -144,6 +198,8 @@ type Event struct {
 	Name         string
 	Usage        Usage
 	FinishReason FinishReason
+	Signature    string
+	Redacted     bool
 }
 
 // FinishReason says why the model stopped.
@@ -154,10 +210,16 @@ const (
 	FinishStop          FinishReason = "stop"
 	FinishToolCalls     FinishReason = "tool_calls"
 	FinishLength        FinishReason = "length"
-	FinishContentFilter FinishReason = "content_filter"
+	FinishContentFilter FinishReason = "content_filter" // also refusals and safety stops
+	// FinishPause: the provider paused a long turn (Anthropic's pause_turn); sending the partial
+	// answer back as the last message lets it continue.
+	FinishPause FinishReason = "pause"
 )
 
-// Usage counts the tokens of one model call.
+// Usage counts the tokens of one model call. InputTokens counts the whole prompt, cached or not
+// (OpenAI's convention; adapters of APIs that count cache reads and writes apart add them in);
+// CacheReadTokens and CacheWriteTokens say how much of it was read from or written to the cache.
+// ReasoningTokens is the part of OutputTokens spent thinking, when the API reports it.
 type Usage struct {
 	InputTokens      int64
 	OutputTokens     int64

@@ -126,10 +126,37 @@ type Record struct {
 	Usage        *Usage    `json:"usage,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
 
+	// Replay is, for an assistant record, what the provider that wrote it needs back verbatim on later
+	// turns (thinking signatures, redacted thinking, Gemini thought signatures, OpenAI Responses
+	// reasoning items); nil when there is none. It is opaque to clients and not part of the API shape.
+	Replay *Replay `json:"-"`
+
 	// ParentID is, for a tool record, the id of the assistant record holding the call it answers.
 	ParentID string `json:"-"`
 	// Seq orders the records of a session: 1, 2, 3 … assigned by AppendRecord.
 	Seq int64 `json:"-"`
+}
+
+// Replay is an assistant turn as its provider wrote it: its parts in order, with their signatures.
+type Replay struct {
+	Provider string       `json:"provider"` // the configured provider name the parts are valid for
+	Parts    []ReplayPart `json:"parts"`
+}
+
+// Kinds of replay parts.
+const (
+	PartText              = "text"
+	PartReasoning         = "reasoning"
+	PartRedactedReasoning = "redacted_reasoning"
+	PartToolCall          = "tool_call" // ID is the call's id; only the signature is kept here
+)
+
+// ReplayPart is one part of a Replay.
+type ReplayPart struct {
+	Kind      string `json:"kind"`
+	Text      string `json:"text,omitempty"`
+	Signature string `json:"signature,omitempty"`
+	ID        string `json:"id,omitempty"`
 }
 
 // Run is one execution of the agent loop for one user message. A run is created running, or queued

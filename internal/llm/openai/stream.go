@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"chatd/internal/llm"
+	"chatd/internal/llm/upstream"
 	"chatd/internal/sse"
 )
 
@@ -40,7 +41,7 @@ type call struct {
 func (d *decoder) run(ctx context.Context, body io.Reader, yield func(llm.Event, error) bool) {
 	for ev, err := range sse.Scan(body) {
 		if err != nil {
-			yield(llm.Event{}, readError(ctx, d.provider, err))
+			yield(llm.Event{}, upstream.ReadError(ctx, d.provider, err))
 			return
 		}
 		data := bytes.TrimSpace(ev.Data)
@@ -61,8 +62,7 @@ func (d *decoder) run(ctx context.Context, body io.Reader, yield func(llm.Event,
 	}
 	if d.finish == "" {
 		// Without a finish reason and without [DONE] the answer may be cut anywhere.
-		yield(llm.Event{}, &llm.Error{Provider: d.provider, Kind: llm.KindStream,
-			Message: "the stream ended before the model finished"})
+		yield(llm.Event{}, upstream.Cut(d.provider))
 		return
 	}
 	d.end(yield)

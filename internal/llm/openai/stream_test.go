@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"chatd/internal/llm"
+	"chatd/internal/llm/upstream"
 )
 
 var update = flag.Bool("update", false, "rewrite the .golden files from the adapter's output")
@@ -318,7 +319,7 @@ func TestIdleUpstreamEnds(t *testing.T) {
 		<-r.Context().Done() // then silence
 	}))
 	defer srv.Close()
-	c, err := New(Options{BaseURL: srv.URL, IdleTimeout: 50 * time.Millisecond})
+	c, err := New(Options{BaseURL: srv.URL, Timeouts: upstream.Timeouts{Idle: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,8 +28,9 @@ WHERE record_id = $2 AND call_id = $3 AND session_id = $4 AND answer_id IS NULL`
 	openCallsSQL = `SELECT EXISTS (SELECT 1 FROM tool_calls WHERE session_id = $1 AND answer_id IS NULL)`
 
 	insertRecordSQL = `INSERT INTO records (id, session_id, user_id, seq, run_id, role, content, attachments,
-reasoning, parent_id, tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
+reasoning, parent_id, tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, created_at,
+replay)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
 
 	insertToolCallSQL = `INSERT INTO tool_calls (record_id, call_id, session_id, run_id, idx, name, arguments)
 VALUES ($1, $2, $3, $4, $5, $6, $7)`
@@ -37,7 +38,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`
 	sessionExistsSQL = `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND user_id = $2)`
 
 	selectRecordsSQL = `SELECT id, seq, run_id, role, content, attachments, reasoning, parent_id, tool_call_id,
-name, success, duration_ms, payload, model, finish_reason, usage, created_at
+name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay
 FROM records WHERE session_id = $1 AND user_id = $2 ORDER BY seq`
 
 	selectToolCallsSQL = `SELECT c.record_id, c.call_id, c.name, c.arguments
@@ -118,7 +119,14 @@ func pair(ctx context.Context, tx *sql.Tx, rec *store.Record) error {
 }
 
 func insertRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Record) error {
-	var attachments, payload, usage any // NULL when absent
+	var attachments, payload, usage, replay any // NULL when absent
+	if rec.Replay != nil {
+		b, err := json.Marshal(rec.Replay)
+		if err != nil {
+			return err
+		}
+		replay = string(b)
+	}
 	if rec.Attachments != nil {
 		b, err := json.Marshal(rec.Attachments)
 		if err != nil {
@@ -139,7 +147,7 @@ func insertRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Recor
 	_, err := tx.ExecContext(ctx, insertRecordSQL, rec.ID, rec.SessionID, user, rec.Seq, nullable(rec.RunID),
 		rec.Role, rec.Content, attachments, rec.Reasoning, nullable(rec.ParentID), nullable(rec.ToolCallID),
 		rec.Name, rec.Success, rec.DurationMS, payload, rec.Model, rec.FinishReason, usage,
-		rec.CreatedAt.UnixMicro())
+		rec.CreatedAt.UnixMicro(), replay)
 	return err
 }
 
@@ -162,6 +170,9 @@ func newRecord(r *store.Record) (store.Record, error) {
 	}
 	if len(rec.Attachments) == 0 {
 		rec.Attachments = nil
+	}
+	if rec.Replay != nil && rec.Role != store.RoleAssistant {
+		return rec, conflict("only an assistant record holds a replay")
 	}
 	if rec.ID == "" {
 		rec.ID = uuid.Must(uuid.NewV7()).String()
@@ -285,12 +296,12 @@ func addToolCalls(ctx context.Context, tx *sql.Tx, user, sessionID string, recs 
 // scanRecord reads one row of selectRecordsSQL; NULL columns become nil or "".
 func scanRecord(rows *sql.Rows) (store.Record, error) {
 	var r store.Record
-	var runID, attachments, parentID, toolCallID, payload, usage sql.NullString
+	var runID, attachments, parentID, toolCallID, payload, usage, replay sql.NullString
 	var success sql.NullBool
 	var duration sql.NullInt64
 	var created int64
 	err := rows.Scan(&r.ID, &r.Seq, &runID, &r.Role, &r.Content, &attachments, &r.Reasoning, &parentID,
-		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &created)
+		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &created, &replay)
 	if err != nil {
 		return r, err
 	}
@@ -308,6 +319,12 @@ func scanRecord(rows *sql.Rows) (store.Record, error) {
 	if attachments.Valid {
 		if err := json.Unmarshal([]byte(attachments.String), &r.Attachments); err != nil {
 			return r, fmt.Errorf("record %s: attachments: %w", r.ID, err)
+		}
+	}
+	if replay.Valid {
+		r.Replay = new(store.Replay)
+		if err := json.Unmarshal([]byte(replay.String), r.Replay); err != nil {
+			return r, fmt.Errorf("record %s: replay: %w", r.ID, err)
 		}
 	}
 	if usage.Valid {

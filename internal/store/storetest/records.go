@@ -143,7 +143,12 @@ func testRoundTrip(t *testing.T, s store.Store) {
 		FinishReason: "tool_calls", Usage: &store.Usage{InputTokens: 10, OutputTokens: 5, CacheReadTokens: 3,
 			CacheWriteTokens: 2, ReasoningTokens: 1},
 		ToolCalls: []store.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: args},
-			{ID: "call_2", Name: "current_time"}}})
+			{ID: "call_2", Name: "current_time"}},
+		Replay: &store.Replay{Provider: "anthropic", Parts: []store.ReplayPart{
+			{Kind: store.PartReasoning, Text: "the user wants weather", Signature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3h\u00e9=="},
+			{Kind: store.PartRedactedReasoning, Signature: "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+			{Kind: store.PartText, Text: "let me look"},
+			{Kind: store.PartToolCall, ID: "call_1", Signature: "CiQBjz1rX2"}}}})
 	if got := string(asst.ToolCalls[1].Arguments); got != "{}" {
 		t.Errorf("absent arguments stored as %q, want {}", got)
 	}
@@ -162,12 +167,14 @@ func testRoundTrip(t *testing.T, s store.Store) {
 	if a := string(got[1].ToolCalls[0].Arguments); a != string(args) {
 		t.Errorf("arguments came back as %s, want %s byte for byte", a, args)
 	}
-	if got[0].Success != nil || got[0].DurationMS != nil || got[0].Usage != nil || got[0].Payload != nil {
+	if got[0].Success != nil || got[0].DurationMS != nil || got[0].Usage != nil || got[0].Payload != nil || got[0].Replay != nil {
 		t.Errorf("unset optional fields came back set: %+v", got[0])
 	}
 	if *got[3].Success || *got[3].DurationMS != 0 {
 		t.Errorf("success false / duration 0 came back as %v / %v", *got[3].Success, *got[3].DurationMS)
 	}
+	wantErr(t, "a user record with a replay", s.AppendRecord(t.Context(), alice, &store.Record{SessionID: sess.ID,
+		Role: store.RoleUser, Content: "x", Replay: &store.Replay{Provider: "p"}}), store.ErrConflict)
 }
 
 // testConcurrentAppend appends from 8 goroutines at once: Seq must come out 1..N, no gap, no repeat.

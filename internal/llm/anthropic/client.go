@@ -1,0 +1,188 @@
+// Package anthropic is chatd's adapter for Anthropic's Messages API, streamed: it turns an llm.Request
+// into a POST /v1/messages with "stream": true, and the server-sent events of the answer into llm events
+// (text, thinking with its signature, redacted thinking, tool calls, the stop reason and the usage). It
+// also lists the API's models.
+//
+// It imports llm, sse and upstream and nothing else of chatd; no Anthropic SDK type is used.
+package anthropic
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"chatd/internal/llm"
+	"chatd/internal/llm/upstream"
+)
+
+// DefaultBaseURL is Anthropic's API root, without /v1, as ANTHROPIC_BASE_URL expects.
+const DefaultBaseURL = "https://api.anthropic.com"
+
+// APIVersion is the anthropic-version header sent with every request.
+const APIVersion = "2023-06-01"
+
+// DefaultMaxTokens is the max_tokens of a request that sets none: the API requires one.
+const DefaultMaxTokens = 8192
+
+// Options configure a Client. The zero value talks to Anthropic without a key.
+type Options struct {
+	// Name names the provider in errors, and is the Message.Origin whose thinking signatures and
+	// redacted thinking are sent back; default "anthropic".
+	Name    string
+	BaseURL string // the API's root, without /v1; default DefaultBaseURL
+	APIKey  string // sent as x-api-key when set
+	// Headers are sent with every request (anthropic-beta, a proxy's authentication); they may
+	// replace the default anthropic-version.
+	Headers  map[string]string
+	Timeouts upstream.Timeouts
+	// HTTPClient replaces the client built from Timeouts (tests).
+	HTTPClient *http.Client
+}
+
+// Client streams messages from the Messages API. It is safe for concurrent use.
+type Client struct {
+	name     string
+	base     string
+	endpoint *upstream.Endpoint
+}
+
+var (
+	_ llm.Provider    = (*Client)(nil)
+	_ llm.ModelLister = (*Client)(nil)
+)
+
+// New returns a client for the API at opts.BaseURL.
+func New(opts Options) (*Client, error) {
+	base := strings.TrimRight(opts.BaseURL, "/")
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("anthropic: base URL %q is not an http(s) URL", opts.BaseURL)
+	}
+	name := cmp.Or(opts.Name, "anthropic")
+	header := make(http.Header)
+	header.Set("anthropic-version", APIVersion)
+	for k, v := range opts.Headers {
+		header.Set(k, v)
+	}
+	if opts.APIKey != "" {
+		header.Set("x-api-key", opts.APIKey)
+	}
+	ep := upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
+	if opts.HTTPClient != nil {
+		ep.HTTP = opts.HTTPClient
+	}
+	return &Client{name: name, base: base, endpoint: ep}, nil
+}
+
+// Stream sends req and streams the model's answer.
+func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
+	return func(yield func(llm.Event, error) bool) {
+		body, err := c.encode(req)
+		if err != nil {
+			yield(llm.Event{}, err)
+			return
+		}
+		resp, err := c.endpoint.Post(ctx, c.base+"/v1/messages", body)
+		if err != nil {
+			yield(llm.Event{}, err)
+			return
+		}
+		defer resp.Close()
+		d := decoder{ctx: ctx, provider: c.name}
+		d.run(resp, yield)
+	}
+}
+
+// encode builds the JSON body of req.
+func (c *Client) encode(req *llm.Request) ([]byte, error) {
+	wire, err := c.newRequest(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: build request: %w", c.name, err)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // the text goes to an API, not into HTML
+	if err := enc.Encode(wire); err != nil {
+		return nil, fmt.Errorf("%s: encode request: %w", c.name, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// maxModelList bounds one page of the model list.
+const maxModelList = 8 << 20
+
+// Models returns the ids of the models the API lists, every page of them.
+func (c *Client) Models(ctx context.Context) ([]string, error) {
+	var names []string
+	after := ""
+	for range 100 { // a bound in case a server keeps saying has_more
+		u := c.base + "/v1/models?limit=1000"
+		if after != "" {
+			u += "&after_id=" + url.QueryEscape(after)
+		}
+		raw, err := c.endpoint.Get(ctx, u, maxModelList)
+		if err != nil {
+			return nil, err
+		}
+		var page modelList
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return nil, &llm.Error{Provider: c.name, Kind: llm.KindStream, Message: "cannot decode the model list", Err: err}
+		}
+		for _, m := range page.Data {
+			names = append(names, strings.TrimPrefix(m.ID, "models/"))
+		}
+		if !page.HasMore || page.LastID == "" || page.LastID == after {
+			break
+		}
+		after = page.LastID
+	}
+	return names, nil
+}
+
+// parseError reads an error body: {"type":"error","error":{"type":…,"message":…},"request_id":…}.
+func parseError(body []byte) (code, message string) {
+	var e errorBody
+	if json.Unmarshal(body, &e) != nil {
+		return "", ""
+	}
+	return e.Error.Type, cmp.Or(e.Error.Message, e.Message)
+}
+
+// inBandError converts an error event sent after HTTP 200. Its kind is the one the same error type
+// has as an HTTP answer.
+func inBandError(provider string, e *apiError) *llm.Error {
+	out := &llm.Error{Provider: provider, Kind: llm.KindStream, Code: e.Type, Message: e.Message}
+	if status, ok := errorStatus[e.Type]; ok {
+		out.Kind = llm.KindForStatus(status)
+	}
+	if upstream.IsContextLength(out.Code, out.Message) {
+		out.Kind = llm.KindContextLength
+	}
+	if out.Message == "" {
+		out.Message = "the server sent an error without a message"
+	}
+	return out
+}
+
+// errorStatus is the HTTP status of each error type of the API.
+var errorStatus = map[string]int{
+	"invalid_request_error": http.StatusBadRequest,
+	"authentication_error":  http.StatusUnauthorized,
+	"billing_error":         http.StatusPaymentRequired,
+	"permission_error":      http.StatusForbidden,
+	"not_found_error":       http.StatusNotFound,
+	"request_too_large":     http.StatusRequestEntityTooLarge,
+	"rate_limit_error":      http.StatusTooManyRequests,
+	"api_error":             http.StatusInternalServerError,
+	"timeout_error":         http.StatusGatewayTimeout,
+	"overloaded_error":      529,
+}

@@ -1,0 +1,416 @@
+package anthropic
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"chatd/internal/llm"
+	"chatd/internal/llm/upstream"
+)
+
+var update = flag.Bool("update", false, "rewrite the .golden files from the adapter's output")
+
+// serveBytes answers every request with body, written in pieces of at most step bytes, each flushed, so
+// the decoder sees events split at arbitrary points.
+func serveBytes(t *testing.T, body []byte, step int) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		rc := http.NewResponseController(w)
+		for b := body; len(b) > 0; {
+			n := min(step, len(b))
+			w.Write(b[:n])
+			rc.Flush()
+			b = b[n:]
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func newTestClient(t *testing.T, baseURL string) *Client {
+	t.Helper()
+	c, err := New(Options{Name: "anthropic", BaseURL: baseURL, APIKey: "sk-ant-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// describe renders events one per line, for golden files a person can read.
+func describe(t *testing.T, c *Client) string {
+	t.Helper()
+	var b strings.Builder
+	req := &llm.Request{Model: "claude-sonnet-4-5", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}}
+	for ev, err := range c.Stream(t.Context(), req) {
+		if err != nil {
+			e, ok := errors.AsType[*llm.Error](err)
+			if !ok {
+				fmt.Fprintf(&b, "error %v\n", err)
+				continue
+			}
+			fmt.Fprintf(&b, "error kind=%s status=%d code=%q message=%q retryable=%v\n", e.Kind, e.Status, e.Code, e.Message, e.Retryable())
+			continue
+		}
+		switch ev.Kind {
+		case llm.EventText:
+			fmt.Fprintf(&b, "text %q\n", ev.Text)
+		case llm.EventReasoning:
+			fmt.Fprintf(&b, "reasoning %q\n", ev.Text)
+		case llm.EventReasoningEnd:
+			fmt.Fprintf(&b, "reasoning_end redacted=%v signature=%q\n", ev.Redacted, ev.Signature)
+		case llm.EventToolCallDelta:
+			fmt.Fprintf(&b, "tool_call_delta index=%d id=%q name=%q args=%q\n", ev.Index, ev.ID, ev.Name, ev.Text)
+		case llm.EventToolCallEnd:
+			fmt.Fprintf(&b, "tool_call_end index=%d\n", ev.Index)
+		case llm.EventFinish:
+			fmt.Fprintf(&b, "finish %s\n", ev.FinishReason)
+		case llm.EventUsage:
+			fmt.Fprintf(&b, "usage %+v\n", ev.Usage)
+		default:
+			t.Fatalf("unknown event kind %d", ev.Kind)
+		}
+	}
+	return b.String()
+}
+
+// TestRecordedStreams decodes streams shaped like captures of the API and compares the events with
+// testdata/*.golden, at several split points of the bytes.
+func TestRecordedStreams(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.sse")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata: %v", err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".sse")
+		t.Run(name, func(t *testing.T) {
+			body, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := strings.TrimSuffix(file, ".sse") + ".golden"
+			got := describe(t, newTestClient(t, serveBytes(t, body, len(body)).URL))
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Fatalf("events differ from %s (-want +got):\n%s", golden, diff)
+			}
+			for _, step := range []int{1, 7, 64} {
+				if again := describe(t, newTestClient(t, serveBytes(t, body, step).URL)); again != got {
+					t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
+				}
+			}
+		})
+	}
+}
+
+// TestCollectedParts checks the parts the events of the recordings fold into: each thinking block one
+// part with its signature, redacted thinking apart, the calls by chatd's index.
+func TestCollectedParts(t *testing.T) {
+	tests := []struct {
+		file  string
+		parts []llm.Part
+		calls []llm.ToolCall
+	}{
+		{
+			file: "thinking_redacted.sse",
+			parts: []llm.Part{
+				{Kind: llm.PartReasoning, Text: "The user asks about the magic string. Let me look at it step by step.", Signature: "ErUBCkYIARgCIkACJWxzySUOJzOlZ8WFdgQSbeQA3H1i5rfkKLV9eC4HN6Jcnrlw1NcnPRIPaTs9jLF3rllsfoidjZapJ+5MLwjVEgzTfQ6r9tDZvyBP0nEaDHWRqRWP7CoPOc+ksSIwSlxHzaMbnyXGoiNmCj9thC3N6EDMpemJPx3UZqDtrgmKZgQMMzNzNsh9IxgvtuYKKh1PxXUmWexqlckSVETQj3LbHLK/nwEK+bz0+2b/pA=="},
+				{Kind: llm.PartRedactedReasoning, Signature: "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB9URj2pLmN3kF8/dW5hR7xJ0aP1oLs9yTcMnKVf2wRpEGjH9XZaBt4UvDcPrQ=="},
+				{Kind: llm.PartReasoning, Text: "Now I can answer plainly.", Signature: "EqoBCkgIARABGAIiQL2UoU0b1OHYi+yCHpBY7U6FQW8/FcoLewocJQPa2HnmLM+NECy50y44F/kD4SULFXi57buI9fAvyBwtyjlOiO0SDE3+r3spdg6PLOo9PBoMma2ku5OTAoR46j9VIjDRlvNmBvff7YW4WI9oU8XagaOBSxLPxElrhyuxppEn7m6bfT40dqBSTDrfiw4FYB4qEPETTI6TA6wtjGAAqmFqKTo="},
+				{Kind: llm.PartText, Text: "Some of my reasoning was redacted, but here is the answer."},
+			},
+		},
+		{
+			file:  "parallel_tool_use.sse",
+			parts: []llm.Part{{Kind: llm.PartText, Text: "I'll look up both cities at once."}},
+			calls: []llm.ToolCall{
+				{ID: "toolu_01Hx8bqTaZ6gk3n1Hd2oQ8kE", Name: "get_weather", Arguments: []byte(`{"city": "Paris"}`)},
+				{ID: "toolu_01BgKj4X2nQ7w5tWcF1mYz9R", Name: "get_weather", Arguments: []byte(`{"city": "Tokyo"}`)},
+				{ID: "toolu_01Ls5eVq3RkZp8yNc2DhTw6A", Name: "current_time", Arguments: []byte(`{}`)},
+			},
+		},
+		{
+			file:  "tool_no_args.sse",
+			parts: []llm.Part{{Kind: llm.PartText, Text: "I'll update the issue list for you."}},
+			calls: []llm.ToolCall{{ID: "toolu_01QE1WLsSVp5hy5Q3GmGTmjP", Name: "updateIssueList", Arguments: []byte(`{}`)}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			m := collect(t, "testdata/"+tt.file)
+			if diff := cmp.Diff(tt.parts, m.Parts); diff != "" {
+				t.Errorf("parts (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.calls, m.ToolCalls); diff != "" {
+				t.Errorf("calls (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// collect streams a recording through a client and folds its events into a message.
+func collect(t *testing.T, file string) llm.Message {
+	t.Helper()
+	body, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestClient(t, serveBytes(t, body, 13).URL)
+	var col llm.Collector
+	for ev, err := range c.Stream(t.Context(), &llm.Request{Model: "m"}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		col.Add(ev)
+	}
+	return col.Message()
+}
+
+func TestHTTPErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		status    int
+		header    map[string]string
+		body      string
+		want      llm.Error
+		retryable bool
+	}{
+		{
+			name: "rate limit", status: 429, header: map[string]string{"retry-after": "7"},
+			body: `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization (6f4c2b8e) of 30,000 input tokens per minute."},"request_id":"req_011CUa5Rz1kQ7dN3bT8wXy2M"}`,
+			want: llm.Error{Kind: llm.KindRateLimit, Status: 429, Code: "rate_limit_error", RetryAfter: 7 * time.Second,
+				Message: "This request would exceed the rate limit for your organization (6f4c2b8e) of 30,000 input tokens per minute."},
+			retryable: true,
+		},
+		{
+			name: "overloaded", status: 529,
+			body:      `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_011CUa6fq8ZRdVZ7B9vhQ3Jk"}`,
+			want:      llm.Error{Kind: llm.KindOverloaded, Status: 529, Code: "overloaded_error", Message: "Overloaded"},
+			retryable: true,
+		},
+		{
+			name: "bad key", status: 401,
+			body: `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"},"request_id":"req_011CUa7Lk2dP9sW4rQ6nVt1B"}`,
+			want: llm.Error{Kind: llm.KindAuth, Status: 401, Code: "authentication_error", Message: "invalid x-api-key"},
+		},
+		{
+			name: "unknown model", status: 404,
+			body: `{"type":"error","error":{"type":"not_found_error","message":"model: claude-9"},"request_id":"req_011CUa8Hc4vN2xK7pB3mWq9T"}`,
+			want: llm.Error{Kind: llm.KindNotFound, Status: 404, Code: "not_found_error", Message: "model: claude-9"},
+		},
+		{
+			name: "prompt too long", status: 400,
+			body: `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 214139 tokens > 200000 maximum"},"request_id":"req_011CUa9Xw3mT5qL8cR2vNb6K"}`,
+			want: llm.Error{Kind: llm.KindContextLength, Status: 400, Code: "invalid_request_error", Message: "prompt is too long: 214139 tokens > 200000 maximum"},
+		},
+		{
+			name: "html from a proxy", status: 502, body: "<html><body>Bad Gateway</body></html>",
+			want:      llm.Error{Kind: llm.KindServer, Status: 502, Message: "<html><body>Bad Gateway</body></html>"},
+			retryable: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tt.header {
+					w.Header().Set(k, v)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tt.status)
+				w.Write([]byte(tt.body))
+			}))
+			defer srv.Close()
+			var got error
+			for _, err := range newTestClient(t, srv.URL).Stream(t.Context(), &llm.Request{Model: "m"}) {
+				got = err
+			}
+			e, ok := errors.AsType[*llm.Error](got)
+			if !ok {
+				t.Fatalf("error = %v, want *llm.Error", got)
+			}
+			tt.want.Provider = "anthropic"
+			if diff := cmp.Diff(tt.want, *e); diff != "" {
+				t.Errorf("error (-want +got):\n%s", diff)
+			}
+			if e.Retryable() != tt.retryable {
+				t.Errorf("Retryable() = %v, want %v", e.Retryable(), tt.retryable)
+			}
+			if strings.Contains(e.Error(), "sk-ant-test") {
+				t.Errorf("the error shows the key: %v", e)
+			}
+		})
+	}
+}
+
+// TestInBandErrors maps each error type sent after HTTP 200 to the kind it has as an HTTP answer.
+func TestInBandErrors(t *testing.T) {
+	tests := []struct {
+		typ, message string
+		kind         llm.ErrorKind
+	}{
+		{"overloaded_error", "Overloaded", llm.KindOverloaded},
+		{"api_error", "Internal server error", llm.KindServer},
+		{"rate_limit_error", "Rate limited", llm.KindRateLimit},
+		{"invalid_request_error", "messages.1.content.0: unexpected `tool_use_id`", llm.KindInvalid},
+		{"invalid_request_error", "prompt is too long: 201734 tokens > 200000 maximum", llm.KindContextLength},
+		{"timeout_error", "Stream timed out", llm.KindServer},
+		{"brand_new_error", "Something new", llm.KindStream},
+	}
+	for _, tt := range tests {
+		t.Run(tt.typ+" "+string(tt.kind), func(t *testing.T) {
+			body := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n" +
+				"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"" + tt.typ + "\",\"message\":\"" + tt.message + "\"}}\n\n"
+			var got error
+			for _, err := range newTestClient(t, serveBytes(t, []byte(body), 1000).URL).Stream(t.Context(), &llm.Request{Model: "m"}) {
+				got = err
+			}
+			e, ok := errors.AsType[*llm.Error](got)
+			if !ok || e.Kind != tt.kind || e.Code != tt.typ || e.Message != tt.message || e.Status != 0 {
+				t.Errorf("error = %#v, want kind %s", got, tt.kind)
+			}
+		})
+	}
+}
+
+func TestTransportError(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // nothing listens there now
+	var got error
+	for _, err := range newTestClient(t, url).Stream(t.Context(), &llm.Request{Model: "m"}) {
+		got = err
+	}
+	e, ok := errors.AsType[*llm.Error](got)
+	if !ok || e.Kind != llm.KindTransport || !e.Retryable() {
+		t.Fatalf("error = %#v, want a retryable transport *llm.Error", got)
+	}
+}
+
+func TestCancelStopsTheStream(t *testing.T) {
+	started := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n")
+		w.(http.Flusher).Flush()
+		close(started)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var texts []string
+	var last error
+	for ev, err := range newTestClient(t, srv.URL).Stream(ctx, &llm.Request{Model: "m"}) {
+		if err != nil {
+			last = err
+			break
+		}
+		texts = append(texts, ev.Text)
+		<-started
+		cancel()
+	}
+	if !errors.Is(last, context.Canceled) {
+		t.Fatalf("error = %v, want context.Canceled", last)
+	}
+	if diff := cmp.Diff([]string{"Hi"}, texts); diff != "" {
+		t.Errorf("texts (-want +got):\n%s", diff)
+	}
+}
+
+// TestBreakClosesTheConnection: a consumer that stops early must not leave the upstream connection open.
+func TestBreakClosesTheConnection(t *testing.T) {
+	closed := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; ; i++ {
+			_, err := fmt.Fprintf(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"%d \"}}\n\n", i)
+			if err != nil || http.NewResponseController(w).Flush() != nil {
+				close(closed)
+				return
+			}
+			select {
+			case <-r.Context().Done():
+				close(closed)
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}))
+	defer srv.Close()
+	for range newTestClient(t, srv.URL).Stream(t.Context(), &llm.Request{Model: "m"}) {
+		break
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server still streams after the consumer broke out of the loop")
+	}
+}
+
+// TestIdleUpstreamEnds: a server that stops sending mid-stream ends the stream with a transport error
+// instead of hanging the run.
+func TestIdleUpstreamEnds(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // then silence
+	}))
+	defer srv.Close()
+	c, err := New(Options{BaseURL: srv.URL, Timeouts: upstream.Timeouts{Idle: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	var last error
+	for ev, err := range c.Stream(t.Context(), &llm.Request{Model: "m"}) {
+		if err != nil {
+			last = err
+			break
+		}
+		texts = append(texts, ev.Text)
+	}
+	e, ok := errors.AsType[*llm.Error](last)
+	if !ok || e.Kind != llm.KindTransport || !strings.Contains(e.Message, "sent nothing for 50ms") {
+		t.Fatalf("error = %v, want an idle transport error", last)
+	}
+	if diff := cmp.Diff([]string{"Hi"}, texts); diff != "" {
+		t.Errorf("texts (-want +got):\n%s", diff)
+	}
+}
+
+func TestBadEventIsAStreamError(t *testing.T) {
+	body := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_de\n\n"
+	got := describe(t, newTestClient(t, serveBytes(t, []byte(body), 1000).URL))
+	if !strings.HasPrefix(got, "text \"ok\"\nerror kind=stream") {
+		t.Errorf("got:\n%s", got)
+	}
+}
+
+func TestNewRejectsBadBaseURL(t *testing.T) {
+	for _, u := range []string{"ftp://x", "api.anthropic.com", "http://"} {
+		if _, err := New(Options{BaseURL: u}); err == nil {
+			t.Errorf("New(%q) succeeded", u)
+		}
+	}
+}

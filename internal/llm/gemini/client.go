@@ -1,0 +1,230 @@
+// Package gemini is chatd's adapter for the Google Generative Language API (Gemini): streamGenerateContent
+// over SSE, and the model list. It owns the translation between llm's vocabulary and Gemini's contents,
+// parts, thought signatures, finish reasons and usage metadata.
+//
+// It imports llm, sse and upstream and nothing else of chatd; no Google SDK type is used.
+package gemini
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"chatd/internal/llm"
+	"chatd/internal/llm/upstream"
+)
+
+// DefaultBaseURL is the Generative Language API's host root, as GEMINI_BASE_URL expects it (no /v1beta).
+const DefaultBaseURL = "https://generativelanguage.googleapis.com"
+
+// modelListLimit bounds one page of the model list; the whole list is a few hundred kilobytes.
+const modelListLimit = 8 << 20
+
+// Options configure a Client.
+type Options struct {
+	// Name names the provider in errors, and is the Origin of the messages it writes: thought
+	// signatures are sent back only to the provider of that name.
+	Name    string
+	BaseURL string // the host root; default DefaultBaseURL
+	APIKey  string // sent as x-goog-api-key, never in the URL
+	Headers map[string]string
+	// Timeouts bound each call; zero values take upstream's defaults.
+	Timeouts upstream.Timeouts
+	// HTTPClient replaces the client built from Timeouts (tests).
+	HTTPClient *http.Client
+}
+
+// Client streams Gemini generations. It is safe for concurrent use.
+type Client struct {
+	name string
+	base string
+	ep   *upstream.Endpoint
+}
+
+var (
+	_ llm.Provider    = (*Client)(nil)
+	_ llm.ModelLister = (*Client)(nil)
+)
+
+// New returns a client for the API at opts.BaseURL.
+func New(opts Options) (*Client, error) {
+	base := strings.TrimRight(opts.BaseURL, "/")
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("gemini: base URL %q is not an http(s) URL", opts.BaseURL)
+	}
+	name := opts.Name
+	if name == "" {
+		name = "gemini"
+	}
+	header := make(http.Header)
+	for k, v := range opts.Headers {
+		header.Set(k, v)
+	}
+	if opts.APIKey != "" {
+		header.Set("x-goog-api-key", opts.APIKey)
+	}
+	ep := upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
+	ep.RetryDelay = retryDelay
+	if opts.HTTPClient != nil {
+		ep.HTTP = opts.HTTPClient
+	}
+	return &Client{name: name, base: base, ep: ep}, nil
+}
+
+// Stream sends req and streams the model's answer.
+func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
+	return func(yield func(llm.Event, error) bool) {
+		wire, err := c.newRequest(req)
+		if err != nil {
+			yield(llm.Event{}, fmt.Errorf("%s: build request: %w", c.name, err))
+			return
+		}
+		payload, err := json.Marshal(wire)
+		if err != nil {
+			yield(llm.Event{}, fmt.Errorf("%s: encode request: %w", c.name, err))
+			return
+		}
+		u := c.base + "/v1beta/models/" + url.PathEscape(modelID(req.Model)) + ":streamGenerateContent?alt=sse"
+		body, err := c.ep.Post(ctx, u, payload)
+		if err != nil {
+			yield(llm.Event{}, err)
+			return
+		}
+		defer body.Close()
+		d := decoder{provider: c.name}
+		d.run(ctx, body, yield)
+	}
+}
+
+// modelID is the model's name without the "models/" prefix the API's own names carry.
+func modelID(model string) string {
+	return strings.TrimPrefix(model, "models/")
+}
+
+// parseError reads Gemini's error body: its status as the code, and its message.
+func parseError(body []byte) (code, message string) {
+	if e := parseErrorBody(body); e != nil {
+		return e.Status, e.Message
+	}
+	return "", ""
+}
+
+// retryDelay reads the RetryInfo delay of an error body: Gemini says when to retry there, not in a
+// header.
+func retryDelay(body []byte) time.Duration {
+	if e := parseErrorBody(body); e != nil {
+		return e.retryDelay()
+	}
+	return 0
+}
+
+// Models returns the names of the models that generate content, all pages of the list.
+func (c *Client) Models(ctx context.Context) ([]string, error) {
+	var names []string
+	seen := map[string]bool{}
+	token := ""
+	for {
+		u := c.base + "/v1beta/models?pageSize=1000"
+		if token != "" {
+			u += "&pageToken=" + url.QueryEscape(token)
+		}
+		raw, err := c.ep.Get(ctx, u, modelListLimit)
+		if err != nil {
+			return nil, err
+		}
+		var page modelList
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return nil, &llm.Error{Provider: c.name, Kind: llm.KindStream, Message: "cannot decode the model list", Err: err}
+		}
+		for _, m := range page.Models {
+			if m.generates() {
+				names = append(names, modelID(m.Name))
+			}
+		}
+		// A token seen before would loop forever: a broken server, not more models.
+		if page.NextPageToken == "" || seen[page.NextPageToken] {
+			return names, nil
+		}
+		seen[page.NextPageToken] = true
+		token = page.NextPageToken
+	}
+}
+
+// generates reports whether a listed model serves generateContent; a server that does not list the
+// methods (a proxy, a mock) is taken at its word.
+func (m *listedModel) generates() bool {
+	if m.SupportedGenerationMethods == nil {
+		return true
+	}
+	for _, s := range m.SupportedGenerationMethods {
+		if s == "generateContent" || s == "streamGenerateContent" {
+			return true
+		}
+	}
+	return false
+}
+
+// parseErrorBody reads Gemini's error body, {"error": {code, message, status, details}}. The streaming
+// endpoint may wrap it in an array, as it does its chunks with alt=json. It returns nil for anything
+// else.
+func parseErrorBody(body []byte) *apiError {
+	var one errorBody
+	if json.Unmarshal(body, &one) == nil && one.Error != nil {
+		return one.Error
+	}
+	var many []errorBody
+	if json.Unmarshal(body, &many) == nil && len(many) > 0 && many[0].Error != nil {
+		return many[0].Error
+	}
+	return nil
+}
+
+// retryInfoType is the @type of the detail that says when to retry.
+const retryInfoType = "type.googleapis.com/google.rpc.RetryInfo"
+
+// retryDelay returns the RetryInfo delay of the error's details ("7s", "34.4s": a protobuf Duration in
+// JSON), or 0.
+func (e *apiError) retryDelay() time.Duration {
+	for _, raw := range e.Details {
+		var d errorDetail
+		if json.Unmarshal(raw, &d) != nil || d.Type != retryInfoType {
+			continue
+		}
+		if v, err := time.ParseDuration(d.RetryDelay); err == nil && v > 0 {
+			return v
+		}
+	}
+	return 0
+}
+
+// inBandError converts an {"error": …} chunk sent after HTTP 200. Its kind follows the error's status
+// the way the HTTP status would have classified it.
+func inBandError(provider string, e *apiError) *llm.Error {
+	out := &llm.Error{Provider: provider, Kind: llm.KindStream, Code: e.Status, Message: e.Message, RetryAfter: e.retryDelay()}
+	switch {
+	case e.Status == "UNAVAILABLE" || e.Code == http.StatusServiceUnavailable:
+		out.Kind = llm.KindOverloaded
+	case e.Status == "RESOURCE_EXHAUSTED" || e.Code == http.StatusTooManyRequests:
+		out.Kind = llm.KindRateLimit
+	case e.Status == "INTERNAL" || e.Code >= 500:
+		out.Kind = llm.KindServer
+	case upstream.IsContextLength(e.Status, e.Message):
+		out.Kind = llm.KindContextLength
+	}
+	if out.Code == "" && e.Code != 0 {
+		out.Code = fmt.Sprint(e.Code)
+	}
+	if out.Message == "" {
+		out.Message = "the server sent an error without a message"
+	}
+	return out
+}

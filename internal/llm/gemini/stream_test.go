@@ -1,0 +1,449 @@
+package gemini
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"chatd/internal/llm"
+	"chatd/internal/llm/upstream"
+)
+
+var update = flag.Bool("update", false, "rewrite the .golden files from the adapter's output")
+
+// serveBytes answers every request with body, written in pieces of at most step bytes, each flushed, so
+// the decoder sees chunks split at arbitrary points.
+func serveBytes(t *testing.T, body []byte, step int) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for b := body; len(b) > 0; {
+			n := min(step, len(b))
+			w.Write(b[:n])
+			rc.Flush()
+			b = b[n:]
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func newTestClient(t *testing.T, baseURL string) *Client {
+	t.Helper()
+	c, err := New(Options{Name: "gemini", BaseURL: baseURL, APIKey: testKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func testRequest() *llm.Request {
+	return &llm.Request{Model: "gemini-2.5-flash", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}}
+}
+
+// describe renders events one per line, for golden files a person can read.
+func describe(t *testing.T, c *Client) string {
+	t.Helper()
+	var b strings.Builder
+	for ev, err := range c.Stream(t.Context(), testRequest()) {
+		if err != nil {
+			e, ok := errors.AsType[*llm.Error](err)
+			if !ok {
+				fmt.Fprintf(&b, "error %v\n", err)
+				continue
+			}
+			fmt.Fprintf(&b, "error kind=%s status=%d code=%q retry_after=%s message=%q\n", e.Kind, e.Status, e.Code, e.RetryAfter, e.Message)
+			continue
+		}
+		sig := ""
+		if ev.Signature != "" {
+			sig = fmt.Sprintf(" signature=%q", ev.Signature)
+		}
+		switch ev.Kind {
+		case llm.EventText:
+			fmt.Fprintf(&b, "text %q%s\n", ev.Text, sig)
+		case llm.EventReasoning:
+			fmt.Fprintf(&b, "reasoning %q%s\n", ev.Text, sig)
+		case llm.EventReasoningEnd:
+			fmt.Fprintf(&b, "reasoning_end%s\n", sig)
+		case llm.EventToolCallDelta:
+			fmt.Fprintf(&b, "tool_call_delta index=%d id=%q name=%q args=%q%s\n", ev.Index, ev.ID, ev.Name, ev.Text, sig)
+		case llm.EventToolCallEnd:
+			fmt.Fprintf(&b, "tool_call_end index=%d\n", ev.Index)
+		case llm.EventFinish:
+			fmt.Fprintf(&b, "finish %s\n", ev.FinishReason)
+		case llm.EventUsage:
+			fmt.Fprintf(&b, "usage %+v\n", ev.Usage)
+		default:
+			t.Fatalf("unknown event kind %d", ev.Kind)
+		}
+	}
+	return b.String()
+}
+
+// TestRecordedStreams decodes streams shaped like captures of the real API and compares the events with
+// testdata/*.golden, at several split points of the bytes.
+func TestRecordedStreams(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.sse")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata: %v", err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".sse")
+		t.Run(name, func(t *testing.T) {
+			body, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(body), "\r\n\r\n") {
+				t.Fatalf("%s is not framed with CRLF as the API frames its events", file)
+			}
+			golden := strings.TrimSuffix(file, ".sse") + ".golden"
+			got := describe(t, newTestClient(t, serveBytes(t, body, len(body)).URL))
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Fatalf("events differ from %s (-want +got):\n%s", golden, diff)
+			}
+			for _, step := range []int{1, 7, 64} {
+				if again := describe(t, newTestClient(t, serveBytes(t, body, step).URL)); again != got {
+					t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
+				}
+			}
+		})
+	}
+}
+
+func TestHTTPErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		status    int
+		header    map[string]string
+		body      string
+		want      llm.Error
+		retryable bool
+	}{
+		{
+			name: "rate limit with RetryInfo", status: 429,
+			body: `{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"34.4s"}]}}`,
+			want: llm.Error{Kind: llm.KindRateLimit, Status: 429, Code: "RESOURCE_EXHAUSTED",
+				Message: "Resource has been exhausted (e.g. check quota).", RetryAfter: 34400 * time.Millisecond},
+			retryable: true,
+		},
+		{
+			name: "retry-after header wins", status: 429, header: map[string]string{"Retry-After": "3"},
+			body: `{"error":{"code":429,"message":"Quota exceeded.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"20s"}]}}`,
+			want: llm.Error{Kind: llm.KindRateLimit, Status: 429, Code: "RESOURCE_EXHAUSTED", Message: "Quota exceeded.",
+				RetryAfter: 3 * time.Second},
+			retryable: true,
+		},
+		{
+			name: "overloaded", status: 503,
+			body:      "{\n  \"error\": {\n    \"code\": 503,\n    \"message\": \"The model is overloaded. Please try again later.\",\n    \"status\": \"UNAVAILABLE\"\n  }\n}\n",
+			want:      llm.Error{Kind: llm.KindOverloaded, Status: 503, Code: "UNAVAILABLE", Message: "The model is overloaded. Please try again later."},
+			retryable: true,
+		},
+		{
+			name: "bad key", status: 400,
+			body: `{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com","metadata":{"service":"generativelanguage.googleapis.com"}}]}}`,
+			want: llm.Error{Kind: llm.KindInvalid, Status: 400, Code: "INVALID_ARGUMENT", Message: "API key not valid. Please pass a valid API key."},
+		},
+		{
+			name: "context length", status: 400,
+			body: `{"error":{"code":400,"message":"The input token count (1310734) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}`,
+			want: llm.Error{Kind: llm.KindContextLength, Status: 400, Code: "INVALID_ARGUMENT",
+				Message: "The input token count (1310734) exceeds the maximum number of tokens allowed (1048576)."},
+		},
+		{
+			name: "unknown model", status: 404,
+			body: `{"error":{"code":404,"message":"models/gemini-9 is not found for API version v1beta, or is not supported for generateContent. Call ListModels to see the list of available models and their supported methods.","status":"NOT_FOUND"}}`,
+			want: llm.Error{Kind: llm.KindNotFound, Status: 404, Code: "NOT_FOUND",
+				Message: "models/gemini-9 is not found for API version v1beta, or is not supported for generateContent. Call ListModels to see the list of available models and their supported methods."},
+		},
+		{
+			name: "error in an array", status: 403,
+			body: `[{"error":{"code":403,"message":"Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.","status":"PERMISSION_DENIED"}}]`,
+			want: llm.Error{Kind: llm.KindAuth, Status: 403, Code: "PERMISSION_DENIED",
+				Message: "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API."},
+		},
+		{
+			name: "html from a proxy", status: 502, body: "<html><body>Bad Gateway</body></html>",
+			want:      llm.Error{Kind: llm.KindServer, Status: 502, Message: "<html><body>Bad Gateway</body></html>"},
+			retryable: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tt.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tt.status)
+				w.Write([]byte(tt.body))
+			}))
+			defer srv.Close()
+			var got error
+			for _, err := range newTestClient(t, srv.URL).Stream(t.Context(), testRequest()) {
+				got = err
+			}
+			e, ok := errors.AsType[*llm.Error](got)
+			if !ok {
+				t.Fatalf("error = %v, want *llm.Error", got)
+			}
+			tt.want.Provider = "gemini"
+			if diff := cmp.Diff(tt.want, *e); diff != "" {
+				t.Errorf("error (-want +got):\n%s", diff)
+			}
+			if e.Retryable() != tt.retryable {
+				t.Errorf("Retryable() = %v, want %v", e.Retryable(), tt.retryable)
+			}
+			if strings.Contains(e.Error(), testKey) {
+				t.Errorf("the error names the key: %v", e)
+			}
+		})
+	}
+}
+
+func TestInBandErrorKinds(t *testing.T) {
+	tests := []struct {
+		chunk string
+		kind  llm.ErrorKind
+		code  string
+	}{
+		{`{"error": {"code": 503,"message": "The model is overloaded. Please try again later.","status": "UNAVAILABLE"}}`, llm.KindOverloaded, "UNAVAILABLE"},
+		{`{"error": {"code": 500,"message": "An internal error has occurred.","status": "INTERNAL"}}`, llm.KindServer, "INTERNAL"},
+		{`{"error": {"code": 429,"message": "Resource has been exhausted (e.g. check quota).","status": "RESOURCE_EXHAUSTED"}}`, llm.KindRateLimit, "RESOURCE_EXHAUSTED"},
+		{`{"error": {"code": 400,"message": "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status": "INVALID_ARGUMENT"}}`, llm.KindContextLength, "INVALID_ARGUMENT"},
+		{`{"error": {"code": 400,"message": "Request contains an invalid argument.","status": "INVALID_ARGUMENT"}}`, llm.KindStream, "INVALID_ARGUMENT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.code, func(t *testing.T) {
+			body := "data: " + tt.chunk + "\r\n\r\n"
+			var got error
+			for _, err := range newTestClient(t, serveBytes(t, []byte(body), len(body)).URL).Stream(t.Context(), testRequest()) {
+				got = err
+			}
+			e, ok := errors.AsType[*llm.Error](got)
+			if !ok || e.Kind != tt.kind || e.Code != tt.code || e.Status != 0 || e.Message == "" {
+				t.Fatalf("error = %#v, want kind %s code %s", got, tt.kind, tt.code)
+			}
+		})
+	}
+}
+
+func TestFinishReasons(t *testing.T) {
+	tests := []struct {
+		in     string
+		called bool
+		want   llm.FinishReason
+	}{
+		{"STOP", false, llm.FinishStop},
+		{"STOP", true, llm.FinishToolCalls},
+		{"FUNCTION_CALL", true, llm.FinishToolCalls},
+		{"MAX_TOKENS", false, llm.FinishLength},
+		{"MAX_TOKENS", true, llm.FinishLength},
+		{"SAFETY", false, llm.FinishContentFilter},
+		{"RECITATION", false, llm.FinishContentFilter},
+		{"BLOCKLIST", false, llm.FinishContentFilter},
+		{"PROHIBITED_CONTENT", false, llm.FinishContentFilter},
+		{"SPII", false, llm.FinishContentFilter},
+		{"IMAGE_SAFETY", false, llm.FinishContentFilter},
+		{"LANGUAGE", false, llm.FinishContentFilter},
+		{"OTHER", false, "other"},
+		{"TOO_MANY_TOOL_CALLS", true, "too_many_tool_calls"},
+	}
+	for _, tt := range tests {
+		if got := finishReason(tt.in, tt.called); got != tt.want {
+			t.Errorf("finishReason(%q, %v) = %q, want %q", tt.in, tt.called, got, tt.want)
+		}
+	}
+}
+
+func TestTransportError(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // nothing listens there now
+	var got error
+	for _, err := range newTestClient(t, url).Stream(t.Context(), testRequest()) {
+		got = err
+	}
+	e, ok := errors.AsType[*llm.Error](got)
+	if !ok || e.Kind != llm.KindTransport || !e.Retryable() {
+		t.Fatalf("error = %#v, want a retryable transport *llm.Error", got)
+	}
+}
+
+const helloChunk = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hi\"}],\"role\": \"model\"},\"index\": 0}],\"modelVersion\": \"gemini-2.5-flash\"}\r\n\r\n"
+
+func TestCancelStopsTheStream(t *testing.T) {
+	started := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, helloChunk)
+		w.(http.Flusher).Flush()
+		close(started)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var texts []string
+	var last error
+	for ev, err := range newTestClient(t, srv.URL).Stream(ctx, testRequest()) {
+		if err != nil {
+			last = err
+			break
+		}
+		texts = append(texts, ev.Text)
+		<-started
+		cancel()
+	}
+	if !errors.Is(last, context.Canceled) {
+		t.Fatalf("error = %v, want context.Canceled", last)
+	}
+	if diff := cmp.Diff([]string{"Hi"}, texts); diff != "" {
+		t.Errorf("texts (-want +got):\n%s", diff)
+	}
+}
+
+// TestIdleUpstreamEnds: a server that stops sending mid-stream ends the stream with a transport error
+// instead of hanging the run.
+func TestIdleUpstreamEnds(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, helloChunk)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // then silence
+	}))
+	defer srv.Close()
+	c, err := New(Options{BaseURL: srv.URL, Timeouts: upstream.Timeouts{Idle: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for _, err := range c.Stream(t.Context(), testRequest()) {
+		if err != nil {
+			last = err
+			break
+		}
+	}
+	e, ok := errors.AsType[*llm.Error](last)
+	if !ok || e.Kind != llm.KindTransport || !strings.Contains(e.Message, "sent nothing for 50ms") {
+		t.Fatalf("error = %v, want an idle transport error", last)
+	}
+}
+
+func TestBadChunkIsAStreamError(t *testing.T) {
+	body := helloChunk + "data: {\"candidates\": [{\"content\r\n\r\n"
+	got := describe(t, newTestClient(t, serveBytes(t, []byte(body), 1000).URL))
+	if !strings.HasPrefix(got, "text \"Hi\"\nerror kind=stream") {
+		t.Errorf("got:\n%s", got)
+	}
+}
+
+func TestNewRejectsBadBaseURL(t *testing.T) {
+	for _, u := range []string{"ftp://x", "generativelanguage.googleapis.com", "http://"} {
+		if _, err := New(Options{BaseURL: u}); err == nil {
+			t.Errorf("New(%q) succeeded", u)
+		}
+	}
+}
+
+func TestModels(t *testing.T) {
+	var queries []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1beta/models" || r.Header.Get("x-goog-api-key") != testKey || r.URL.Query().Has("key") {
+			t.Errorf("request %s with key header %q", r.URL, r.Header.Get("x-goog-api-key"))
+		}
+		queries = append(queries, r.URL.RawQuery)
+		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+		switch r.URL.Query().Get("pageToken") {
+		case "":
+			fmt.Fprint(w, `{
+  "models": [
+    {
+      "name": "models/embedding-001",
+      "version": "001",
+      "displayName": "Embedding 001",
+      "inputTokenLimit": 2048,
+      "outputTokenLimit": 1,
+      "supportedGenerationMethods": ["embedContent"]
+    },
+    {
+      "name": "models/gemini-2.5-flash",
+      "version": "001",
+      "displayName": "Gemini 2.5 Flash",
+      "inputTokenLimit": 1048576,
+      "outputTokenLimit": 65536,
+      "supportedGenerationMethods": ["generateContent", "countTokens", "createCachedContent", "batchGenerateContent"],
+      "temperature": 1,
+      "topP": 0.95,
+      "topK": 64,
+      "maxTemperature": 2,
+      "thinking": true
+    }
+  ],
+  "nextPageToken": "Chhtb2RlbHMvZ2VtaW5pLTIuNS1mbGFzaA=="
+}
+`)
+		case "Chhtb2RlbHMvZ2VtaW5pLTIuNS1mbGFzaA==":
+			fmt.Fprint(w, `{"models": [{"name": "models/gemini-3-pro-preview", "supportedGenerationMethods": ["generateContent", "countTokens"]}, {"name": "models/aqa", "supportedGenerationMethods": ["generateAnswer"]}]}`)
+		default:
+			t.Errorf("unexpected page token in %s", r.URL)
+		}
+	}))
+	defer srv.Close()
+	got, err := newTestClient(t, srv.URL).Models(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"gemini-2.5-flash", "gemini-3-pro-preview"}, got); diff != "" {
+		t.Errorf("models (-want +got):\n%s", diff)
+	}
+	want := []string{"pageSize=1000", "pageSize=1000&pageToken=Chhtb2RlbHMvZ2VtaW5pLTIuNS1mbGFzaA%3D%3D"}
+	if diff := cmp.Diff(want, queries); diff != "" {
+		t.Errorf("queries (-want +got):\n%s", diff)
+	}
+}
+
+func TestModelsWithoutMethodsAndErrors(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"models": [{"name": "models/local-model"}, {"name": "plain-name"}]}`)
+	}))
+	defer srv.Close()
+	got, err := newTestClient(t, srv.URL).Models(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"local-model", "plain-name"}, got); diff != "" {
+		t.Errorf("models (-want +got):\n%s", diff)
+	}
+
+	denied := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"error": {"code": 429,"message": "Quota exceeded.","status": "RESOURCE_EXHAUSTED","details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo","retryDelay": "12s"}]}}`)
+	}))
+	defer denied.Close()
+	_, err = newTestClient(t, denied.URL).Models(t.Context())
+	if e, ok := errors.AsType[*llm.Error](err); !ok || e.Kind != llm.KindRateLimit || e.RetryAfter != 12*time.Second {
+		t.Fatalf("error = %#v, want a rate limit with RetryAfter 12s", err)
+	}
+}

@@ -1,0 +1,171 @@
+// Package responses is chatd's adapter for the OpenAI Responses streaming API (POST /responses), the API
+// of OpenAI's reasoning models: it streams reasoning summaries and hands back each reasoning item's
+// encrypted content, which later turns send back so the model keeps its chain of thought across tool
+// calls without OpenAI storing anything (store is always false).
+//
+// It owns the translation between llm's vocabulary and the Responses wire format: the request
+// (convert.go), the event stream (stream.go), the model list and the error bodies. It imports llm, sse
+// and upstream and nothing else of chatd; no OpenAI SDK type is used.
+package responses
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"chatd/internal/llm"
+	"chatd/internal/llm/upstream"
+)
+
+// DefaultBaseURL is OpenAI's API, /v1 included, as OPENAI_BASE_URL expects.
+const DefaultBaseURL = "https://api.openai.com/v1"
+
+// Options configure a Client. The zero value talks to OpenAI without a key.
+type Options struct {
+	// Name names the provider in errors and logs, and is the Origin of the messages it writes: their
+	// reasoning items are sent back only to a client of the same name. Default "openai-responses".
+	Name    string
+	BaseURL string // includes /v1; default DefaultBaseURL
+	APIKey  string // sent as a bearer token when set
+	Headers map[string]string
+	// Timeouts bound the connection, the first byte and the silence between chunks.
+	Timeouts upstream.Timeouts
+	// HTTPClient replaces the client built from Timeouts (tests).
+	HTTPClient *http.Client
+}
+
+// Client streams responses. It is safe for concurrent use.
+type Client struct {
+	name     string
+	base     string
+	endpoint *upstream.Endpoint
+	redact   func(string) string
+}
+
+var (
+	_ llm.Provider    = (*Client)(nil)
+	_ llm.ModelLister = (*Client)(nil)
+)
+
+// New returns a client for the server at opts.BaseURL.
+func New(opts Options) (*Client, error) {
+	base := strings.TrimRight(opts.BaseURL, "/")
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("responses: base URL %q is not an http(s) URL", opts.BaseURL)
+	}
+	name := opts.Name
+	if name == "" {
+		name = "openai-responses"
+	}
+	header := make(http.Header)
+	for k, v := range opts.Headers {
+		header.Set(k, v)
+	}
+	if opts.APIKey != "" {
+		header.Set("Authorization", "Bearer "+opts.APIKey)
+	}
+	c := &Client{name: name, base: base, redact: redactor(opts.APIKey)}
+	c.endpoint = upstream.NewEndpoint(name, opts.Timeouts, header, c.parseError)
+	if opts.HTTPClient != nil {
+		c.endpoint.HTTP = opts.HTTPClient
+	}
+	return c, nil
+}
+
+// Stream sends req and streams the model's answer.
+func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
+	return func(yield func(llm.Event, error) bool) {
+		body, err := c.encodeRequest(req)
+		if err != nil {
+			yield(llm.Event{}, err)
+			return
+		}
+		resp, err := c.endpoint.Post(ctx, c.base+"/responses", body)
+		if err != nil {
+			yield(llm.Event{}, err)
+			return
+		}
+		defer resp.Close()
+		d := decoder{provider: c.name, redact: c.redact}
+		d.run(ctx, resp, yield)
+	}
+}
+
+// Models returns the ids of the models the key may use, every page of the list.
+func (c *Client) Models(ctx context.Context) ([]string, error) {
+	const maxPages = 50 // OpenAI answers in one page; the bound guards against a server that loops
+	var names []string
+	after := ""
+	for range maxPages {
+		u := c.base + "/models"
+		if after != "" {
+			u += "?after=" + url.QueryEscape(after)
+		}
+		raw, err := c.endpoint.Get(ctx, u, 8<<20)
+		if err != nil {
+			return nil, err
+		}
+		var page modelList
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return nil, &llm.Error{Provider: c.name, Kind: llm.KindStream, Message: "cannot decode the model list", Err: err}
+		}
+		for _, m := range page.Data {
+			names = append(names, strings.TrimPrefix(m.ID, "models/"))
+		}
+		if !page.HasMore || page.LastID == "" || page.LastID == after || len(page.Data) == 0 {
+			return names, nil
+		}
+		after = page.LastID
+	}
+	return names, nil
+}
+
+// parseError reads OpenAI's error body, {"error":{"message","type","param","code"}}: the code, or the
+// type when the code is null.
+func (c *Client) parseError(body []byte) (code, message string) {
+	var b errorBody
+	if json.Unmarshal(body, &b) != nil {
+		return "", ""
+	}
+	if b.Error != nil {
+		return b.Error.code(), c.redact(b.Error.Message)
+	}
+	return "", c.redact(b.Message)
+}
+
+// redactor returns a function that removes key from a message: an error body echoing the request's
+// credentials must not carry them into logs.
+func redactor(key string) func(string) string {
+	if key == "" {
+		return func(s string) string { return s }
+	}
+	return func(s string) string { return strings.ReplaceAll(s, key, "[redacted]") }
+}
+
+// streamError converts a failure the server reported inside the stream: an error event or a failed
+// response.
+func streamError(provider string, e *apiError, redact func(string) string) *llm.Error {
+	out := &llm.Error{Provider: provider, Kind: llm.KindStream, Code: e.code(), Message: redact(e.Message)}
+	switch {
+	case upstream.IsContextLength(out.Code, out.Message):
+		out.Kind = llm.KindContextLength
+	case out.Code == "rate_limit_exceeded":
+		out.Kind = llm.KindRateLimit
+	case strings.Contains(out.Code, "overloaded"):
+		out.Kind = llm.KindOverloaded
+	case out.Code == "server_error":
+		out.Kind = llm.KindServer
+	}
+	if out.Message == "" {
+		out.Message = "the server reported an error without a message"
+	}
+	return out
+}

@@ -1,0 +1,190 @@
+package responses
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"chatd/internal/llm"
+)
+
+var emptyParameters = json.RawMessage(`{"type":"object","properties":{}}`)
+
+// encodeRequest returns the JSON body of req.
+func (c *Client) encodeRequest(req *llm.Request) ([]byte, error) {
+	wire, err := c.newRequest(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: build request: %w", c.name, err)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	// Text goes back as the model wrote it: no \u003c for every "<" of a summary or an answer.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(wire); err != nil {
+		return nil, fmt.Errorf("%s: encode request: %w", c.name, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// newRequest translates req into the Responses shape. Prompt-cache breakpoints (Message.Cache,
+// CacheSystem, CacheTools) are ignored: OpenAI caches prompt prefixes on its own.
+func (c *Client) newRequest(req *llm.Request) (*request, error) {
+	out := &request{
+		Model:           req.Model,
+		Instructions:    req.System,
+		Input:           make([]any, 0, len(req.Messages)+1),
+		MaxOutputTokens: req.MaxTokens,
+		// Nothing is kept on OpenAI's side: each reasoning item comes back with its encrypted content,
+		// which later requests carry instead of a reference.
+		Store:   false,
+		Include: []string{"reasoning.encrypted_content"},
+		Stream:  true,
+	}
+	if r := req.Reasoning; r != nil {
+		// Reasoning models refuse a temperature.
+		out.Reasoning = &reasoningConfig{Effort: effort(r), Summary: "auto"}
+	} else {
+		out.Temperature = req.Temperature
+	}
+	for i := range req.Messages {
+		var err error
+		out.Input, err = c.appendMessage(out.Input, &req.Messages[i])
+		if err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	for _, t := range req.Tools {
+		params := t.InputSchema
+		if len(params) == 0 {
+			params = emptyParameters
+		}
+		out.Tools = append(out.Tools, tool{Type: "function", Name: t.Name, Description: t.Description, Parameters: params})
+	}
+	if len(out.Tools) > 0 {
+		out.ToolChoice = string(req.ToolChoice)
+	}
+	return out, nil
+}
+
+// effort is the reasoning effort asked for, derived from a token budget when only that is given.
+func effort(r *llm.Reasoning) string {
+	switch {
+	case r.Effort != "":
+		return r.Effort
+	case r.BudgetTokens <= 0:
+		return "" // the model's default
+	case r.BudgetTokens < 2048:
+		return "low"
+	case r.BudgetTokens < 8192:
+		return "medium"
+	}
+	return "high"
+}
+
+func (c *Client) appendMessage(input []any, m *llm.Message) ([]any, error) {
+	switch m.Role {
+	case llm.RoleUser, llm.RoleSystem:
+		return append(input, inputMessage{Role: string(m.Role), Content: userContent(m.Parts)}), nil
+	case llm.RoleAssistant:
+		return append(input, c.assistantItems(m)...), nil
+	case llm.RoleTool:
+		if m.ToolCallID == "" {
+			return nil, errors.New("a tool result without the id of its call")
+		}
+		return append(input, functionCallOutput{Type: "function_call_output", CallID: m.ToolCallID, Output: m.Text()}), nil
+	}
+	return nil, fmt.Errorf("unknown role %q", m.Role)
+}
+
+func userContent(parts []llm.Part) []contentPart {
+	out := make([]contentPart, 0, len(parts))
+	for _, p := range parts {
+		switch p.Kind {
+		case llm.PartText:
+			out = append(out, contentPart{Type: "input_text", Text: p.Text})
+		case llm.PartImage:
+			url := "data:" + p.MediaType + ";base64," + base64.StdEncoding.EncodeToString(p.Data)
+			out = append(out, contentPart{Type: "input_image", ImageURL: url})
+		}
+	}
+	return out
+}
+
+// assistantItems returns the output items of an assistant turn in the order the model produced them:
+// reasoning items and text messages as their parts came, then the function calls.
+//
+// The reasoning parts of one item (one Part.ID) become that item again, with its summaries in order and
+// its encrypted content, and only when this client wrote the message: no other provider can read them.
+// The API requires a reasoning item to be followed by the item it preceded ("was provided without its
+// required following item"), and with store false it can only use one that carries its encrypted
+// content: a reasoning item that lacks either is dropped.
+func (c *Client) assistantItems(m *llm.Message) []any {
+	own := m.Origin == c.name
+	var (
+		items     []any
+		reasoning = map[string]*reasoningItem{}
+		text      strings.Builder
+	)
+	flush := func() {
+		if text.Len() > 0 {
+			items = append(items, inputMessage{Type: "message", Role: "assistant",
+				Content: []contentPart{{Type: "output_text", Text: text.String()}}})
+			text.Reset()
+		}
+	}
+	for _, p := range m.Parts {
+		switch {
+		case p.Kind == llm.PartText:
+			text.WriteString(p.Text)
+		case p.Kind == llm.PartReasoning && own && p.ID != "":
+			it := reasoning[p.ID]
+			if it == nil {
+				flush()
+				it = &reasoningItem{ID: p.ID, Type: "reasoning", Summary: []summaryText{}}
+				reasoning[p.ID] = it
+				items = append(items, it)
+			}
+			if p.Text != "" {
+				it.Summary = append(it.Summary, summaryText{Type: "summary_text", Text: p.Text})
+			}
+			if p.Signature != "" {
+				it.EncryptedContent = p.Signature
+			}
+		}
+	}
+	flush()
+	for _, tc := range m.ToolCalls {
+		args := string(tc.Arguments)
+		if args == "" {
+			args = "{}"
+		}
+		items = append(items, functionCall{Type: "function_call", CallID: tc.ID, Name: tc.Name, Arguments: args})
+	}
+	return replayable(items)
+}
+
+// replayable drops the reasoning items the API would refuse: those without encrypted content and those
+// not followed by a message or function call.
+func replayable(items []any) []any {
+	keep := make([]bool, len(items))
+	followed := false // whether the next kept item is a message or function call
+	for i := len(items) - 1; i >= 0; i-- {
+		it, ok := items[i].(*reasoningItem)
+		switch {
+		case !ok:
+			keep[i], followed = true, true
+		case followed && it.EncryptedContent != "":
+			keep[i], followed = true, false
+		}
+	}
+	out := items[:0]
+	for i, it := range items {
+		if keep[i] {
+			out = append(out, it)
+		}
+	}
+	return out
+}

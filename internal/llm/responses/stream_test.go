@@ -1,0 +1,409 @@
+package responses
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"chatd/internal/llm"
+	"chatd/internal/llm/upstream"
+)
+
+var update = flag.Bool("update", false, "rewrite the .golden files from the adapter's output")
+
+// serveBytes answers every request with body, written in pieces of at most step bytes, each flushed, so
+// the decoder sees events split at arbitrary points.
+func serveBytes(t *testing.T, body []byte, step int) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		rc := http.NewResponseController(w)
+		for b := body; len(b) > 0; {
+			n := min(step, len(b))
+			w.Write(b[:n])
+			rc.Flush()
+			b = b[n:]
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func newTestClient(t *testing.T, baseURL string) *Client {
+	t.Helper()
+	c, err := New(Options{Name: "openai-responses", BaseURL: baseURL, APIKey: "sk-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+var testRequest = &llm.Request{Model: "gpt-5", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}}
+
+// describe renders the events of one call one per line, for golden files a person can read.
+func describe(t *testing.T, c *Client) string {
+	t.Helper()
+	var b strings.Builder
+	for ev, err := range c.Stream(t.Context(), testRequest) {
+		if err != nil {
+			e, ok := errors.AsType[*llm.Error](err)
+			if !ok {
+				fmt.Fprintf(&b, "error %v\n", err)
+				continue
+			}
+			fmt.Fprintf(&b, "error kind=%s status=%d code=%q message=%q\n", e.Kind, e.Status, e.Code, e.Message)
+			continue
+		}
+		switch ev.Kind {
+		case llm.EventText:
+			fmt.Fprintf(&b, "text %q\n", ev.Text)
+		case llm.EventReasoning:
+			fmt.Fprintf(&b, "reasoning id=%s %q\n", ev.ID, ev.Text)
+		case llm.EventReasoningEnd:
+			fmt.Fprintf(&b, "reasoning_end id=%s signature=%s\n", ev.ID, abbreviate(ev.Signature))
+		case llm.EventToolCallDelta:
+			fmt.Fprintf(&b, "tool_call_delta index=%d id=%q name=%q args=%q\n", ev.Index, ev.ID, ev.Name, ev.Text)
+		case llm.EventToolCallEnd:
+			fmt.Fprintf(&b, "tool_call_end index=%d\n", ev.Index)
+		case llm.EventFinish:
+			fmt.Fprintf(&b, "finish %s\n", ev.FinishReason)
+		case llm.EventUsage:
+			fmt.Fprintf(&b, "usage %+v\n", ev.Usage)
+		default:
+			t.Fatalf("unknown event kind %d", ev.Kind)
+		}
+	}
+	return b.String()
+}
+
+// abbreviate shows an encrypted content by its ends and length; the round-trip test checks it whole.
+func abbreviate(s string) string {
+	if len(s) <= 40 {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q…%q(%d bytes)", s[:24], s[len(s)-8:], len(s))
+}
+
+// TestRecordedStreams decodes streams shaped like captures of the Responses API and compares the events
+// with testdata/*.golden, at several split points of the bytes.
+func TestRecordedStreams(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.sse")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata: %v", err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".sse")
+		t.Run(name, func(t *testing.T) {
+			body, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := strings.TrimSuffix(file, ".sse") + ".golden"
+			got := describe(t, newTestClient(t, serveBytes(t, body, len(body)).URL))
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Fatalf("events differ from %s (-want +got):\n%s", golden, diff)
+			}
+			for _, step := range []int{1, 7, 64} {
+				if again := describe(t, newTestClient(t, serveBytes(t, body, step).URL)); again != got {
+					t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
+				}
+			}
+			// The type is in each event's JSON; the event: lines are optional (proxies drop them).
+			dataOnly := regexp.MustCompile(`(?m)^event: .*\n`).ReplaceAll(body, nil)
+			if again := describe(t, newTestClient(t, serveBytes(t, dataOnly, len(dataOnly)).URL)); again != got {
+				t.Errorf("without event: lines the events differ:\n%s", cmp.Diff(got, again))
+			}
+		})
+	}
+}
+
+// streamOf decodes an SSE body given as data lines.
+func streamOf(t *testing.T, events ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, e := range events {
+		b.WriteString(e)
+		b.WriteString("\n\n")
+	}
+	return describe(t, newTestClient(t, serveBytes(t, []byte(b.String()), 1<<20).URL))
+}
+
+// TestWholeItems: a server that sends each item whole in response.output_item.done, without deltas,
+// gives the same parts as one that streams them.
+func TestWholeItems(t *testing.T) {
+	got := streamOf(t,
+		`data: {"type":"response.output_item.done","output_index":0,"item":{"id":"rs_1","type":"reasoning","encrypted_content":"enc1","summary":[{"type":"summary_text","text":"first"},{"type":"summary_text","text":"second"}]}}`,
+		`data: {"type":"response.output_item.done","output_index":1,"item":{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","annotations":[],"text":"Hello"},{"type":"refusal","refusal":" but no."}]}}`,
+		`data: {"type":"response.output_item.done","output_index":2,"item":{"id":"fc_1","type":"function_call","status":"completed","call_id":"call_1","name":"f","arguments":"{\"a\":1}"}}`,
+		`data: {"type":"response.output_item.done","output_index":3,"item":{"id":"fc_2","type":"function_call","status":"completed","call_id":"call_2","name":"g","arguments":""}}`,
+		`data: {"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":5,"output_tokens":7}}}`,
+	)
+	want := `reasoning id=rs_1 "first"
+reasoning_end id=rs_1 signature=""
+reasoning id=rs_1 "second"
+reasoning_end id=rs_1 signature="enc1"
+text "Hello"
+text " but no."
+tool_call_delta index=0 id="call_1" name="f" args=""
+tool_call_delta index=0 id="" name="" args="{\"a\":1}"
+tool_call_end index=0
+tool_call_delta index=1 id="call_2" name="g" args=""
+tool_call_delta index=1 id="" name="" args="{}"
+tool_call_end index=1
+finish tool_calls
+usage {InputTokens:5 OutputTokens:7 CacheReadTokens:0 CacheWriteTokens:0 ReasoningTokens:0}
+`
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestDeltasWithoutItemIDs: some servers name the item of a delta by output_index only, and send the
+// error event in its documented shape (code and message at the top level).
+func TestDeltasWithoutItemIDs(t *testing.T) {
+	got := streamOf(t,
+		`data: {"type":"response.output_item.added","output_index":0,"item":{"id":"rs_9","type":"reasoning","summary":[]}}`,
+		`data: {"type":"response.reasoning_text.delta","output_index":0,"content_index":0,"delta":"raw thinking"}`,
+		`data: {"type":"response.output_item.added","output_index":1,"item":{"type":"function_call","call_id":"call_a","name":"weather","arguments":""}}`,
+		`data: {"type":"response.output_item.added","output_index":2,"item":{"type":"function_call","call_id":"call_b","name":"clock","arguments":""}}`,
+		`data: {"type":"response.function_call_arguments.delta","output_index":1,"delta":"{\"city\":"}`,
+		`data: {"type":"response.function_call_arguments.delta","output_index":2,"delta":"{}"}`,
+		`data: {"type":"response.function_call_arguments.delta","output_index":1,"delta":"\"Paris\"}"}`,
+		`data: {"type":"response.output_item.done","output_index":2,"item":{"type":"function_call","call_id":"call_b","name":"clock","arguments":"{}"}}`,
+		`data: {"type":"error","code":"ERR_SOMETHING","message":"Something went wrong","param":null,"sequence_number":9}`,
+	)
+	want := `reasoning id=rs_9 "raw thinking"
+tool_call_delta index=0 id="call_a" name="weather" args=""
+tool_call_delta index=1 id="call_b" name="clock" args=""
+tool_call_delta index=0 id="" name="" args="{\"city\":"
+tool_call_delta index=1 id="" name="" args="{}"
+tool_call_delta index=0 id="" name="" args="\"Paris\"}"
+tool_call_end index=1
+error kind=stream status=0 code="ERR_SOMETHING" message="Something went wrong"
+`
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestSkipsWhatItDoesNotRead: event types and item kinds chatd does not know, whatever their fields
+// hold, are skipped.
+func TestSkipsWhatItDoesNotRead(t *testing.T) {
+	got := streamOf(t,
+		`data: {"type":"response.output_item.added","output_index":0,"item":{"id":"ws_1","type":"web_search_call","status":"in_progress","content":"odd","summary":7}}`,
+		`data: {"type":"response.web_search_call.searching","output_index":0,"item_id":"ws_1","delta":{"odd":true}}`,
+		`data: {"type":"response.output_item.done","output_index":0,"item":{"id":"ws_1","type":"web_search_call","status":"completed","content":"odd"}}`,
+		`data: {"type":"response.output_text.annotation.added","item_id":"msg_1","output_index":1,"annotation":{"type":"url_citation"}}`,
+		`data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":1,"content_index":0,"delta":"Found it."}`,
+		`data: {"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":4,"cache_write_tokens":2},"output_tokens":3,"output_tokens_details":{"reasoning_tokens":0}}}}`,
+		`data: [DONE]`,
+	)
+	want := `text "Found it."
+finish stop
+usage {InputTokens:9 OutputTokens:3 CacheReadTokens:4 CacheWriteTokens:2 ReasoningTokens:0}
+`
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestBadEventIsAStreamError(t *testing.T) {
+	got := streamOf(t,
+		`data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"delta":"ok"}`,
+		`data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"delta":`,
+		`data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"delta":"more"}`,
+	)
+	if !strings.HasPrefix(got, "text \"ok\"\nerror kind=stream status=0 code=\"\" message=\"cannot decode an event\"") {
+		t.Errorf("got:\n%s", got)
+	}
+	got = streamOf(t, `data: {"type":"response.output_text.delta","delta":7}`)
+	if !strings.HasPrefix(got, "error kind=stream status=0 code=\"\" message=\"cannot decode an event\"") {
+		t.Errorf("a text delta of the wrong type: got:\n%s", got)
+	}
+}
+
+func TestInBandErrorKinds(t *testing.T) {
+	for _, tt := range []struct {
+		code string
+		kind llm.ErrorKind
+	}{
+		{"server_error", llm.KindServer},
+		{"rate_limit_exceeded", llm.KindRateLimit},
+		{"context_length_exceeded", llm.KindContextLength},
+		{"server_is_overloaded", llm.KindOverloaded},
+		{"invalid_prompt", llm.KindStream},
+	} {
+		for _, shape := range []string{
+			`data: {"type":"error","sequence_number":2,"error":{"type":"x","code":"%s","message":"m","param":null}}`,
+			`data: {"type":"response.failed","sequence_number":2,"response":{"status":"failed","error":{"code":"%s","message":"m"}}}`,
+		} {
+			got := streamOf(t, fmt.Sprintf(shape, tt.code))
+			want := fmt.Sprintf("error kind=%s status=0 code=%q message=\"m\"\n", tt.kind, tt.code)
+			if got != want {
+				t.Errorf("%s: got %q, want %q", shape, got, want)
+			}
+		}
+	}
+	// A null code falls back to the type.
+	got := streamOf(t, `data: {"type":"error","error":{"type":"server_error","code":null,"message":"Sorry, something went wrong.","param":null},"sequence_number":2}`)
+	if want := "error kind=server status=0 code=\"server_error\" message=\"Sorry, something went wrong.\"\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestIncompleteContentFilter(t *testing.T) {
+	got := streamOf(t,
+		`data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"delta":"I"}`,
+		`data: {"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"content_filter"},"usage":{"input_tokens":3,"output_tokens":1}}}`,
+	)
+	want := "text \"I\"\nfinish content_filter\nusage {InputTokens:3 OutputTokens:1 CacheReadTokens:0 CacheWriteTokens:0 ReasoningTokens:0}\n"
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestHTTPErrors(t *testing.T) {
+	tests := []struct {
+		name       string
+		status     int
+		header     map[string]string
+		body       string
+		want       llm.Error
+		retryAfter time.Duration
+	}{
+		{
+			name: "rate limit", status: 429, header: map[string]string{"Retry-After": "7"},
+			body: `{"error":{"message":"Rate limit reached for gpt-5 in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 1500.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`,
+			want: llm.Error{Kind: llm.KindRateLimit, Status: 429, Code: "rate_limit_exceeded",
+				Message: "Rate limit reached for gpt-5 in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 1500."},
+			retryAfter: 7 * time.Second,
+		},
+		{
+			name: "the key is never repeated", status: 401,
+			body: `{"error":{"message":"Incorrect API key provided: sk-test. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`,
+			want: llm.Error{Kind: llm.KindAuth, Status: 401, Code: "invalid_api_key",
+				Message: "Incorrect API key provided: [redacted]. You can find your API key at https://platform.openai.com/account/api-keys."},
+		},
+		{
+			name: "unsupported parameter", status: 400,
+			body: `{"error":{"message":"Unsupported parameter: 'temperature' is not supported with this model.","type":"invalid_request_error","param":"temperature","code":null}}`,
+			want: llm.Error{Kind: llm.KindInvalid, Status: 400, Code: "invalid_request_error", Message: "Unsupported parameter: 'temperature' is not supported with this model."},
+		},
+		{
+			name: "context length", status: 400,
+			body: `{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}`,
+			want: llm.Error{Kind: llm.KindContextLength, Status: 400, Code: "context_length_exceeded",
+				Message: "Your input exceeds the context window of this model. Please adjust your input and try again."},
+		},
+		{
+			name: "html from a proxy", status: 502, body: "<html><body>Bad Gateway</body></html>",
+			want: llm.Error{Kind: llm.KindServer, Status: 502, Message: "<html><body>Bad Gateway</body></html>"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tt.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tt.status)
+				w.Write([]byte(tt.body))
+			}))
+			defer srv.Close()
+			var got error
+			for _, err := range newTestClient(t, srv.URL).Stream(t.Context(), testRequest) {
+				got = err
+			}
+			e, ok := errors.AsType[*llm.Error](got)
+			if !ok {
+				t.Fatalf("error = %v, want *llm.Error", got)
+			}
+			tt.want.Provider = "openai-responses"
+			tt.want.RetryAfter = tt.retryAfter
+			if diff := cmp.Diff(tt.want, *e); diff != "" {
+				t.Errorf("error (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCancelStopsTheStream(t *testing.T) {
+	started := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"delta\":\"Hi\"}\n\n")
+		w.(http.Flusher).Flush()
+		close(started)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var texts []string
+	var last error
+	for ev, err := range newTestClient(t, srv.URL).Stream(ctx, testRequest) {
+		if err != nil {
+			last = err
+			break
+		}
+		texts = append(texts, ev.Text)
+		<-started
+		cancel()
+	}
+	if !errors.Is(last, context.Canceled) {
+		t.Fatalf("error = %v, want context.Canceled", last)
+	}
+	if diff := cmp.Diff([]string{"Hi"}, texts); diff != "" {
+		t.Errorf("texts (-want +got):\n%s", diff)
+	}
+}
+
+// TestIdleUpstreamEnds: a server that stops sending mid-stream ends the stream with a transport error.
+func TestIdleUpstreamEnds(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"delta\":\"Hi\"}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	c, err := New(Options{BaseURL: srv.URL, Timeouts: upstream.Timeouts{Idle: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for _, err := range c.Stream(t.Context(), testRequest) {
+		last = err
+	}
+	if e, ok := errors.AsType[*llm.Error](last); !ok || e.Kind != llm.KindTransport {
+		t.Fatalf("error = %v, want an idle transport error", last)
+	}
+}
+
+func TestNewRejectsBadBaseURL(t *testing.T) {
+	for _, u := range []string{"ftp://x", "localhost:8080", "http://"} {
+		if _, err := New(Options{BaseURL: u}); err == nil {
+			t.Errorf("New(%q) succeeded", u)
+		}
+	}
+}
