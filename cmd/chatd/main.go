@@ -94,6 +94,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if len(providers.Names()) == 0 {
 		log.Warn("no LLM provider is configured: chats will fail until you set OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY (each with its *_BASE_URL for a compatible server) or OLLAMA_HOST, or name providers in the config file, then restart")
 	}
+	checkAgentModels(cfg.Agents, providers, log)
 	tools := tool.NewRegistry(tool.Options{DefaultTimeout: cfg.ToolTimeout, Logger: log})
 	defer closeTools(tools, log)
 	if err := tools.Register(tool.CurrentTime(nil)); err != nil {
@@ -177,6 +178,21 @@ func agents(in map[string]config.Agent) map[string]chat.Agent {
 		out[name] = ca
 	}
 	return out
+}
+
+// checkAgentModels warns at start-up about agent models and fallbacks no configured provider serves:
+// requests to such an agent fail until the provider is configured.
+func checkAgentModels(in map[string]config.Agent, providers *provider.Set, log *slog.Logger) {
+	for name, a := range in {
+		for _, m := range append([]string{a.Model}, a.Fallbacks...) {
+			if m == "" {
+				continue
+			}
+			if _, _, err := providers.Resolve(m); err != nil {
+				log.Warn("an agent names a model no configured provider serves", "agent", name, "err", err)
+			}
+		}
+	}
 }
 
 // catalog lists the providers' models for the API, each provider asked for at most 5 seconds.

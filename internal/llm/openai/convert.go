@@ -30,6 +30,9 @@ func (c *Client) newChatRequest(req *llm.Request) (*chatRequest, error) {
 			out.MaxTokens = req.MaxTokens
 		}
 	}
+	if r := req.Reasoning; r != nil {
+		out.ReasoningEffort = effort(r)
+	}
 	out.Messages = make([]wireMessage, 0, len(req.Messages)+1)
 	if req.System != "" {
 		out.Messages = append(out.Messages, wireMessage{Role: "system", Content: jsonString(req.System)})
@@ -55,6 +58,21 @@ func (c *Client) newChatRequest(req *llm.Request) (*chatRequest, error) {
 		out.ToolChoice = string(req.ToolChoice)
 	}
 	return out, nil
+}
+
+// effort is the reasoning_effort of r: its Effort, or one derived from its budget.
+func effort(r *llm.Reasoning) string {
+	switch {
+	case r.Effort != "":
+		return r.Effort
+	case r.BudgetTokens == 0:
+		return ""
+	case r.BudgetTokens < 2048:
+		return "low"
+	case r.BudgetTokens < 8192:
+		return "medium"
+	}
+	return "high"
 }
 
 func convertMessage(m *llm.Message) (wireMessage, error) {

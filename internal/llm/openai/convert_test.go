@@ -78,3 +78,21 @@ func TestRequestShape(t *testing.T) {
 		}
 	}
 }
+
+func TestReasoningEffort(t *testing.T) {
+	c, _ := New(Options{})
+	for r, want := range map[llm.Reasoning]string{
+		{Effort: "high"}:                     "high",
+		{BudgetTokens: 1024}:                 "low",
+		{BudgetTokens: 4096}:                 "medium",
+		{BudgetTokens: 32000}:                "high",
+		{Effort: "minimal"}:                  "minimal",
+		{}:                                   "",
+		{Effort: "low", BudgetTokens: 32000}: "low",
+	} {
+		wire, err := c.newChatRequest(&llm.Request{Model: "o4-mini", Reasoning: &r, Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}})
+		if err != nil || wire.ReasoningEffort != want {
+			t.Errorf("%+v: reasoning_effort %q, %v; want %q", r, wire.ReasoningEffort, err, want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ type chatRequest struct {
 	Temperature         *float64       `json:"temperature,omitempty"`
 	MaxTokens           int            `json:"max_tokens,omitempty"`
 	MaxCompletionTokens int            `json:"max_completion_tokens,omitempty"`
+	ReasoningEffort     string         `json:"reasoning_effort,omitempty"`
 	Stream              bool           `json:"stream"`
 	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
 }
