@@ -66,7 +66,9 @@ type Turn struct {
 	FinishReason string // stop, tool_calls, length, content_filter, cancelled, error
 	Usage        llm.Usage
 	Model        string // the provider's model name
-	Origin       string // the provider that answered (the primary or a fallback)
+	// Origin is the model that answered (the primary or a fallback) as llm.Origin: what the turn's
+	// messages carry, and what its replay is valid for.
+	Origin string
 }
 
 // HasReplay reports whether the turn carries something only its provider can read back: a
@@ -100,14 +102,15 @@ const (
 type Model struct {
 	Provider llm.Provider
 	Name     string // the provider's model name
-	Origin   string // the provider's configured name, stamped on the turns it writes
+	// ProviderName is the provider's configured name (the "anthropic" of "anthropic/claude-…").
+	ProviderName string
 }
 
 // Config is one run's settings. The zero value of each limit means its default.
 type Config struct {
-	Provider llm.Provider
-	Model    string // the provider's model name
-	Origin   string // the provider's configured name
+	Provider     llm.Provider
+	Model        string // the provider's model name
+	ProviderName string // the provider's configured name
 	// Fallbacks are tried in order when a model call fails before any output, once the retries of
 	// the model before them are spent.
 	Fallbacks   []Model

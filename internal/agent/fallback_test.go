@@ -33,8 +33,8 @@ func TestFallbackAfterRetries(t *testing.T) {
 	}
 	backup := llmtest.NewServer(t, llmtest.Turn{Text: "from the backup"})
 	cfg := config(t, primary, fakeTools{})
-	cfg.Origin = "primary"
-	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "backup-1", Origin: "backup"}}
+	cfg.ProviderName = "primary"
+	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"}}
 	rec := &recorder{}
 	res := agent.Run(t.Context(), cfg, hello, rec)
 	if res.Status != agent.StatusCompleted || res.Final == nil || res.Final.Text != "from the backup" {
@@ -43,8 +43,8 @@ func TestFallbackAfterRetries(t *testing.T) {
 	if got := len(primary.Requests()); got != 3 {
 		t.Errorf("the primary got %d requests, want 3 (one and two retries)", got)
 	}
-	if res.Final.Model != "backup-1" || res.Final.Origin != "backup" {
-		t.Errorf("the turn names %s/%s, want backup/backup-1", res.Final.Origin, res.Final.Model)
+	if res.Final.Model != "backup-1" || res.Final.Origin != "backup/backup-1" {
+		t.Errorf("the turn names %s (%s), want backup/backup-1", res.Final.Origin, res.Final.Model)
 	}
 	if rec.has("usage backup-1") != 1 || rec.has("status llmtest-1 is unavailable; trying backup-1") != 1 {
 		t.Errorf("steps: %q", rec.log)
@@ -59,7 +59,7 @@ func TestNoFallbackAfterOutput(t *testing.T) {
 	primary := llmtest.NewServer(t, llmtest.Turn{Text: "half an ans", CutAfterChunks: 3})
 	backup := llmtest.NewServer(t, llmtest.Turn{Text: "never"})
 	cfg := config(t, primary, fakeTools{})
-	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "backup-1", Origin: "backup"}}
+	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"}}
 	res := agent.Run(t.Context(), cfg, hello, &recorder{})
 	if res.Status != agent.StatusFailed || res.Final == nil || res.Final.Text == "" {
 		t.Fatalf("result = %+v", res)
@@ -74,7 +74,7 @@ func TestFallbackOnAuthError(t *testing.T) {
 	primary := llmtest.NewServer(t, llmtest.Turn{Status: http.StatusUnauthorized, ErrorMessage: "Incorrect API key provided"})
 	backup := llmtest.NewServer(t, llmtest.Turn{Text: "ok"})
 	cfg := config(t, primary, fakeTools{})
-	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "b", Origin: "backup"}}
+	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "b", ProviderName: "backup"}}
 	res := agent.Run(t.Context(), cfg, hello, &recorder{})
 	if res.Status != agent.StatusCompleted || len(primary.Requests()) != 1 {
 		t.Fatalf("result = %+v after %d primary requests", res, len(primary.Requests()))
@@ -135,7 +135,7 @@ func TestSignedPartsKept(t *testing.T) {
 		{Kind: llm.EventText, Text: "Noon."},
 		{Kind: llm.EventFinish, FinishReason: llm.FinishStop},
 	}}}
-	cfg := agent.Config{Provider: p, Model: "m", Origin: "claude", ToolSpecs: []llm.ToolSpec{{Name: "read_time"}},
+	cfg := agent.Config{Provider: p, Model: "m", ProviderName: "claude", ToolSpecs: []llm.ToolSpec{{Name: "read_time"}},
 		Tools: fakeTools{"read_time": echo}}
 	rec := &recorder{}
 	res := agent.Run(t.Context(), cfg, hello, rec)
@@ -155,7 +155,7 @@ func TestSignedPartsKept(t *testing.T) {
 		t.Errorf("turn = %+v", first)
 	}
 	sent := p.reqs[1].Messages[1]
-	if sent.Origin != "claude" || len(sent.Parts) != 3 || sent.Parts[0].Signature != "sig-1" || sent.ToolCalls[0].Signature != "call-sig" {
+	if sent.Origin != "claude/m" || len(sent.Parts) != 3 || sent.Parts[0].Signature != "sig-1" || sent.ToolCalls[0].Signature != "call-sig" {
 		t.Errorf("second call sent the turn back as %+v", sent)
 	}
 }
@@ -168,12 +168,12 @@ func TestPauseContinues(t *testing.T) {
 		{{Kind: llm.EventText, Text: "part two."}, {Kind: llm.EventFinish, FinishReason: llm.FinishStop}},
 	}}
 	rec := &recorder{}
-	res := agent.Run(t.Context(), agent.Config{Provider: p, Model: "m", Origin: "claude"}, hello, rec)
+	res := agent.Run(t.Context(), agent.Config{Provider: p, Model: "m", ProviderName: "claude"}, hello, rec)
 	if res.Status != agent.StatusCompleted || len(rec.turns) != 1 || rec.turns[0].Text != "Part one, part two." {
 		t.Fatalf("result = %+v turns = %+v", res, rec.turns)
 	}
 	msgs := p.reqs[1].Messages
-	if len(msgs) != 2 || msgs[1].Role != llm.RoleAssistant || msgs[1].Text() != "Part one, " || msgs[1].Origin != "claude" {
+	if len(msgs) != 2 || msgs[1].Role != llm.RoleAssistant || msgs[1].Text() != "Part one, " || msgs[1].Origin != "claude/m" {
 		t.Errorf("the continuation sent %+v", msgs)
 	}
 }

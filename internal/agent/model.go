@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
@@ -113,7 +112,7 @@ func (r *runner) request(noTools bool) *llm.Request {
 // answer goes back with its parts and signatures; a pause needs nothing else, a cut answer a prompt.
 func (r *runner) continuation(req *llm.Request, t *turnState) *llm.Request {
 	next := *req
-	partial := llm.Message{Role: llm.RoleAssistant, Parts: t.parts.Parts(), Origin: t.model.Origin}
+	partial := llm.Message{Role: llm.RoleAssistant, Parts: t.parts.Parts(), Origin: t.model.origin()}
 	next.Messages = append(r.messages[:len(r.messages):len(r.messages)], partial)
 	if t.finish != llm.FinishPause {
 		next.Messages = append(next.Messages, llm.TextMessage(llm.RoleUser, continuePrompt))
@@ -123,9 +122,12 @@ func (r *runner) continuation(req *llm.Request, t *turnState) *llm.Request {
 	return &next
 }
 
+// origin is what the messages m writes carry as their Origin.
+func (m Model) origin() string { return llm.Origin(m.ProviderName, m.Name) }
+
 // models lists the models a call may use, in order: the primary, then the fallbacks.
 func (r *runner) models() []Model {
-	return append([]Model{{Provider: r.cfg.Provider, Name: r.cfg.Model, Origin: r.cfg.Origin}}, r.cfg.Fallbacks...)
+	return append([]Model{{Provider: r.cfg.Provider, Name: r.cfg.Model, ProviderName: r.cfg.ProviderName}}, r.cfg.Fallbacks...)
 }
 
 // stream runs one model call into t. A call that fails before any output is retried, then handed to
@@ -291,7 +293,10 @@ func (pc *pendingCall) arguments() (json.RawMessage, bool) {
 func (r *runner) finishTurn(ctx context.Context, t *turnState, streamErr error) {
 	t.Parts = t.parts.Parts()
 	t.Text, t.Reasoning = t.parts.Text(), t.parts.Reasoning()
-	t.Model, t.Origin = cmp.Or(t.model.Name, r.cfg.Model), cmp.Or(t.model.Origin, r.cfg.Origin)
+	if t.model.Provider == nil { // no call was made
+		t.model = r.models()[0]
+	}
+	t.Model, t.Origin = t.model.Name, t.model.origin()
 	switch {
 	case ctx.Err() != nil:
 		t.FinishReason = "cancelled"

@@ -80,7 +80,7 @@ func assistantMessage(r *store.Record) llm.Message {
 
 // replayMessage is an assistant record as its provider wrote it: parts in order, with signatures.
 func replayMessage(r *store.Record) llm.Message {
-	m := llm.Message{Role: llm.RoleAssistant, Origin: r.Replay.Provider}
+	m := llm.Message{Role: llm.RoleAssistant, Origin: r.Replay.Model}
 	sigs := map[string]string{}
 	for _, p := range r.Replay.Parts {
 		switch p.Kind {
@@ -115,7 +115,7 @@ func replayOf(t *agent.Turn) *store.Replay {
 	if !t.HasReplay() {
 		return nil
 	}
-	rp := &store.Replay{Provider: t.Origin}
+	rp := &store.Replay{Model: t.Origin}
 	for _, p := range t.Parts {
 		part := store.ReplayPart{Text: p.Text, Signature: p.Signature, ID: p.ID}
 		switch p.Kind {

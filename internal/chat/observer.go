@@ -58,7 +58,7 @@ func (o *observer) ToolComplete(call llm.ToolCall, res agent.ToolResult) {
 }
 
 func (o *observer) Usage(m agent.Model, u llm.Usage) {
-	su, model := storeUsage(u), fullModel(m.Origin, m.Name, o.p.model)
+	su, model := storeUsage(u), cmp.Or(llm.Origin(m.ProviderName, m.Name), o.p.model)
 	o.run.emit(EventUsage, mustJSON(usageData{Model: model, Usage: su}))
 	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, Agent: o.p.agentNm, Model: model, Usage: su}
 	if err := o.s.opts.Store.AddUsage(o.ctx, o.p.user, entry); err != nil {
@@ -70,7 +70,7 @@ func (o *observer) Turn(ctx context.Context, t *agent.Turn) error {
 	u := storeUsage(t.Usage)
 	rec := &store.Record{
 		SessionID: o.run.SessionID, RunID: o.run.ID, Role: store.RoleAssistant,
-		Content: t.Text, Reasoning: t.Reasoning, Model: fullModel(t.Origin, t.Model, o.p.model),
+		Content: t.Text, Reasoning: t.Reasoning, Model: t.Origin,
 		FinishReason: t.FinishReason, Usage: &u, Replay: replayOf(t),
 	}
 	for _, c := range t.ToolCalls {
@@ -82,14 +82,6 @@ func (o *observer) Turn(ctx context.Context, t *agent.Turn) error {
 	o.parents[t], o.last = rec, rec
 	o.run.emit(EventRecord, mustJSON(recordData{Message: rec}))
 	return nil
-}
-
-// fullModel is the provider/model name of a model the agent called; def when it does not say.
-func fullModel(origin, name, def string) string {
-	if origin == "" || name == "" {
-		return def
-	}
-	return origin + "/" + name
 }
 
 func (o *observer) ToolResult(ctx context.Context, t *agent.Turn, call llm.ToolCall, res agent.ToolResult) error {

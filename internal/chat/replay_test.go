@@ -80,7 +80,7 @@ func TestReplayAcrossRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &store.Replay{Provider: "claude", Parts: []store.ReplayPart{
+	want := &store.Replay{Model: "claude/sonnet", Parts: []store.ReplayPart{
 		{Kind: store.PartReasoning, Text: "Check the clock.", Signature: "EqQBCkgIARABGAIiQL"},
 		{Kind: store.PartRedactedReasoning, Signature: "EmwKAhgBEgy3va3pzix"},
 		{Kind: store.PartText, Text: "One moment."},
@@ -109,7 +109,7 @@ func TestReplayAcrossRuns(t *testing.T) {
 		{Kind: llm.PartRedactedReasoning, Signature: "EmwKAhgBEgy3va3pzix"},
 		{Kind: llm.PartText, Text: "One moment."},
 	}
-	if diff := cmp.Diff(wantParts, sent.Parts); diff != "" || sent.Origin != "claude" || sent.ToolCalls[0].Signature != "CiQBjz1rX2" {
+	if diff := cmp.Diff(wantParts, sent.Parts); diff != "" || sent.Origin != "claude/sonnet" || sent.ToolCalls[0].Signature != "CiQBjz1rX2" {
 		t.Errorf("the stored turn went back as %+v (parts -want +got):\n%s", sent, diff)
 	}
 	if answer := req.Messages[3]; answer.Parts[0].Signature != "text-sig" || answer.Text() != "Noon." {

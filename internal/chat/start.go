@@ -230,7 +230,7 @@ func (s *Service) resolveModel(p *plan) error {
 		if err != nil {
 			return invalid("invalid_model", "agent %q: fallback: %s", p.agentNm, err.Error())
 		}
-		p.fallbacks = append(p.fallbacks, agent.Model{Provider: prov, Name: upstream, Origin: providerName(name)})
+		p.fallbacks = append(p.fallbacks, agent.Model{Provider: prov, Name: upstream, ProviderName: providerName(name)})
 	}
 	return nil
 }
@@ -349,7 +349,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, history []llm.
 	cfg := agent.Config{
 		Provider:      p.provider,
 		Model:         p.upstream,
-		Origin:        p.origin,
+		ProviderName:  p.origin,
 		Fallbacks:     p.fallbacks,
 		Reasoning:     p.agent.Reasoning,
 		System:        systemPrompt(p),

@@ -13,7 +13,7 @@ type Collector struct {
 	open  PartKind // the kind of parts[len(parts)-1] while fragments still go to it; 0 when closed
 	text  strings.Builder
 	calls []ToolCall
-	args  []strings.Builder
+	args  [][]byte // by call: calls' fragments may interleave, so each keeps its own buffer
 
 	Finish FinishReason
 	Usage  Usage
@@ -41,7 +41,7 @@ func (c *Collector) Add(ev Event) {
 	case EventToolCallDelta:
 		for len(c.calls) <= ev.Index {
 			c.calls = append(c.calls, ToolCall{})
-			c.args = append(c.args, strings.Builder{})
+			c.args = append(c.args, nil)
 		}
 		tc := &c.calls[ev.Index]
 		if tc.ID == "" {
@@ -53,7 +53,7 @@ func (c *Collector) Add(ev Event) {
 		if ev.Signature != "" {
 			tc.Signature = ev.Signature
 		}
-		c.args[ev.Index].WriteString(ev.Text)
+		c.args[ev.Index] = append(c.args[ev.Index], ev.Text...)
 	case EventUsage:
 		c.Usage = ev.Usage
 	case EventFinish:
@@ -102,7 +102,7 @@ func (c *Collector) Parts() []Part {
 func (c *Collector) Message() Message {
 	m := Message{Role: RoleAssistant, Parts: c.Parts()}
 	for i, tc := range c.calls {
-		tc.Arguments = json.RawMessage(c.args[i].String())
+		tc.Arguments = json.RawMessage(c.args[i])
 		m.ToolCalls = append(m.ToolCalls, tc)
 	}
 	return m

@@ -47,9 +47,10 @@ type Message struct {
 	ToolCallID string
 	ToolName   string
 	IsError    bool
-	// Origin names the provider that wrote an assistant message (its configured name: "anthropic",
-	// "gemini", a named provider). Signatures, item ids and redacted reasoning are sent back only to
-	// that provider; any other drops them, and the reasoning with them.
+	// Origin names the model that wrote an assistant message, as Origin(provider, model): the
+	// provider's configured name and its model name. Signatures, item ids and redacted reasoning are
+	// sent back only to that provider and model (encrypted reasoning is bound to the model that wrote
+	// it); any other drops them, and the reasoning with them.
 	Origin string
 	// Cache asks the provider to cache the prompt up to and including this message (Anthropic's
 	// cache_control breakpoint). Providers that cache on their own, or not at all, ignore it.
@@ -69,6 +70,10 @@ func (m *Message) Text() string {
 	}
 	return s
 }
+
+// Origin is the Message.Origin of a message written by model (the provider's own model name) of the
+// provider configured as provider.
+func Origin(provider, model string) string { return provider + "/" + model }
 
 // TextMessage returns a message of one text part.
 func TextMessage(role Role, text string) Message {

@@ -109,7 +109,9 @@ func TestEveryType(t *testing.T) {
 		if err != nil || model != "some-model" {
 			t.Fatalf("%s: %v", typ, err)
 		}
-		if _, ok := p.(interface{ Models(ctx context.Context) ([]string, error) }); !ok {
+		if _, ok := p.(interface {
+			Models(ctx context.Context) ([]string, error)
+		}); !ok {
 			t.Errorf("%s: the adapter cannot list models", typ)
 		}
 	}

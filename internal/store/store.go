@@ -139,8 +139,9 @@ type Record struct {
 
 // Replay is an assistant turn as its provider wrote it: its parts in order, with their signatures.
 type Replay struct {
-	Provider string       `json:"provider"` // the configured provider name the parts are valid for
-	Parts    []ReplayPart `json:"parts"`
+	// Model is the provider/model name of the model that wrote the parts: the one they are valid for.
+	Model string       `json:"model"`
+	Parts []ReplayPart `json:"parts"`
 }
 
 // Kinds of replay parts.

@@ -33,7 +33,7 @@ func (c *Client) newRequest(req *llm.Request) (*messagesRequest, error) {
 		Temperature: req.Temperature,
 		Stream:      true,
 	}
-	b := builder{own: c.name}
+	b := builder{own: llm.Origin(c.name, req.Model)}
 	if req.System != "" {
 		b.system = append(b.system, block{Type: "text", Text: req.System})
 	}

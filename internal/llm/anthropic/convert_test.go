@@ -47,7 +47,7 @@ func TestRequestShape(t *testing.T) {
 				{Kind: llm.PartText, Text: ""},
 				{Kind: llm.PartImage, MediaType: "image/png", Data: []byte{0x89, 'P', 'N', 'G'}},
 			}},
-			{Role: llm.RoleAssistant, Origin: "anthropic", Parts: []llm.Part{
+			{Role: llm.RoleAssistant, Origin: "anthropic/claude-sonnet-4-5", Parts: []llm.Part{
 				{Kind: llm.PartReasoning, Text: "Two tools at once.", Signature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"},
 				{Kind: llm.PartText, Text: "Let me look."},
 			}, ToolCalls: []llm.ToolCall{
@@ -57,7 +57,7 @@ func TestRequestShape(t *testing.T) {
 			{Role: llm.RoleTool, ToolCallID: "toolu_01A", ToolName: "current_time", Parts: []llm.Part{{Kind: llm.PartText, Text: `{"time":"12:00"}`}}},
 			{Role: llm.RoleTool, ToolCallID: "toolu_01B", ToolName: "noargs", IsError: true, Parts: []llm.Part{{Kind: llm.PartText, Text: "failed"}}},
 			llm.TextMessage(llm.RoleUser, "Also: which one failed?"),
-			{Role: llm.RoleAssistant, Origin: "anthropic"}, // an empty answer: no message at all
+			{Role: llm.RoleAssistant, Origin: "anthropic/claude-sonnet-4-5"}, // an empty answer: no message at all
 			llm.TextMessage(llm.RoleAssistant, "A cat. It is noon; noargs failed."),
 		},
 		Tools: []llm.ToolSpec{
@@ -117,13 +117,15 @@ func TestReasoningReplay(t *testing.T) {
 		origin string
 		want   []any
 	}{
-		{"anthropic", []any{
+		{"anthropic/m", []any{
 			map[string]any{"type": "thinking", "thinking": "First thought.", "signature": "sig-one"},
 			map[string]any{"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
 			map[string]any{"type": "thinking", "thinking": "", "signature": "sig-omitted-display"},
 			text("Answer."),
 		}},
-		{"gemini", []any{text("Answer.")}},
+		{"anthropic/another-model", []any{text("Answer.")}}, // a signature is bound to its model
+		{"anthropic", []any{text("Answer.")}},
+		{"gemini/m", []any{text("Answer.")}},
 		{"", []any{text("Answer.")}},
 	}
 	for _, tt := range tests {
@@ -239,7 +241,7 @@ func list(v any) []map[string]any {
 
 func TestCacheBreakpoints(t *testing.T) {
 	call := []llm.ToolCall{{ID: "toolu_1", Name: "f", Arguments: json.RawMessage(`{}`)}}
-	thinkingOnly := llm.Message{Role: llm.RoleAssistant, Origin: "anthropic", Cache: true,
+	thinkingOnly := llm.Message{Role: llm.RoleAssistant, Origin: "anthropic/m", Cache: true,
 		Parts: []llm.Part{{Kind: llm.PartReasoning, Text: "hm", Signature: "sig"}, {Kind: llm.PartText}}}
 	tests := []struct {
 		name string
@@ -256,7 +258,7 @@ func TestCacheBreakpoints(t *testing.T) {
 			name: "the last block of the message, past the tool calls and empty text",
 			req: llm.Request{Messages: []llm.Message{
 				llm.TextMessage(llm.RoleUser, "go"),
-				{Role: llm.RoleAssistant, Origin: "anthropic", Cache: true, ToolCalls: call,
+				{Role: llm.RoleAssistant, Origin: "anthropic/m", Cache: true, ToolCalls: call,
 					Parts: []llm.Part{{Kind: llm.PartReasoning, Text: "hm", Signature: "sig"}, {Kind: llm.PartText, Text: "Calling."}}},
 				{Role: llm.RoleTool, ToolCallID: "toolu_1", Cache: true, Parts: []llm.Part{{Kind: llm.PartText, Text: "done"}}},
 				{Role: llm.RoleUser, Cache: true, Parts: []llm.Part{{Kind: llm.PartText, Text: ""}}},
@@ -360,7 +362,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, file := range []string{"thinking_redacted.sse", "thinking_signature.sse", "tool_use_split.sse"} {
 		t.Run(file, func(t *testing.T) {
 			answer := collect(t, "testdata/"+file)
-			answer.Origin = "anthropic"
+			answer.Origin = "anthropic/m"
 			req := &llm.Request{Model: "m", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "Q?"), answer}}
 			for _, tc := range answer.ToolCalls {
 				req.Messages = append(req.Messages, llm.Message{Role: llm.RoleTool, ToolCallID: tc.ID, Parts: []llm.Part{{Kind: llm.PartText, Text: "ok"}}})
@@ -430,9 +432,9 @@ func TestThinkingWaitsForTheToolTurnToEnd(t *testing.T) {
 		msgs     []llm.Message
 		thinking bool
 	}{
-		{"foreign tool turn", []llm.Message{llm.TextMessage(llm.RoleUser, "go"), {Role: llm.RoleAssistant, Origin: "openai", Parts: signed, ToolCalls: call}, result}, false},
-		{"own signed tool turn", []llm.Message{llm.TextMessage(llm.RoleUser, "go"), {Role: llm.RoleAssistant, Origin: "anthropic", Parts: signed, ToolCalls: call}, result}, true},
-		{"after the turn", []llm.Message{llm.TextMessage(llm.RoleUser, "go"), {Role: llm.RoleAssistant, Origin: "openai", ToolCalls: call}, result,
+		{"foreign tool turn", []llm.Message{llm.TextMessage(llm.RoleUser, "go"), {Role: llm.RoleAssistant, Origin: "openai/m", Parts: signed, ToolCalls: call}, result}, false},
+		{"own signed tool turn", []llm.Message{llm.TextMessage(llm.RoleUser, "go"), {Role: llm.RoleAssistant, Origin: "anthropic/m", Parts: signed, ToolCalls: call}, result}, true},
+		{"after the turn", []llm.Message{llm.TextMessage(llm.RoleUser, "go"), {Role: llm.RoleAssistant, Origin: "openai/m", ToolCalls: call}, result,
 			llm.TextMessage(llm.RoleAssistant, "Done."), llm.TextMessage(llm.RoleUser, "Thanks")}, true},
 	}
 	for _, tt := range tests {

@@ -43,7 +43,7 @@ func (c *Client) newRequest(req *llm.Request) (*generateRequest, error) {
 			}
 			out.Contents = appendContent(out.Contents, "user", parts)
 		case llm.RoleAssistant:
-			parts, err := c.modelParts(m, gemini3)
+			parts, err := c.modelParts(m, llm.Origin(c.name, req.Model), gemini3)
 			if err != nil {
 				return nil, fmt.Errorf("message %d: %w", i, err)
 			}
@@ -115,10 +115,10 @@ func userParts(in []llm.Part) ([]part, error) {
 	return out, nil
 }
 
-// modelParts sends an assistant message back. Gemini's own answers (Origin is this provider) go back
-// part for part with their thought signatures; another provider's lose their reasoning and signatures.
-func (c *Client) modelParts(m *llm.Message, gemini3 bool) ([]part, error) {
-	own := m.Origin == c.name
+// modelParts sends an assistant message back. The model's own answers (Origin is origin) go back part
+// for part with their thought signatures; another model's lose their reasoning and signatures.
+func (c *Client) modelParts(m *llm.Message, origin string, gemini3 bool) ([]part, error) {
+	own := m.Origin == origin
 	out := make([]part, 0, len(m.Parts)+len(m.ToolCalls))
 	for _, p := range m.Parts {
 		switch {

@@ -53,7 +53,7 @@ func TestRequestShape(t *testing.T) {
 				{Kind: llm.PartImage, MediaType: "image/png", Data: []byte{0x89, 'P', 'N', 'G'}},
 				{Kind: llm.PartText, Text: ""},
 			}},
-			{Role: llm.RoleAssistant, Origin: "gemini", Parts: []llm.Part{
+			{Role: llm.RoleAssistant, Origin: "gemini/gemini-2.5-flash", Parts: []llm.Part{
 				{Kind: llm.PartReasoning, Text: "Two cities, two calls.", Signature: "EjQKMgE="},
 				{Kind: llm.PartText, Text: "A cat. Checking the time.", Signature: "EiQKIgF="},
 			}, ToolCalls: []llm.ToolCall{
@@ -66,7 +66,7 @@ func TestRequestShape(t *testing.T) {
 			{Role: llm.RoleTool, ToolCallID: "call_1", ToolName: "current_time", Parts: []llm.Part{{Kind: llm.PartText, Text: `{"time":"12:00"}`}}},
 			{Role: llm.RoleTool, ToolCallID: "call_3", IsError: true, Parts: []llm.Part{{Kind: llm.PartText, Text: "failed"}}},
 			llm.TextMessage(llm.RoleAssistant, "It is noon in Paris."),
-			{Role: llm.RoleAssistant, Origin: "gemini"}, // an empty answer: nothing to send
+			{Role: llm.RoleAssistant, Origin: "gemini/gemini-2.5-flash"}, // an empty answer: nothing to send
 			llm.TextMessage(llm.RoleUser, "Thanks."),
 		},
 		Tools: []llm.ToolSpec{
@@ -119,7 +119,7 @@ func TestRequestShape(t *testing.T) {
 func TestForeignHistory(t *testing.T) {
 	history := []llm.Message{
 		llm.TextMessage(llm.RoleUser, "Weather in Paris and Tokyo?"),
-		{Role: llm.RoleAssistant, Origin: "anthropic", Parts: []llm.Part{
+		{Role: llm.RoleAssistant, Origin: "anthropic/claude-sonnet-4-5", Parts: []llm.Part{
 			{Kind: llm.PartReasoning, Text: "Two lookups.", Signature: "anthropic-signature"},
 			{Kind: llm.PartRedactedReasoning, Signature: "redacted-data"},
 			{Kind: llm.PartText, Text: "Checking."},

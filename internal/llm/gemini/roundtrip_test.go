@@ -66,7 +66,7 @@ func TestSignatureRoundTrip(t *testing.T) {
 				col.Add(ev)
 			}
 			answer := col.Message()
-			answer.Origin = "gemini"
+			answer.Origin = "gemini/gemini-3-pro-preview"
 			for i := range answer.ToolCalls {
 				answer.ToolCalls[i].ID = "call_chatd_" + string(rune('a'+i))
 			}

@@ -286,7 +286,7 @@ func sameJSON(a, b json.RawMessage) bool {
 func checkReplay(t *testing.T, a Adapter, srv *replayServer, p llm.Provider, req *llm.Request, got Outcome) {
 	t.Helper()
 	next := *req
-	answer := llm.Message{Role: llm.RoleAssistant, Parts: got.Parts, Origin: a.Name}
+	answer := llm.Message{Role: llm.RoleAssistant, Parts: got.Parts, Origin: llm.Origin(a.Name, "conformance-model")}
 	next.Messages = append(req.Messages[:len(req.Messages):len(req.Messages)], answer, llm.TextMessage(llm.RoleUser, "And 3+3?"))
 	srv.queue(ScenarioText)
 	if out := Collect(t.Context(), p, &next); out.Err != nil {
@@ -315,7 +315,7 @@ func checkToolResult(t *testing.T, a Adapter, srv *replayServer, p llm.Provider,
 	}
 	next := *req
 	next.Messages = append(req.Messages[:len(req.Messages):len(req.Messages)],
-		llm.Message{Role: llm.RoleAssistant, Parts: got.Parts, ToolCalls: []llm.ToolCall{call}, Origin: a.Name},
+		llm.Message{Role: llm.RoleAssistant, Parts: got.Parts, ToolCalls: []llm.ToolCall{call}, Origin: llm.Origin(a.Name, "conformance-model")},
 		llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, ToolName: call.Name, Parts: []llm.Part{{Kind: llm.PartText, Text: "18°C and sunny"}}})
 	srv.queue(ScenarioText)
 	if out := Collect(t.Context(), p, &next); out.Err != nil {

@@ -51,7 +51,7 @@ func (c *Client) newRequest(req *llm.Request) (*request, error) {
 	}
 	for i := range req.Messages {
 		var err error
-		out.Input, err = c.appendMessage(out.Input, &req.Messages[i])
+		out.Input, err = c.appendMessage(out.Input, &req.Messages[i], llm.Origin(c.name, req.Model))
 		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -84,12 +84,12 @@ func effort(r *llm.Reasoning) string {
 	return "high"
 }
 
-func (c *Client) appendMessage(input []any, m *llm.Message) ([]any, error) {
+func (c *Client) appendMessage(input []any, m *llm.Message, origin string) ([]any, error) {
 	switch m.Role {
 	case llm.RoleUser, llm.RoleSystem:
 		return append(input, inputMessage{Role: string(m.Role), Content: userContent(m.Parts)}), nil
 	case llm.RoleAssistant:
-		return append(input, c.assistantItems(m)...), nil
+		return append(input, c.assistantItems(m, origin)...), nil
 	case llm.RoleTool:
 		if m.ToolCallID == "" {
 			return nil, errors.New("a tool result without the id of its call")
@@ -121,8 +121,8 @@ func userContent(parts []llm.Part) []contentPart {
 // The API requires a reasoning item to be followed by the item it preceded ("was provided without its
 // required following item"), and with store false it can only use one that carries its encrypted
 // content: a reasoning item that lacks either is dropped.
-func (c *Client) assistantItems(m *llm.Message) []any {
-	own := m.Origin == c.name
+func (c *Client) assistantItems(m *llm.Message, origin string) []any {
+	own := m.Origin == origin
 	var (
 		items     []any
 		reasoning = map[string]*reasoningItem{}

@@ -38,7 +38,7 @@ func TestRequestShape(t *testing.T) {
 				{Kind: llm.PartText, Text: "What is in this picture, and what time is it in Paris?"},
 				{Kind: llm.PartImage, MediaType: "image/png", Data: []byte{0x89, 'P', 'N', 'G'}},
 			}, Cache: true},
-			{Role: llm.RoleAssistant, Origin: "gpt", Parts: []llm.Part{
+			{Role: llm.RoleAssistant, Origin: "gpt/gpt-5", Parts: []llm.Part{
 				{Kind: llm.PartReasoning, Text: "**Looking**\n\nA cat.", ID: "rs_1"},
 				{Kind: llm.PartReasoning, Text: "**Time**\n\nAsk the clock.", ID: "rs_1", Signature: "gAAAAenc1"},
 				{Kind: llm.PartText, Text: "A cat. Let me check the time."},
@@ -49,7 +49,7 @@ func TestRequestShape(t *testing.T) {
 			{Role: llm.RoleTool, ToolCallID: "call_1", ToolName: "current_time", Parts: []llm.Part{{Kind: llm.PartText, Text: `{"time":"12:00"}`}}},
 			{Role: llm.RoleTool, ToolCallID: "call_2", ToolName: "noargs", IsError: true, Parts: []llm.Part{{Kind: llm.PartText, Text: "failed"}}},
 			// Written by another provider: its reasoning and signatures mean nothing here.
-			{Role: llm.RoleAssistant, Origin: "anthropic", Parts: []llm.Part{
+			{Role: llm.RoleAssistant, Origin: "anthropic/claude-sonnet-4-5", Parts: []llm.Part{
 				{Kind: llm.PartReasoning, Text: "Noon.", Signature: "EqQBCkYIBxgC"},
 				{Kind: llm.PartRedactedReasoning, Signature: "opaque"},
 				{Kind: llm.PartText, Text: "It is noon <12:00> & sunny."},
@@ -178,9 +178,9 @@ func TestReasoningReplay(t *testing.T) {
 		{"no id", []llm.Part{r("", "a", "e1"), text("Hi.")}, nil, []string{"message"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			m := llm.Message{Role: llm.RoleAssistant, Origin: "gpt", Parts: tt.parts, ToolCalls: tt.calls}
+			m := llm.Message{Role: llm.RoleAssistant, Origin: "gpt/m", Parts: tt.parts, ToolCalls: tt.calls}
 			var got []string
-			for _, it := range c.assistantItems(&m) {
+			for _, it := range c.assistantItems(&m, "gpt/m") {
 				switch it := it.(type) {
 				case *reasoningItem:
 					got = append(got, it.ID)

@@ -42,7 +42,7 @@ func TestRoundTrip(t *testing.T) {
 				col.Add(ev)
 			}
 			answer := col.Message()
-			answer.Origin = "openai-responses"
+			answer.Origin = "openai-responses/gpt-5"
 			if len(answer.Parts) != tt.parts {
 				t.Errorf("%d parts, want %d: %+v", len(answer.Parts), tt.parts, answer.Parts)
 			}

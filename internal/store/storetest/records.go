@@ -144,7 +144,7 @@ func testRoundTrip(t *testing.T, s store.Store) {
 			CacheWriteTokens: 2, ReasoningTokens: 1},
 		ToolCalls: []store.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: args},
 			{ID: "call_2", Name: "current_time"}},
-		Replay: &store.Replay{Provider: "anthropic", Parts: []store.ReplayPart{
+		Replay: &store.Replay{Model: "anthropic/claude-sonnet-4-5", Parts: []store.ReplayPart{
 			{Kind: store.PartReasoning, Text: "the user wants weather", Signature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3h\u00e9=="},
 			{Kind: store.PartRedactedReasoning, Signature: "EmwKAhgBEgy3va3pzix/LafPsn4a"},
 			{Kind: store.PartText, Text: "let me look"},
@@ -174,7 +174,7 @@ func testRoundTrip(t *testing.T, s store.Store) {
 		t.Errorf("success false / duration 0 came back as %v / %v", *got[3].Success, *got[3].DurationMS)
 	}
 	wantErr(t, "a user record with a replay", s.AppendRecord(t.Context(), alice, &store.Record{SessionID: sess.ID,
-		Role: store.RoleUser, Content: "x", Replay: &store.Replay{Provider: "p"}}), store.ErrConflict)
+		Role: store.RoleUser, Content: "x", Replay: &store.Replay{Model: "p/m"}}), store.ErrConflict)
 }
 
 // testConcurrentAppend appends from 8 goroutines at once: Seq must come out 1..N, no gap, no repeat.
