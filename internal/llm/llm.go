@@ -148,7 +148,9 @@ type Request struct {
 	Tools       []ToolSpec
 	ToolChoice  ToolChoice
 	Temperature *float64
-	MaxTokens   int // 0: the provider's default (Anthropic, which needs one: 8192)
+	// MaxTokens bounds the whole output, thinking included; 0: the provider's default (Anthropic,
+	// which needs one: 8192, or the thinking budget plus 8192 capped at 64000 when thinking is on).
+	MaxTokens int
 	// Reasoning asks a reasoning model to think, and to stream its thinking where the API can. nil:
 	// the provider's default (Anthropic and Gemini 2.5 Flash: no thinking).
 	Reasoning *Reasoning

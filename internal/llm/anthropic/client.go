@@ -27,7 +27,8 @@ const DefaultBaseURL = "https://api.anthropic.com"
 // APIVersion is the anthropic-version header sent with every request.
 const APIVersion = "2023-06-01"
 
-// DefaultMaxTokens is the max_tokens of a request that sets none: the API requires one.
+// DefaultMaxTokens is the max_tokens of a request that sets none, the API requiring one; with thinking
+// on, the room left for the answer after the thinking budget.
 const DefaultMaxTokens = 8192
 
 // Options configure a Client. The zero value talks to Anthropic without a key.
@@ -138,7 +139,7 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 			return nil, &llm.Error{Provider: c.name, Kind: llm.KindStream, Message: "cannot decode the model list", Err: err}
 		}
 		for _, m := range page.Data {
-			names = append(names, strings.TrimPrefix(m.ID, "models/"))
+			names = append(names, m.ID)
 		}
 		if !page.HasMore || page.LastID == "" || page.LastID == after {
 			break

@@ -92,3 +92,20 @@ func TestHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestModelsKeepTheirIDs: an id is what the API takes back as "model", so it is listed as the server
+// sends it, whatever a compatible server's ids look like.
+func TestModelsKeepTheirIDs(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"data":[{"type":"model","id":"models/claude-custom"},{"type":"model","id":"anthropic/claude-sonnet-4-5"}],"has_more":false}`)
+	}))
+	defer srv.Close()
+	got, err := newTestClient(t, srv.URL).Models(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"models/claude-custom", "anthropic/claude-sonnet-4-5"}, got); diff != "" {
+		t.Errorf("models (-want +got):\n%s", diff)
+	}
+}

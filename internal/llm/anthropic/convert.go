@@ -25,6 +25,16 @@ const (
 	minimumBudget = 1024
 )
 
+// Output bounds with thinking on.
+const (
+	// answerReserve is what a budget leaves of max_tokens for the answer: the budget shrinks to keep it.
+	answerReserve = 1024
+	// maxDefaultOutput caps the max_tokens chosen for a request that sets none: the output cap of
+	// Claude Sonnet 4.5 and Haiku 4.5. The API refuses more than a model's cap, so a caller of a model
+	// with a smaller one (Opus 4.1: 32000) and a large budget sets MaxTokens.
+	maxDefaultOutput = 64000
+)
+
 // newRequest translates req into the Messages API's shape.
 func (c *Client) newRequest(req *llm.Request) (*messagesRequest, error) {
 	out := &messagesRequest{
@@ -53,14 +63,13 @@ func (c *Client) newRequest(req *llm.Request) (*messagesRequest, error) {
 		}
 		out.Tools = append(out.Tools, tool{Name: t.Name, Description: t.Description, InputSchema: schema})
 	}
-	if len(out.Tools) > 0 {
-		out.ToolChoice = convertToolChoice(req.ToolChoice)
-	}
 	if budget := thinkingBudget(req.Reasoning); budget > 0 && !unsignedToolTurn(out.Messages) {
+		out.MaxTokens, budget = thinkingTokens(req.MaxTokens, budget)
 		out.Thinking = &thinkingCfg{Type: "enabled", BudgetTokens: budget}
-		// max_tokens counts the thinking too and must exceed its budget: the answer keeps its own.
-		out.MaxTokens = budget + cmp.Or(req.MaxTokens, DefaultMaxTokens)
 		out.Temperature = nil // the API refuses a temperature with thinking on
+	}
+	if len(out.Tools) > 0 {
+		out.ToolChoice = convertToolChoice(req.ToolChoice, out.Thinking != nil)
 	}
 	placeBreakpoints(out, b.marks, req.CacheTools)
 	return out, nil
@@ -82,11 +91,35 @@ func unsignedToolTurn(msgs []message) bool {
 	return true
 }
 
-func convertToolChoice(c llm.ToolChoice) *toolChoice {
+// thinkingTokens returns the max_tokens and the thinking budget of a request with thinking on.
+// Request.MaxTokens bounds the whole output, thinking included, as Gemini's maxOutputTokens and the
+// Responses API's max_output_tokens do: adding the budget to it could pass the model's output cap,
+// which the API refuses. When it is 0 the answer gets DefaultMaxTokens after the budget, up to
+// maxDefaultOutput. The API wants max_tokens above the budget and the budget at least minimumBudget:
+// the budget shrinks to leave answerReserve, and max_tokens grows only when that is not enough.
+func thinkingTokens(maxTokens, budget int) (total, budgetTokens int) {
+	total = maxTokens
+	if total == 0 {
+		total = min(budget+DefaultMaxTokens, maxDefaultOutput)
+	}
+	budget = max(min(budget, total-answerReserve), minimumBudget)
+	if total <= budget {
+		total = budget + answerReserve
+	}
+	return total, budget
+}
+
+func convertToolChoice(c llm.ToolChoice, thinking bool) *toolChoice {
 	switch c {
 	case llm.ToolChoiceAuto:
 		return &toolChoice{Type: "auto"}
 	case llm.ToolChoiceRequired:
+		if thinking {
+			// The API refuses forced tool use with thinking on ("Thinking may not be enabled when
+			// tool_choice forces tool use"). The thinking asked for is kept and the choice relaxed
+			// to auto, so the model may answer without a call: the caller checks for one.
+			return &toolChoice{Type: "auto"}
+		}
 		return &toolChoice{Type: "any"}
 	case llm.ToolChoiceNone:
 		return &toolChoice{Type: "none"}

@@ -143,22 +143,37 @@ func TestReasoningReplay(t *testing.T) {
 	}
 }
 
+// TestToolChoice: with thinking on, a required tool call goes as auto, the API refusing forced tool
+// use then; when the request goes without thinking (a foreign tool turn), it is forced again.
 func TestToolChoice(t *testing.T) {
 	tools := []llm.ToolSpec{{Name: "f"}}
+	think := &llm.Reasoning{Effort: "medium"}
+	hi := []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}
+	foreignTurn := []llm.Message{
+		llm.TextMessage(llm.RoleUser, "go"),
+		{Role: llm.RoleAssistant, Origin: "openai/gpt-5", ToolCalls: []llm.ToolCall{{ID: "call_1", Name: "f"}}},
+		{Role: llm.RoleTool, ToolCallID: "call_1", Parts: []llm.Part{{Kind: llm.PartText, Text: "ok"}}},
+	}
 	tests := []struct {
-		choice llm.ToolChoice
-		tools  []llm.ToolSpec
-		want   any
+		name      string
+		choice    llm.ToolChoice
+		tools     []llm.ToolSpec
+		reasoning *llm.Reasoning
+		msgs      []llm.Message
+		want      any
 	}{
-		{llm.ToolChoiceAuto, tools, map[string]any{"type": "auto"}},
-		{llm.ToolChoiceRequired, tools, map[string]any{"type": "any"}},
-		{llm.ToolChoiceNone, tools, map[string]any{"type": "none"}},
-		{"", tools, nil},
-		{llm.ToolChoiceRequired, nil, nil},
+		{"auto", llm.ToolChoiceAuto, tools, nil, hi, map[string]any{"type": "auto"}},
+		{"required", llm.ToolChoiceRequired, tools, nil, hi, map[string]any{"type": "any"}},
+		{"none", llm.ToolChoiceNone, tools, nil, hi, map[string]any{"type": "none"}},
+		{"default", "", tools, nil, hi, nil},
+		{"required without tools", llm.ToolChoiceRequired, nil, nil, hi, nil},
+		{"required with thinking", llm.ToolChoiceRequired, tools, think, hi, map[string]any{"type": "auto"}},
+		{"none with thinking", llm.ToolChoiceNone, tools, think, hi, map[string]any{"type": "none"}},
+		{"required with thinking held back", llm.ToolChoiceRequired, tools, think, foreignTurn, map[string]any{"type": "any"}},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("%q with %d tools", tt.choice, len(tt.tools)), func(t *testing.T) {
-			got := requestJSON(t, &llm.Request{Model: "m", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}, Tools: tt.tools, ToolChoice: tt.choice})
+		t.Run(tt.name, func(t *testing.T) {
+			got := requestJSON(t, &llm.Request{Model: "m", Messages: tt.msgs, Tools: tt.tools, ToolChoice: tt.choice, Reasoning: tt.reasoning})
 			if diff := cmp.Diff(tt.want, got["tool_choice"]); diff != "" {
 				t.Errorf("tool_choice (-want +got):\n%s", diff)
 			}
@@ -166,8 +181,11 @@ func TestToolChoice(t *testing.T) {
 	}
 }
 
+// TestReasoningConfig: MaxTokens bounds the whole output, thinking included; the budget shrinks to
+// leave the answer room, and max_tokens only grows past MaxTokens to fit the API's minimum budget.
 func TestReasoningConfig(t *testing.T) {
 	temp := 0.7
+	thinking := func(budget float64) any { return map[string]any{"type": "enabled", "budget_tokens": budget} }
 	tests := []struct {
 		name      string
 		reasoning *llm.Reasoning
@@ -177,12 +195,18 @@ func TestReasoningConfig(t *testing.T) {
 		temp      any
 	}{
 		{"off", nil, 0, nil, 8192, 0.7},
-		{"budget", &llm.Reasoning{BudgetTokens: 10000}, 0, map[string]any{"type": "enabled", "budget_tokens": float64(10000)}, 18192, nil},
-		{"budget under the minimum", &llm.Reasoning{BudgetTokens: 200}, 2000, map[string]any{"type": "enabled", "budget_tokens": float64(1024)}, 3024, nil},
-		{"low", &llm.Reasoning{Effort: "low"}, 0, map[string]any{"type": "enabled", "budget_tokens": float64(1024)}, 9216, nil},
-		{"medium", &llm.Reasoning{Effort: "medium"}, 0, map[string]any{"type": "enabled", "budget_tokens": float64(4096)}, 12288, nil},
-		{"high", &llm.Reasoning{Effort: "high"}, 4000, map[string]any{"type": "enabled", "budget_tokens": float64(16384)}, 20384, nil},
+		{"off with max_tokens", nil, 100, nil, 100, 0.7},
 		{"effort none", &llm.Reasoning{Effort: "none"}, 0, nil, 8192, 0.7},
+		{"budget", &llm.Reasoning{BudgetTokens: 10000}, 0, thinking(10000), 18192, nil},
+		{"low", &llm.Reasoning{Effort: "low"}, 0, thinking(1024), 9216, nil},
+		{"medium", &llm.Reasoning{Effort: "medium"}, 0, thinking(4096), 12288, nil},
+		{"default max_tokens capped", &llm.Reasoning{BudgetTokens: 60000}, 0, thinking(60000), 64000, nil},
+		{"budget shrunk to fit the capped default", &llm.Reasoning{BudgetTokens: 100000}, 0, thinking(62976), 64000, nil},
+		{"budget within max_tokens", &llm.Reasoning{BudgetTokens: 10000}, 32000, thinking(10000), 32000, nil},
+		{"budget shrunk to fit max_tokens", &llm.Reasoning{Effort: "high"}, 4000, thinking(2976), 4000, nil},
+		{"budget kept at the minimum", &llm.Reasoning{BudgetTokens: 200}, 2000, thinking(1024), 2000, nil},
+		{"max_tokens grown past the minimum budget", &llm.Reasoning{BudgetTokens: 2048}, 1024, thinking(1024), 2048, nil},
+		{"max_tokens under the minimum budget", &llm.Reasoning{Effort: "low"}, 500, thinking(1024), 2048, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

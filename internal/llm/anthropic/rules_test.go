@@ -11,7 +11,7 @@ var toolIDPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 // checkBody checks a decoded request body against the rules the Messages API enforces on what chatd
 // sends, and returns the first one broken: the shape of every block, roles taking turns, the tool
 // results of a turn first in the next user message, signed thinking, at most four cache breakpoints,
-// and the thinking parameters.
+// and the thinking parameters with what they rule out.
 func checkBody(body map[string]any) error {
 	if s, _ := body["model"].(string); s == "" {
 		return errors.New("model: missing")
@@ -49,6 +49,9 @@ func checkBody(body map[string]any) error {
 		}
 		if body["temperature"] != nil {
 			return errors.New("temperature: may not be set with thinking")
+		}
+		if tc, _ := body["tool_choice"].(map[string]any); tc["type"] == "any" || tc["type"] == "tool" {
+			return errors.New("tool_choice: thinking may not be enabled when tool_choice forces tool use")
 		}
 	}
 	msgs := list(body["messages"])

@@ -341,7 +341,9 @@ func (d *decoder) end(yield func(llm.Event, error) bool) {
 	}
 }
 
-// finishReason maps a stop reason; one chatd does not know passes through as it is.
+// finishReason maps a stop reason to llm's normalized finish reasons. One chatd does not know (a stop
+// reason added to the API since) passes through as it is, unnormalized, and so reaches clients raw:
+// naming it beats folding it into "stop", which would hide why the answer ended.
 func finishReason(s string) llm.FinishReason {
 	switch s {
 	case "end_turn", "stop_sequence":

@@ -414,3 +414,21 @@ func TestNewRejectsBadBaseURL(t *testing.T) {
 		}
 	}
 }
+
+// TestFinishReason: the API's stop reasons map to llm's; one chatd does not know passes through raw.
+func TestFinishReason(t *testing.T) {
+	for stop, want := range map[string]llm.FinishReason{
+		"end_turn":                      llm.FinishStop,
+		"stop_sequence":                 llm.FinishStop,
+		"tool_use":                      llm.FinishToolCalls,
+		"max_tokens":                    llm.FinishLength,
+		"model_context_window_exceeded": llm.FinishLength,
+		"refusal":                       llm.FinishContentFilter,
+		"pause_turn":                    llm.FinishPause,
+		"compaction_required":           "compaction_required",
+	} {
+		if got := finishReason(stop); got != want {
+			t.Errorf("finishReason(%q) = %q, want %q", stop, got, want)
+		}
+	}
+}

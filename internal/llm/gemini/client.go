@@ -6,8 +6,10 @@
 package gemini
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"net/http"
@@ -83,20 +85,15 @@ func New(opts Options) (*Client, error) {
 // Stream sends req and streams the model's answer.
 func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
 	return func(yield func(llm.Event, error) bool) {
-		wire, err := c.newRequest(req)
+		payload, err := c.encode(req)
 		if err != nil {
-			yield(llm.Event{}, fmt.Errorf("%s: build request: %w", c.name, err))
-			return
-		}
-		payload, err := json.Marshal(wire)
-		if err != nil {
-			yield(llm.Event{}, fmt.Errorf("%s: encode request: %w", c.name, err))
+			yield(llm.Event{}, err)
 			return
 		}
 		u := c.base + "/v1beta/models/" + url.PathEscape(modelID(req.Model)) + ":streamGenerateContent?alt=sse"
 		body, err := c.ep.Post(ctx, u, payload)
 		if err != nil {
-			yield(llm.Event{}, err)
+			yield(llm.Event{}, keyError(err))
 			return
 		}
 		defer body.Close()
@@ -105,17 +102,48 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Eve
 	}
 }
 
+// encode builds the JSON body of req.
+func (c *Client) encode(req *llm.Request) ([]byte, error) {
+	wire, err := c.newRequest(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: build request: %w", c.name, err)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // the text goes to an API, not into HTML: no \u003c for every "<"
+	if err := enc.Encode(wire); err != nil {
+		return nil, fmt.Errorf("%s: encode request: %w", c.name, err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
 // modelID is the model's name without the "models/" prefix the API's own names carry.
 func modelID(model string) string {
 	return strings.TrimPrefix(model, "models/")
 }
 
-// parseError reads Gemini's error body: its status as the code, and its message.
+// reasonKeyInvalid is the ErrorInfo reason of a request whose API key the API does not know.
+const reasonKeyInvalid = "API_KEY_INVALID"
+
+// parseError reads Gemini's error body: its status as the code, or API_KEY_INVALID when an ErrorInfo
+// detail gives that reason, and its message.
 func parseError(body []byte) (code, message string) {
 	if e := parseErrorBody(body); e != nil {
+		if e.hasReason(reasonKeyInvalid) {
+			return reasonKeyInvalid, e.Message
+		}
 		return e.Status, e.Message
 	}
 	return "", ""
+}
+
+// keyError makes a bad API key an auth error. Gemini answers it with HTTP 400 INVALID_ARGUMENT, which
+// the status alone would call an invalid request; it is the configured key that is wrong.
+func keyError(err error) error {
+	if e, ok := errors.AsType[*llm.Error](err); ok && e.Status == http.StatusBadRequest && e.Code == reasonKeyInvalid {
+		e.Kind = llm.KindAuth
+	}
+	return err
 }
 
 // retryDelay reads the RetryInfo delay of an error body: Gemini says when to retry there, not in a
@@ -129,17 +157,18 @@ func retryDelay(body []byte) time.Duration {
 
 // Models returns the names of the models that generate content, all pages of the list.
 func (c *Client) Models(ctx context.Context) ([]string, error) {
+	const maxPages = 50 // the API answers in one page of 1000; the bound guards against a server that loops
 	var names []string
 	seen := map[string]bool{}
 	token := ""
-	for {
+	for range maxPages {
 		u := c.base + "/v1beta/models?pageSize=1000"
 		if token != "" {
 			u += "&pageToken=" + url.QueryEscape(token)
 		}
 		raw, err := c.ep.Get(ctx, u, modelListLimit)
 		if err != nil {
-			return nil, err
+			return nil, keyError(err)
 		}
 		var page modelList
 		if err := json.Unmarshal(raw, &page); err != nil {
@@ -157,6 +186,7 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 		seen[page.NextPageToken] = true
 		token = page.NextPageToken
 	}
+	return names, nil
 }
 
 // generates reports whether a listed model serves generateContent; a server that does not list the
@@ -188,8 +218,22 @@ func parseErrorBody(body []byte) *apiError {
 	return nil
 }
 
-// retryInfoType is the @type of the detail that says when to retry.
-const retryInfoType = "type.googleapis.com/google.rpc.RetryInfo"
+// The @types of the details chatd reads: when to retry, and why the request failed.
+const (
+	retryInfoType = "type.googleapis.com/google.rpc.RetryInfo"
+	errorInfoType = "type.googleapis.com/google.rpc.ErrorInfo"
+)
+
+// hasReason reports whether one of the error's ErrorInfo details gives reason.
+func (e *apiError) hasReason(reason string) bool {
+	for _, raw := range e.Details {
+		var d errorDetail
+		if json.Unmarshal(raw, &d) == nil && d.Type == errorInfoType && d.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
 
 // retryDelay returns the RetryInfo delay of the error's details ("7s", "34.4s": a protobuf Duration in
 // JSON), or 0.

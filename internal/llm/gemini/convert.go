@@ -13,7 +13,8 @@ import (
 
 // skipSignature is the thoughtSignature Google documents for a function call Gemini did not produce (a
 // history written by another model, or one whose signature was lost): Gemini 3 refuses a model turn
-// whose first functionCall part has no signature, and accepts this value instead.
+// whose first functionCall part has no signature, and accepts this value instead. It is sent whatever
+// the model: an alias (gemini-flash-latest) may name a Gemini 3 model, and older models ignore it.
 // https://ai.google.dev/gemini-api/docs/thought-signatures (FAQ: "skip_thought_signature_validator")
 const skipSignature = "skip_thought_signature_validator"
 
@@ -29,7 +30,6 @@ func (c *Client) newRequest(req *llm.Request) (*generateRequest, error) {
 	if req.System != "" {
 		system = append(system, part{Text: req.System})
 	}
-	gemini3 := isGemini3(req.Model)
 	for i := 0; i < len(req.Messages); i++ {
 		m := &req.Messages[i]
 		switch m.Role {
@@ -43,7 +43,7 @@ func (c *Client) newRequest(req *llm.Request) (*generateRequest, error) {
 			}
 			out.Contents = appendContent(out.Contents, "user", parts)
 		case llm.RoleAssistant:
-			parts, err := c.modelParts(m, llm.Origin(c.name, req.Model), gemini3)
+			parts, err := c.modelParts(m, llm.Origin(c.name, req.Model))
 			if err != nil {
 				return nil, fmt.Errorf("message %d: %w", i, err)
 			}
@@ -70,12 +70,11 @@ func (c *Client) newRequest(req *llm.Request) (*generateRequest, error) {
 	if err := convertTools(out, req); err != nil {
 		return nil, err
 	}
-	out.GenerationConfig = generation(req, gemini3)
+	out.GenerationConfig = generation(req)
 	return out, nil
 }
 
-// isGemini3 reports whether the model is of the Gemini 3 family, which validates thought signatures on
-// function calls and takes thinkingLevel.
+// isGemini3 reports whether the model is of the Gemini 3 family, which takes thinkingLevel.
 func isGemini3(model string) bool {
 	return strings.Contains(model, "gemini-3")
 }
@@ -116,8 +115,9 @@ func userParts(in []llm.Part) ([]part, error) {
 }
 
 // modelParts sends an assistant message back. The model's own answers (Origin is origin) go back part
-// for part with their thought signatures; another model's lose their reasoning and signatures.
-func (c *Client) modelParts(m *llm.Message, origin string, gemini3 bool) ([]part, error) {
+// for part with their thought signatures; another model's lose their reasoning and signatures. An
+// unsigned first call gets skipSignature.
+func (c *Client) modelParts(m *llm.Message, origin string) ([]part, error) {
 	own := m.Origin == origin
 	out := make([]part, 0, len(m.Parts)+len(m.ToolCalls))
 	for _, p := range m.Parts {
@@ -140,7 +140,7 @@ func (c *Client) modelParts(m *llm.Message, origin string, gemini3 bool) ([]part
 		if own {
 			p.ThoughtSignature = tc.Signature
 		}
-		if first && gemini3 && p.ThoughtSignature == "" {
+		if first && p.ThoughtSignature == "" {
 			p.ThoughtSignature = skipSignature
 		}
 		first = false
@@ -245,10 +245,10 @@ func convertTools(out *generateRequest, req *llm.Request) error {
 }
 
 // generation returns the generation config, or nil when the request sets nothing.
-func generation(req *llm.Request, gemini3 bool) *generationConfig {
+func generation(req *llm.Request) *generationConfig {
 	g := &generationConfig{MaxOutputTokens: req.MaxTokens, Temperature: req.Temperature}
 	if r := req.Reasoning; r != nil {
-		g.ThinkingConfig = thinking(r, gemini3)
+		g.ThinkingConfig = thinking(r, req.Model)
 	}
 	if *g == (generationConfig{}) {
 		return nil
@@ -260,13 +260,19 @@ func generation(req *llm.Request, gemini3 bool) *generationConfig {
 // range (Pro 128–32768, Flash 0–24576, Flash-Lite 512–24576).
 var effortBudget = map[string]int{"minimal": 512, "low": 1024, "medium": 8192, "high": 24576}
 
+// proLevel is the thinkingLevel a Gemini 3 Pro model takes for an effort: Pro knows only LOW and HIGH,
+// and refuses the others ("Thinking level MEDIUM is not supported for this model"). Flash takes all four.
+var proLevel = map[string]string{"minimal": "LOW", "low": "LOW", "medium": "HIGH", "high": "HIGH"}
+
 // thinking asks for the model's thoughts, with thinkingLevel for Gemini 3 and thinkingBudget before it.
 // Given only the other setting, it derives one.
-func thinking(r *llm.Reasoning, gemini3 bool) *thinkingConfig {
+func thinking(r *llm.Reasoning, model string) *thinkingConfig {
 	t := &thinkingConfig{IncludeThoughts: true}
 	effort := strings.ToLower(r.Effort)
-	if gemini3 {
+	if isGemini3(model) {
 		switch {
+		case effortBudget[effort] != 0 && strings.Contains(model, "pro"):
+			t.ThinkingLevel = proLevel[effort]
 		case effortBudget[effort] != 0:
 			t.ThinkingLevel = strings.ToUpper(effort)
 		case r.BudgetTokens > 0 && r.BudgetTokens <= effortBudget["low"]:

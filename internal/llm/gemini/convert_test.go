@@ -17,11 +17,7 @@ func requestJSON(t *testing.T, req *llm.Request) map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wire, err := c.newRequest(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := json.Marshal(wire)
+	raw, err := c.encode(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +110,9 @@ func TestRequestShape(t *testing.T) {
 	}
 }
 
-// TestForeignHistory: another provider's answer loses its reasoning and signatures; on Gemini 3 the
-// first call of each model turn carries Google's documented skip value instead.
+// TestForeignHistory: another provider's answer loses its reasoning and signatures; the first call of
+// each model turn carries Google's documented skip value instead, whatever the model: an alias may name
+// a Gemini 3 model, and older models ignore the value.
 func TestForeignHistory(t *testing.T) {
 	history := []llm.Message{
 		llm.TextMessage(llm.RoleUser, "Weather in Paris and Tokyo?"),
@@ -134,21 +131,34 @@ func TestForeignHistory(t *testing.T) {
 		got := requestJSON(t, &llm.Request{Model: model, Messages: history})
 		return got["contents"].([]any)[1].(map[string]any)["parts"].([]any)
 	}
-	want3 := []any{
+	want := []any{
 		map[string]any{"text": "Checking."},
 		map[string]any{"functionCall": map[string]any{"name": "get_weather", "args": map[string]any{"city": "Paris"}}, "thoughtSignature": skipSignature},
 		map[string]any{"functionCall": map[string]any{"name": "get_weather", "args": map[string]any{"city": "Tokyo"}}},
 	}
-	if diff := cmp.Diff(want3, modelTurn("gemini-3-pro-preview")); diff != "" {
-		t.Errorf("gemini-3 model turn (-want +got):\n%s", diff)
+	for _, model := range []string{"gemini-3-pro-preview", "gemini-flash-latest", "gemini-2.5-flash"} {
+		if diff := cmp.Diff(want, modelTurn(model)); diff != "" {
+			t.Errorf("%s model turn (-want +got):\n%s", model, diff)
+		}
 	}
-	want25 := []any{
-		map[string]any{"text": "Checking."},
-		map[string]any{"functionCall": map[string]any{"name": "get_weather", "args": map[string]any{"city": "Paris"}}},
+}
+
+// TestSignedFirstCallKeepsItsSignature: only an unsigned first call gets the skip value; the calls
+// after a signed one go unsigned, as Gemini sends them.
+func TestSignedFirstCallKeepsItsSignature(t *testing.T) {
+	got := requestJSON(t, &llm.Request{Model: "gemini-flash-latest", Messages: []llm.Message{
+		llm.TextMessage(llm.RoleUser, "Weather in Paris and Tokyo?"),
+		{Role: llm.RoleAssistant, Origin: "gemini/gemini-flash-latest", ToolCalls: []llm.ToolCall{
+			{ID: "c1", Name: "get_weather", Arguments: json.RawMessage(`{"city":"Paris"}`), Signature: "EnoKeAE="},
+			{ID: "c2", Name: "get_weather", Arguments: json.RawMessage(`{"city":"Tokyo"}`)},
+		}},
+	}})
+	want := []any{
+		map[string]any{"functionCall": map[string]any{"name": "get_weather", "args": map[string]any{"city": "Paris"}}, "thoughtSignature": "EnoKeAE="},
 		map[string]any{"functionCall": map[string]any{"name": "get_weather", "args": map[string]any{"city": "Tokyo"}}},
 	}
-	if diff := cmp.Diff(want25, modelTurn("gemini-2.5-flash")); diff != "" {
-		t.Errorf("gemini-2.5 model turn (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, got["contents"].([]any)[1].(map[string]any)["parts"]); diff != "" {
+		t.Errorf("model turn (-want +got):\n%s", diff)
 	}
 }
 
@@ -186,6 +196,16 @@ func TestThinkingConfig(t *testing.T) {
 		{"gemini-3-flash-preview", &llm.Reasoning{Effort: "High"}, map[string]any{"includeThoughts": true, "thinkingLevel": "HIGH"}},
 		{"gemini-3-flash-preview", &llm.Reasoning{BudgetTokens: 512}, map[string]any{"includeThoughts": true, "thinkingLevel": "LOW"}},
 		{"gemini-3.1-pro-preview", &llm.Reasoning{BudgetTokens: 16000}, map[string]any{"includeThoughts": true, "thinkingLevel": "HIGH"}},
+		// Pro takes LOW and HIGH only: the other efforts round to the nearer one it knows.
+		{"gemini-3-pro-preview", &llm.Reasoning{Effort: "minimal"}, map[string]any{"includeThoughts": true, "thinkingLevel": "LOW"}},
+		{"gemini-3-pro-preview", &llm.Reasoning{Effort: "Medium"}, map[string]any{"includeThoughts": true, "thinkingLevel": "HIGH"}},
+		{"gemini-3-pro-preview", &llm.Reasoning{Effort: "high"}, map[string]any{"includeThoughts": true, "thinkingLevel": "HIGH"}},
+		{"gemini-3.1-pro-preview", &llm.Reasoning{Effort: "medium"}, map[string]any{"includeThoughts": true, "thinkingLevel": "HIGH"}},
+		{"gemini-3.1-pro-preview", &llm.Reasoning{Effort: "low"}, map[string]any{"includeThoughts": true, "thinkingLevel": "LOW"}},
+		// Flash takes all four.
+		{"gemini-3-flash-preview", &llm.Reasoning{Effort: "minimal"}, map[string]any{"includeThoughts": true, "thinkingLevel": "MINIMAL"}},
+		{"gemini-3-flash-preview", &llm.Reasoning{Effort: "medium"}, map[string]any{"includeThoughts": true, "thinkingLevel": "MEDIUM"}},
+		{"gemini-3-flash-preview", &llm.Reasoning{Effort: "low"}, map[string]any{"includeThoughts": true, "thinkingLevel": "LOW"}},
 	}
 	for _, tt := range tests {
 		got := requestJSON(t, &llm.Request{Model: tt.model, Reasoning: tt.reasoning})

@@ -1,15 +1,18 @@
 package gemini
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,7 +167,12 @@ func TestHTTPErrors(t *testing.T) {
 		{
 			name: "bad key", status: 400,
 			body: `{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com","metadata":{"service":"generativelanguage.googleapis.com"}}]}}`,
-			want: llm.Error{Kind: llm.KindInvalid, Status: 400, Code: "INVALID_ARGUMENT", Message: "API key not valid. Please pass a valid API key."},
+			want: llm.Error{Kind: llm.KindAuth, Status: 400, Code: "API_KEY_INVALID", Message: "API key not valid. Please pass a valid API key."},
+		},
+		{
+			name: "invalid argument", status: 400,
+			body: `{"error":{"code":400,"message":"Request contains an invalid argument.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"OTHER_REASON","domain":"googleapis.com"}]}}`,
+			want: llm.Error{Kind: llm.KindInvalid, Status: 400, Code: "INVALID_ARGUMENT", Message: "Request contains an invalid argument."},
 		},
 		{
 			name: "context length", status: 400,
@@ -445,5 +453,75 @@ func TestModelsWithoutMethodsAndErrors(t *testing.T) {
 	_, err = newTestClient(t, denied.URL).Models(t.Context())
 	if e, ok := errors.AsType[*llm.Error](err); !ok || e.Kind != llm.KindRateLimit || e.RetryAfter != 12*time.Second {
 		t.Fatalf("error = %#v, want a rate limit with RetryAfter 12s", err)
+	}
+}
+
+// badKeyBody is the API's answer to an unknown API key, as it sends it.
+const badKeyBody = `{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com","metadata":{"service":"generativelanguage.googleapis.com"}}]}}`
+
+// TestModelsBadKey: listing the models with a bad key is an auth error too, though the API answers 400.
+func TestModelsBadKey(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, badKeyBody)
+	}))
+	defer srv.Close()
+	_, err := newTestClient(t, srv.URL).Models(t.Context())
+	e, ok := errors.AsType[*llm.Error](err)
+	if !ok {
+		t.Fatalf("error = %v, want *llm.Error", err)
+	}
+	want := llm.Error{Provider: "gemini", Kind: llm.KindAuth, Status: 400, Code: "API_KEY_INVALID", Message: "API key not valid. Please pass a valid API key."}
+	if diff := cmp.Diff(want, *e); diff != "" {
+		t.Errorf("error (-want +got):\n%s", diff)
+	}
+}
+
+// TestModelsPageCap: a server that hands out a new page token forever is asked 50 times, not forever.
+func TestModelsPageCap(t *testing.T) {
+	var mu sync.Mutex
+	requests := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests++
+		n := requests
+		mu.Unlock()
+		fmt.Fprintf(w, `{"models": [{"name": "models/m%d"}], "nextPageToken": "page-%d"}`, n, n)
+	}))
+	defer srv.Close()
+	got, err := newTestClient(t, srv.URL).Models(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if requests != 50 || len(got) != 50 || got[49] != "m50" {
+		t.Errorf("%d requests, %d models (last %q), want 50 of each", requests, len(got), got[len(got)-1])
+	}
+}
+
+// TestRequestTextUnescaped: text goes upstream as written, "<", ">" and "&" unescaped, and the body
+// ends with its JSON value.
+func TestRequestTextUnescaped(t *testing.T) {
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"ok\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}]}\r\n\r\n")
+	}))
+	defer srv.Close()
+	const text = "Is <b>a && b</b> -> c?"
+	req := &llm.Request{Model: "gemini-2.5-flash", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, text)}}
+	for _, err := range newTestClient(t, srv.URL).Stream(t.Context(), req) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Contains(body, []byte(`"text":"`+text+`"`)) {
+		t.Errorf("the text is not sent as written: %s", body)
+	}
+	if bytes.HasSuffix(body, []byte("\n")) {
+		t.Errorf("the body ends with a newline: %q", body)
 	}
 }

@@ -147,10 +147,11 @@ type errorBody struct {
 	Error *apiError `json:"error"`
 }
 
-// errorDetail is one of an error's details; only RetryInfo is read.
+// errorDetail is one of an error's details; only RetryInfo's delay and ErrorInfo's reason are read.
 type errorDetail struct {
 	Type       string `json:"@type"`
-	RetryDelay string `json:"retryDelay"`
+	RetryDelay string `json:"retryDelay"` // RetryInfo
+	Reason     string `json:"reason"`     // ErrorInfo
 }
 
 type modelList struct {

@@ -56,7 +56,10 @@ func checkRequest(t *testing.T, r *http.Request, body []byte) {
 		t.Errorf("no model or no input: %s", body)
 	case req.Stream == nil || !*req.Stream || req.Store == nil || *req.Store:
 		t.Errorf("want stream true and store false: %s", body)
-	case !slices.Contains(req.Include, "reasoning.encrypted_content"):
+	case req.Reasoning == nil && !isReasoningModel(req.Model) && len(req.Include) > 0:
+		// What the API says to gpt-4o, gpt-4.1, gpt-5-chat-latest, …
+		t.Errorf("Encrypted content is not supported with this model: %s", body)
+	case (req.Reasoning != nil || isReasoningModel(req.Model)) && !slices.Contains(req.Include, "reasoning.encrypted_content"):
 		t.Errorf("include lacks reasoning.encrypted_content: %s", body)
 	case req.Reasoning != nil && req.Temp != nil:
 		t.Errorf("Unsupported parameter: 'temperature' is not supported with this model.")
@@ -100,10 +103,16 @@ func checkInput(input []json.RawMessage) string {
 				want = "output_text"
 			}
 			for _, p := range it.Content {
-				var part struct{ Type string }
+				var part struct {
+					Type string
+					Text *string
+				}
 				json.Unmarshal(p, &part)
 				if !strings.HasPrefix(part.Type, want) {
 					return "content of type " + part.Type + " in a " + it.Role + " message"
+				}
+				if strings.HasSuffix(part.Type, "_text") && part.Text == nil {
+					return "Missing required parameter: 'text' of an " + part.Type + " part: " + string(raw)
 				}
 			}
 		case "reasoning":

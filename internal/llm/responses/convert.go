@@ -39,14 +39,19 @@ func (c *Client) newRequest(req *llm.Request) (*request, error) {
 		MaxOutputTokens: req.MaxTokens,
 		// Nothing is kept on OpenAI's side: each reasoning item comes back with its encrypted content,
 		// which later requests carry instead of a reference.
-		Store:   false,
-		Include: []string{"reasoning.encrypted_content"},
-		Stream:  true,
+		Store:  false,
+		Stream: true,
 	}
-	if r := req.Reasoning; r != nil {
-		// Reasoning models refuse a temperature.
-		out.Reasoning = &reasoningConfig{Effort: effort(r), Summary: "auto"}
-	} else {
+	switch {
+	case req.Reasoning != nil || isReasoningModel(req.Model):
+		// Only a reasoning model may be asked for encrypted content: the others refuse the whole
+		// request ("Encrypted content is not supported with this model"). Reasoning models refuse a
+		// temperature.
+		out.Include = []string{"reasoning.encrypted_content"}
+		if r := req.Reasoning; r != nil {
+			out.Reasoning = &reasoningConfig{Effort: effort(r), Summary: "auto"}
+		}
+	default:
 		out.Temperature = req.Temperature
 	}
 	for i := range req.Messages {
@@ -69,6 +74,25 @@ func (c *Client) newRequest(req *llm.Request) (*request, error) {
 	return out, nil
 }
 
+// isReasoningModel reports, by its name, whether model is one of OpenAI's reasoning models, which return
+// encrypted reasoning and refuse a temperature: the o-series, GPT-5 and Codex families, except their
+// "chat" variants (gpt-5-chat-latest, …), which do not reason. The rule is the model-family check of the
+// Vercel AI SDK's OpenAI provider (getResponsesModelConfig in @ai-sdk/openai), widened from gpt-5-chat to
+// every "chat" name. Any other model is treated as a reasoning one only when the request asks for
+// reasoning.
+func isReasoningModel(model string) bool {
+	m := strings.ToLower(model)
+	if strings.Contains(m, "chat") {
+		return false
+	}
+	for _, prefix := range []string{"o1", "o3", "o4", "gpt-5", "codex"} {
+		if strings.HasPrefix(m, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // effort is the reasoning effort asked for, derived from a token budget when only that is given.
 func effort(r *llm.Reasoning) string {
 	switch {
@@ -87,7 +111,11 @@ func effort(r *llm.Reasoning) string {
 func (c *Client) appendMessage(input []any, m *llm.Message, origin string) ([]any, error) {
 	switch m.Role {
 	case llm.RoleUser, llm.RoleSystem:
-		return append(input, inputMessage{Role: string(m.Role), Content: userContent(m.Parts)}), nil
+		content := userContent(m.Parts)
+		if len(content) == 0 {
+			return input, nil // the API refuses a message without content
+		}
+		return append(input, inputMessage{Role: string(m.Role), Content: content}), nil
 	case llm.RoleAssistant:
 		return append(input, c.assistantItems(m, origin)...), nil
 	case llm.RoleTool:
@@ -99,11 +127,15 @@ func (c *Client) appendMessage(input []any, m *llm.Message, origin string) ([]an
 	return nil, fmt.Errorf("unknown role %q", m.Role)
 }
 
+// userContent returns the content of a user or system message, without its empty text parts.
 func userContent(parts []llm.Part) []contentPart {
 	out := make([]contentPart, 0, len(parts))
 	for _, p := range parts {
 		switch p.Kind {
 		case llm.PartText:
+			if p.Text == "" {
+				continue // an input_text needs its text: the API refuses one without
+			}
 			out = append(out, contentPart{Type: "input_text", Text: p.Text})
 		case llm.PartImage:
 			url := "data:" + p.MediaType + ";base64," + base64.StdEncoding.EncodeToString(p.Data)

@@ -112,7 +112,8 @@ func TestRequestShape(t *testing.T) {
 	}
 }
 
-// TestRequestWithoutReasoning: no reasoning config and a temperature; no tool_choice without tools.
+// TestRequestWithoutReasoning: to a model that does not reason, no reasoning config and no include (it
+// refuses the request), but a temperature; no tool_choice without tools.
 func TestRequestWithoutReasoning(t *testing.T) {
 	c, _ := New(Options{})
 	temp := 0.7
@@ -123,7 +124,6 @@ func TestRequestWithoutReasoning(t *testing.T) {
 		"input":       []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "input_text", "text": "Hi"}}}},
 		"temperature": 0.7,
 		"store":       false,
-		"include":     []any{"reasoning.encrypted_content"},
 		"stream":      true,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -221,11 +221,91 @@ func TestCheckInput(t *testing.T) {
 		`[{"id":"rs_1","type":"reasoning","summary":[]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi"}]}]`,
 		`[{"type":"message","role":"assistant","content":[{"type":"input_text","text":"Hi"}]}]`,
 		`[{"type":"function_call_output","call_id":"call_1","output":"x"}]`,
+		`[{"role":"user","content":[{"type":"input_text"}]}]`,
+		`[{"role":"user","content":[]}]`,
 	} {
 		var items []json.RawMessage
 		json.Unmarshal([]byte(input), &items)
 		if checkInput(items) == "" {
 			t.Errorf("checkInput accepts %s", input)
 		}
+	}
+}
+
+func TestIsReasoningModel(t *testing.T) {
+	for model, want := range map[string]bool{
+		"o1": true, "o1-2024-12-17": true, "o3-mini": true, "o3": true, "o4-mini": true,
+		"gpt-5": true, "gpt-5-mini": true, "gpt-5-nano-2025-08-07": true, "gpt-5.1": true, "gpt-5.1-codex": true,
+		"codex-mini-latest": true, "GPT-5": true,
+		"gpt-5-chat-latest": false, "gpt-5.1-chat-latest": false, "gpt-4o": false, "gpt-4o-mini": false,
+		"gpt-4.1": false, "gpt-4.1-nano": false, "chatgpt-4o-latest": false, "omni-moderation-latest": false,
+		"conformance-model": false, "": false,
+	} {
+		if got := isReasoningModel(model); got != want {
+			t.Errorf("isReasoningModel(%q) = %v, want %v", model, got, want)
+		}
+	}
+}
+
+// TestIncludeOnlyForReasoning: include (and reasoning) go only to a model that reasons, by its name or
+// because the request asks it to; a model that does not reason refuses the whole request with include
+// ("Encrypted content is not supported with this model"), and keeps its temperature.
+func TestIncludeOnlyForReasoning(t *testing.T) {
+	temp := 0.3
+	include := []any{"reasoning.encrypted_content"}
+	for _, tt := range []struct {
+		model     string
+		reasoning *llm.Reasoning
+		include   any
+		reason    any
+		temp      any
+	}{
+		{"gpt-4o", nil, nil, nil, 0.3},
+		{"gpt-4.1", nil, nil, nil, 0.3},
+		{"gpt-5-chat-latest", nil, nil, nil, 0.3},
+		{"gpt-5", nil, include, nil, nil},
+		{"o4-mini", nil, include, nil, nil},
+		{"codex-mini-latest", nil, include, nil, nil},
+		{"o3", &llm.Reasoning{Effort: "high"}, include, map[string]any{"effort": "high", "summary": "auto"}, nil},
+		// A model chatd does not know, which the configuration says reasons.
+		{"my-reasoner", &llm.Reasoning{Effort: "low"}, include, map[string]any{"effort": "low", "summary": "auto"}, nil},
+	} {
+		c, _ := New(Options{})
+		got := requestJSON(t, c, &llm.Request{Model: tt.model, Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "Hi")},
+			Temperature: &temp, Reasoning: tt.reasoning})
+		if diff := cmp.Diff([]any{tt.include, tt.reason, tt.temp}, []any{got["include"], got["reasoning"], got["temperature"]}); diff != "" {
+			t.Errorf("%s: [include reasoning temperature] (-want +got):\n%s", tt.model, diff)
+		}
+	}
+}
+
+// TestEmptyTextParts: the API requires the text of an input_text and content in a message, so empty text
+// parts are left out and a message left empty is not sent.
+func TestEmptyTextParts(t *testing.T) {
+	c, _ := New(Options{Name: "gpt"})
+	empty := llm.Part{Kind: llm.PartText}
+	req := &llm.Request{Model: "gpt-5", Messages: []llm.Message{
+		{Role: llm.RoleSystem, Parts: []llm.Part{empty}},
+		{Role: llm.RoleUser, Parts: []llm.Part{empty, {Kind: llm.PartImage, MediaType: "image/png", Data: []byte("PNG")}, empty}},
+		{Role: llm.RoleUser, Parts: []llm.Part{empty, {Kind: llm.PartText, Text: "Hi"}}},
+		{Role: llm.RoleUser},
+		{Role: llm.RoleAssistant, Origin: "gpt/gpt-5", Parts: []llm.Part{empty}},
+		{Role: llm.RoleUser, Parts: []llm.Part{empty, empty}},
+	}}
+	got := requestJSON(t, c, req)["input"]
+	want := []any{
+		map[string]any{"role": "user", "content": []any{map[string]any{"type": "input_image", "image_url": "data:image/png;base64,UE5H"}}},
+		map[string]any{"role": "user", "content": []any{map[string]any{"type": "input_text", "text": "Hi"}}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("input (-want +got):\n%s", diff)
+	}
+	body, _ := c.encodeRequest(req)
+	var sent struct{ Input []json.RawMessage }
+	if err := json.Unmarshal(body, &sent); err != nil {
+		t.Fatal(err)
+	}
+	if msg := checkInput(sent.Input); msg != "" {
+		t.Errorf("the API would refuse the input: %s", msg)
 	}
 }

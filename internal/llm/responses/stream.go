@@ -29,6 +29,9 @@ type decoder struct {
 	fed   int64 // bytes given to json so far
 	items []item
 	calls int // function calls so far: the next call's index
+	// refused says the answer holds a refusal: it streams as text, and the response finishes
+	// content_filter, as llm.FinishContentFilter says refusals do.
+	refused bool
 	// cutShort is the error of an event whose JSON ended early, held until the next read tells a
 	// dropped connection (EOF: the stream was cut) from a broken event (more data follows).
 	cutShort error
@@ -40,8 +43,10 @@ type item struct {
 	id     string
 	output int // its output_index; -1 when unknown
 	// reasoning
-	open  int // the key of the reasoning part still open in the consumer's fold, or noPart
-	parts int // summary parts streamed so far
+	open int // the key of the reasoning part still open in the consumer's fold, or noPart
+	// parts is one past the highest summary_index streamed: the done event yields the summaries from
+	// there on. A count would be wrong when a summary part streams no delta (an empty one).
+	parts int
 	// message: whether text was yielded; function call: whether argument text was
 	streamed bool
 	// function call
@@ -115,6 +120,9 @@ func (d *decoder) event(data []byte, sseType string, yield func(llm.Event, error
 	switch typ {
 	case evTextDelta:
 		return d.text(yield)
+	case evRefusalDelta:
+		d.refused = true
+		return d.text(yield)
 	case evSummaryDelta:
 		return d.reasoning(e.SummaryIndex, true, yield)
 	case evReasoningTextDelta:
@@ -170,6 +178,7 @@ type eventType uint8
 const (
 	evOther eventType = iota
 	evTextDelta
+	evRefusalDelta
 	evSummaryDelta
 	evReasoningTextDelta
 	evItemAdded
@@ -184,8 +193,10 @@ const (
 
 func eventTypeOf(t []byte) eventType {
 	switch string(t) { // a switch on string(t) does not allocate
-	case "response.output_text.delta", "response.refusal.delta":
+	case "response.output_text.delta":
 		return evTextDelta
+	case "response.refusal.delta":
+		return evRefusalDelta
 	case "response.reasoning_summary_text.delta":
 		return evSummaryDelta
 	case "response.reasoning_text.delta":
@@ -296,12 +307,14 @@ func (d *decoder) lookup(kind string) *item {
 	return d.add(kind, string(unquote(d.ev.ItemID)), d.ev.OutputIndex)
 }
 
+// text yields a fragment of a message's text or refusal, and marks the message streamed so that its
+// done event does not yield the text again, even when the deltas came before the item was announced.
 func (d *decoder) text(yield func(llm.Event, error) bool) bool {
 	if d.ev.Delta == "" {
 		return true
 	}
-	if it := d.find(d.ev.ItemID, d.ev.OutputIndex); it != nil {
-		it.streamed = true
+	if len(unquote(d.ev.ItemID)) > 0 || d.ev.OutputIndex >= 0 {
+		d.lookup("message").streamed = true
 	}
 	return yield(llm.Event{Kind: llm.EventText, Text: d.ev.Delta}, nil)
 }
@@ -319,9 +332,9 @@ func (d *decoder) reasoning(key int, summary bool, yield func(llm.Event, error) 
 			return false
 		}
 		it.open = key
-		if summary {
-			it.parts++
-		}
+	}
+	if summary {
+		it.parts = max(it.parts, key+1)
 	}
 	return yield(llm.Event{Kind: llm.EventReasoning, Text: d.ev.Delta, ID: it.id}, nil)
 }
@@ -412,8 +425,13 @@ func (d *decoder) reasoningDone(it *item, oi *outputItem, yield func(llm.Event, 
 	return yield(llm.Event{Kind: llm.EventReasoningEnd, ID: id, Signature: oi.EncryptedContent}, nil)
 }
 
-// messageDone yields the text of a message no delta streamed.
+// messageDone yields the text of a message no delta streamed, and notes a refusal in it.
 func (d *decoder) messageDone(it *item, oi *outputItem, yield func(llm.Event, error) bool) bool {
+	for _, c := range oi.Content {
+		if c.Type == "refusal" && c.Refusal != "" {
+			d.refused = true
+		}
+	}
 	if it.streamed {
 		return true
 	}
@@ -471,6 +489,10 @@ func (d *decoder) finish(r *responseState, yield func(llm.Event, error) bool) {
 	}
 	reason := llm.FinishStop
 	switch {
+	case d.refused:
+		// Before length: continuing a refused answer gains nothing. Before tool calls: the agent runs
+		// the calls whatever the finish.
+		reason = llm.FinishContentFilter
 	case r.Status == "incomplete" || r.IncompleteDetails != nil && r.IncompleteDetails.Reason != "":
 		reason = llm.FinishLength
 		if r.IncompleteDetails != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"chatd/internal/llm"
+	"chatd/internal/llm/llmtest"
 	"chatd/internal/llm/upstream"
 )
 
@@ -149,7 +150,8 @@ func streamOf(t *testing.T, events ...string) string {
 }
 
 // TestWholeItems: a server that sends each item whole in response.output_item.done, without deltas,
-// gives the same parts as one that streams them.
+// gives the same parts as one that streams them. The refusal in the message makes the finish
+// content_filter, calls or not.
 func TestWholeItems(t *testing.T) {
 	got := streamOf(t,
 		`data: {"type":"response.output_item.done","output_index":0,"item":{"id":"rs_1","type":"reasoning","encrypted_content":"enc1","summary":[{"type":"summary_text","text":"first"},{"type":"summary_text","text":"second"}]}}`,
@@ -170,7 +172,7 @@ tool_call_end index=0
 tool_call_delta index=1 id="call_2" name="g" args=""
 tool_call_delta index=1 id="" name="" args="{}"
 tool_call_end index=1
-finish tool_calls
+finish content_filter
 usage {InputTokens:5 OutputTokens:7 CacheReadTokens:0 CacheWriteTokens:0 ReasoningTokens:0}
 `
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -405,5 +407,35 @@ func TestNewRejectsBadBaseURL(t *testing.T) {
 		if _, err := New(Options{BaseURL: u}); err == nil {
 			t.Errorf("New(%q) succeeded", u)
 		}
+	}
+}
+
+// TestRecordedFolds folds recordings whose events a decoder could yield twice, or finish wrongly, the way
+// every consumer folds them: each text and summary comes once, a refusal finishes content_filter.
+func TestRecordedFolds(t *testing.T) {
+	for _, tt := range []struct {
+		file            string
+		text, reasoning string
+		finish          llm.FinishReason
+	}{
+		// Summary part 0 is empty: the done event must not yield part 1 again ("BB").
+		{"reasoning_empty_summary", "2 + 2 = 4.", "**Adding**\n\n2 + 2 is 4.", llm.FinishStop},
+		// The text streams before its item is announced: the done event must not repeat it ("HiHi").
+		{"text_before_item", "Hi!", "", llm.FinishStop},
+		{"refusal", "I'm sorry, I can't help with that.", "", llm.FinishContentFilter},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			body, err := os.ReadFile("testdata/" + tt.file + ".sse")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := llmtest.Collect(t.Context(), newTestClient(t, serveBytes(t, body, 7).URL), testRequest)
+			if got.Err != nil {
+				t.Fatal(got.Err)
+			}
+			if diff := cmp.Diff([]any{tt.text, tt.reasoning, tt.finish}, []any{got.Text, got.Reasoning, got.Finish}); diff != "" {
+				t.Errorf("[text reasoning finish] (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
