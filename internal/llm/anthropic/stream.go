@@ -17,11 +17,8 @@ type decoder struct {
 	ctx      context.Context
 	provider string
 	ev       streamEvent // reused across events
-	// json is fed one event at a time through src. Unlike json.Unmarshal, a Decoder keeps its scanner
-	// and error context across values: that saves most of the allocations of every event.
-	json   *json.Decoder
-	src    eventSource
-	fed    int64 // bytes given to json so far
+	// json decodes one event at a time into the reused value, allocating almost nothing.
+	json   upstream.EventDecoder
 	blocks []blockState
 	calls  int // tool_use blocks seen: the next call's index
 	finish llm.FinishReason
@@ -80,7 +77,7 @@ func (d *decoder) run(body io.Reader, yield func(llm.Event, error) bool) {
 // when the stream must stop.
 func (d *decoder) event(data []byte, yield func(llm.Event, error) bool) (more, ok bool) {
 	d.ev = streamEvent{}
-	if err := d.decode(data); err != nil {
+	if err := d.json.Decode(data, &d.ev); err != nil {
 		if skippable(err, data) {
 			return true, true
 		}
@@ -117,22 +114,6 @@ func (d *decoder) event(data []byte, yield func(llm.Event, error) bool) (more, o
 	}
 	// ping, and the event types of later API versions.
 	return true, true
-}
-
-// decode decodes one event's JSON object into d.ev.
-func (d *decoder) decode(data []byte) error {
-	if d.json == nil {
-		d.json = json.NewDecoder(&d.src)
-	}
-	d.src.b = data
-	d.fed += int64(len(data))
-	if err := d.json.Decode(&d.ev); err != nil {
-		return err
-	}
-	if d.json.InputOffset() != d.fed {
-		return errTrailingData
-	}
-	return nil
 }
 
 // skippable reports whether an event that failed to decode into streamEvent is one chatd does not
@@ -172,24 +153,6 @@ func known(n name) bool {
 		}
 	}
 	return false
-}
-
-var (
-	errEventEnd     = errors.New("the event ends inside a JSON value")
-	errTrailingData = errors.New("the event has data after its JSON value")
-)
-
-// eventSource serves one event to the JSON decoder, then reports its end: a value cut short is an
-// error instead of a wait for bytes that belong to the next event.
-type eventSource struct{ b []byte }
-
-func (s *eventSource) Read(p []byte) (int, error) {
-	if len(s.b) == 0 {
-		return 0, errEventEnd
-	}
-	n := copy(p, s.b)
-	s.b = s.b[n:]
-	return n, nil
 }
 
 // count folds in a usage report: the latest non-zero value of each count wins, since output_tokens

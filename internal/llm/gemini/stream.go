@@ -3,8 +3,6 @@ package gemini
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"io"
 	"strings"
 
@@ -17,12 +15,9 @@ import (
 type decoder struct {
 	provider string
 	c        chunk // reused across chunks so that decoding reuses its slices
-	// json is fed one chunk at a time through src. Unlike json.Unmarshal, a Decoder keeps its scanner
-	// and error context across values: that saves most of the allocations of every chunk.
-	json  *json.Decoder
-	src   chunkSource
-	fed   int64 // bytes given to json so far
-	calls int   // function calls streamed so far: the next call's index
+	// json decodes one chunk at a time into the reused value, allocating almost nothing.
+	json  upstream.EventDecoder
+	calls int // function calls streamed so far: the next call's index
 	// signedThought says the reasoning part being streamed already has a signature, so that a thought
 	// part with a signature of its own starts a new part instead of overwriting it.
 	signedThought bool
@@ -64,7 +59,7 @@ func (d *decoder) run(ctx context.Context, body io.Reader, yield func(llm.Event,
 // chunk decodes one chunk and yields its events. It returns false when the stream must stop.
 func (d *decoder) chunk(data []byte, yield func(llm.Event, error) bool) bool {
 	d.reset()
-	if err := d.decode(data); err != nil {
+	if err := d.json.Decode(data, &d.c); err != nil {
 		yield(llm.Event{}, &llm.Error{Provider: d.provider, Kind: llm.KindStream, Message: "cannot decode a chunk", Err: err})
 		return false
 	}
@@ -112,40 +107,6 @@ func (d *decoder) reset() {
 	d.c.Candidates = cands[:0]
 	d.c.PromptFeedback, d.c.Error = nil, nil
 	d.c.UsageMetadata = usageMetadata{}
-}
-
-// decode decodes one chunk's JSON object into d.c.
-func (d *decoder) decode(data []byte) error {
-	if d.json == nil {
-		d.json = json.NewDecoder(&d.src)
-	}
-	d.src.b = data
-	d.fed += int64(len(data))
-	if err := d.json.Decode(&d.c); err != nil {
-		return err // the Decoder's errors are sticky, and so is the stream's end
-	}
-	if d.json.InputOffset() != d.fed {
-		return errTrailingData
-	}
-	return nil
-}
-
-var (
-	errChunkEnd     = errors.New("the chunk ends inside a JSON value")
-	errTrailingData = errors.New("the chunk has data after its JSON value")
-)
-
-// chunkSource serves one chunk to the JSON decoder, then reports its end: a value cut short is an error
-// instead of a wait for bytes that belong to the next chunk.
-type chunkSource struct{ b []byte }
-
-func (s *chunkSource) Read(p []byte) (int, error) {
-	if len(s.b) == 0 {
-		return 0, errChunkEnd
-	}
-	n := copy(p, s.b)
-	s.b = s.b[n:]
-	return n, nil
 }
 
 // part yields the events of one content part. Gemini sends each part whole within a chunk, a text

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 
 	"chatd/internal/llm"
@@ -19,11 +18,8 @@ var doneMarker = []byte("[DONE]")
 type decoder struct {
 	provider string
 	c        chunk // reused across chunks so that decoding reuses its slices
-	// json is fed one chunk at a time through src. Unlike json.Unmarshal, a Decoder keeps its scanner
-	// and error context across values: that saves most of the allocations of every chunk.
-	json     *json.Decoder
-	src      chunkSource
-	fed      int64 // bytes given to json so far
+	// json decodes one chunk at a time into the reused value, allocating almost nothing.
+	json     upstream.EventDecoder
 	calls    []call
 	finish   llm.FinishReason
 	usage    llm.Usage
@@ -73,7 +69,7 @@ func (d *decoder) chunk(data []byte, yield func(llm.Event, error) bool) bool {
 	// Decoding into a reused slice does not zero its elements: clear them first.
 	clear(d.c.Choices[:cap(d.c.Choices)])
 	d.c.Choices, d.c.Usage, d.c.Error = d.c.Choices[:0], nil, nil
-	if err := d.decode(data); err != nil {
+	if err := d.json.Decode(data, &d.c); err != nil {
 		yield(llm.Event{}, &llm.Error{Provider: d.provider, Kind: llm.KindStream, Message: "cannot decode a chunk", Err: err})
 		return false
 	}
@@ -101,40 +97,6 @@ func (d *decoder) chunk(data []byte, yield func(llm.Event, error) bool) bool {
 		}
 	}
 	return true
-}
-
-// decode decodes one chunk's JSON object into d.c.
-func (d *decoder) decode(data []byte) error {
-	if d.json == nil {
-		d.json = json.NewDecoder(&d.src)
-	}
-	d.src.b = data
-	d.fed += int64(len(data))
-	if err := d.json.Decode(&d.c); err != nil {
-		return err // the Decoder's errors are sticky, and so is the stream's end
-	}
-	if d.json.InputOffset() != d.fed {
-		return errTrailingData
-	}
-	return nil
-}
-
-var (
-	errChunkEnd     = errors.New("the chunk ends inside a JSON value")
-	errTrailingData = errors.New("the chunk has data after its JSON value")
-)
-
-// chunkSource serves one chunk to the JSON decoder, then reports its end: a value cut short is an error
-// instead of a wait for bytes that belong to the next chunk.
-type chunkSource struct{ b []byte }
-
-func (s *chunkSource) Read(p []byte) (int, error) {
-	if len(s.b) == 0 {
-		return 0, errChunkEnd
-	}
-	n := copy(p, s.b)
-	s.b = s.b[n:]
-	return n, nil
 }
 
 func (d *decoder) delta(dl *delta, yield func(llm.Event, error) bool) bool {

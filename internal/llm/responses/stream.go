@@ -22,11 +22,8 @@ type decoder struct {
 	provider string
 	redact   func(string) string
 	ev       streamEvent // reused across events so that decoding reuses its buffers
-	// json is fed one event at a time through src. Unlike json.Unmarshal, a Decoder keeps its scanner
-	// and error context across values: that saves most of the allocations of every event.
-	json  *json.Decoder
-	src   chunkSource
-	fed   int64 // bytes given to json so far
+	// json decodes one event at a time into the reused value, allocating almost nothing.
+	json  upstream.EventDecoder
 	items []item
 	calls int // function calls so far: the next call's index
 	// refused says the answer holds a refusal: it streams as text, and the response finishes
@@ -99,7 +96,7 @@ func (d *decoder) event(data []byte, sseType string, yield func(llm.Event, error
 	e.OutputIndex, e.SummaryIndex, e.ContentIndex = -1, 0, 0
 	e.Delta, e.Arguments, e.Message = "", "", ""
 	e.Item, e.Response, e.Error = nil, nil, nil
-	err := d.decode(data)
+	err := d.json.Decode(data, &d.ev)
 	typ := eventTypeOf(unquote(e.Type))
 	if len(e.Type) == 0 {
 		typ = eventTypeOf([]byte(sseType))
@@ -109,7 +106,7 @@ func (d *decoder) event(data []byte, sseType string, yield func(llm.Event, error
 			return true // an event chatd does not read, whose fields have other types than ours
 		}
 		bad := &llm.Error{Provider: d.provider, Kind: llm.KindStream, Message: "cannot decode an event", Err: err}
-		if errors.Is(err, errChunkEnd) {
+		if errors.Is(err, upstream.ErrCutShort) {
 			// The last event of a dropped connection ends mid-value: whether it was, the next read says.
 			d.cutShort = bad
 			return true
@@ -228,44 +225,6 @@ func unquote(raw []byte) []byte {
 		return raw[1 : len(raw)-1]
 	}
 	return raw
-}
-
-// decode decodes one event's JSON object into d.ev.
-func (d *decoder) decode(data []byte) error {
-	if d.json == nil {
-		d.json, d.fed = json.NewDecoder(&d.src), 0
-	}
-	d.src.b = data
-	d.fed += int64(len(data))
-	if err := d.json.Decode(&d.ev); err != nil {
-		if _, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && d.json.InputOffset() == d.fed {
-			return err // the value was read whole: the decoder can go on
-		}
-		d.json = nil // the Decoder's syntax errors are sticky; the stream ends here anyway
-		return err
-	}
-	if d.json.InputOffset() != d.fed {
-		return errTrailingData
-	}
-	return nil
-}
-
-var (
-	errChunkEnd     = errors.New("the event ends inside a JSON value")
-	errTrailingData = errors.New("the event has data after its JSON value")
-)
-
-// chunkSource serves one event to the JSON decoder, then reports its end: a value cut short is an error
-// instead of a wait for bytes that belong to the next event.
-type chunkSource struct{ b []byte }
-
-func (s *chunkSource) Read(p []byte) (int, error) {
-	if len(s.b) == 0 {
-		return 0, errChunkEnd
-	}
-	n := copy(p, s.b)
-	s.b = s.b[n:]
-	return n, nil
 }
 
 // find returns the item an event names: by item_id, or by output_index when the server sends no id.
