@@ -27,9 +27,12 @@ func (s *server) listModels(w http.ResponseWriter, r *http.Request) error {
 		Object   string `json:"object"`
 		Provider string `json:"provider"`
 	}
-	providers := []ProviderModels{}
+	var providers []ProviderModels
 	if s.Models != nil {
 		providers = s.Models(r.Context())
+	}
+	if providers == nil {
+		providers = []ProviderModels{} // a list, also when empty
 	}
 	data := []modelWire{}
 	for _, p := range providers {

@@ -36,7 +36,7 @@ func TestListModels(t *testing.T) {
 		t.Errorf("models: %s (-want +got):\n%s", raw, diff)
 	}
 
-	empty := newEnv(t, httpapi.Options{})
+	empty := newEnv(t, httpapi.Options{Models: func(context.Context) []httpapi.ProviderModels { return nil }})
 	if resp, raw := empty.do(t, "GET", "/v1/models", ""); resp.StatusCode != 200 || string(raw) != `{"data":[],"default":"","object":"list","providers":[]}`+"\n" {
 		t.Errorf("no catalog: %d %s", resp.StatusCode, raw)
 	}
