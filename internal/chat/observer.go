@@ -58,7 +58,7 @@ func (o *observer) ToolComplete(call llm.ToolCall, res agent.ToolResult) {
 }
 
 func (o *observer) Usage(m agent.Model, u llm.Usage) {
-	su, model := storeUsage(u), cmp.Or(llm.Origin(m.ProviderName, m.Name), o.p.model)
+	su, model := storeUsage(u), llm.Origin(m.ProviderName, m.Name)
 	o.run.emit(EventUsage, mustJSON(usageData{Model: model, Usage: su}))
 	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, Agent: o.p.agentNm, Model: model, Usage: su}
 	if err := o.s.opts.Store.AddUsage(o.ctx, o.p.user, entry); err != nil {

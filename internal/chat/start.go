@@ -32,7 +32,7 @@ type plan struct {
 	model    string // provider/model
 	provider llm.Provider
 	upstream string // the provider's model name
-	origin   string // the provider's name
+	provName string // the provider's configured name
 	// fallbacks are the agent's fallback models, resolved.
 	fallbacks []agent.Model
 	tools     *toolSet
@@ -221,7 +221,7 @@ func (s *Service) resolveModel(p *plan) error {
 	if err != nil {
 		return invalid("invalid_model", "%s", err.Error())
 	}
-	p.provider, p.upstream, p.origin = prov, upstream, providerName(p.model)
+	p.provider, p.upstream, p.provName = prov, upstream, providerName(p.model)
 	for _, name := range p.agent.Fallbacks {
 		if name == p.model {
 			continue
@@ -349,7 +349,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, history []llm.
 	cfg := agent.Config{
 		Provider:      p.provider,
 		Model:         p.upstream,
-		ProviderName:  p.origin,
+		ProviderName:  p.provName,
 		Fallbacks:     p.fallbacks,
 		Reasoning:     p.agent.Reasoning,
 		System:        systemPrompt(p),
