@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,28 +15,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"chatd/internal/llm"
+	"chatd/internal/llm/llmtest"
 	"chatd/internal/llm/upstream"
 )
 
 var update = flag.Bool("update", false, "rewrite the .golden files from the adapter's output")
-
-// serveBytes answers every request with body, written in pieces of at most step bytes, each flushed, so
-// the decoder sees events split at arbitrary points.
-func serveBytes(t *testing.T, body []byte, step int) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-		rc := http.NewResponseController(w)
-		for b := body; len(b) > 0; {
-			n := min(step, len(b))
-			w.Write(b[:n])
-			rc.Flush()
-			b = b[n:]
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 func newTestClient(t *testing.T, baseURL string) *Client {
 	t.Helper()
@@ -48,78 +30,25 @@ func newTestClient(t *testing.T, baseURL string) *Client {
 	return c
 }
 
-// describe renders events one per line, for golden files a person can read.
-func describe(t *testing.T, c *Client) string {
+// describe streams body, served in pieces of step bytes, through a client and renders its events.
+func describe(t *testing.T, body []byte, step int) string {
 	t.Helper()
-	var b strings.Builder
 	req := &llm.Request{Model: "claude-sonnet-4-5", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}}
-	for ev, err := range c.Stream(t.Context(), req) {
-		if err != nil {
-			e, ok := errors.AsType[*llm.Error](err)
-			if !ok {
-				fmt.Fprintf(&b, "error %v\n", err)
-				continue
-			}
-			fmt.Fprintf(&b, "error kind=%s status=%d code=%q message=%q retryable=%v\n", e.Kind, e.Status, e.Code, e.Message, e.Retryable())
-			continue
-		}
-		switch ev.Kind {
-		case llm.EventText:
-			fmt.Fprintf(&b, "text %q\n", ev.Text)
-		case llm.EventReasoning:
-			fmt.Fprintf(&b, "reasoning %q\n", ev.Text)
-		case llm.EventReasoningEnd:
-			fmt.Fprintf(&b, "reasoning_end redacted=%v signature=%q\n", ev.Redacted, ev.Signature)
-		case llm.EventToolCallDelta:
-			fmt.Fprintf(&b, "tool_call_delta index=%d id=%q name=%q args=%q\n", ev.Index, ev.ID, ev.Name, ev.Text)
-		case llm.EventToolCallEnd:
-			fmt.Fprintf(&b, "tool_call_end index=%d\n", ev.Index)
-		case llm.EventFinish:
-			fmt.Fprintf(&b, "finish %s\n", ev.FinishReason)
-		case llm.EventUsage:
-			fmt.Fprintf(&b, "usage %+v\n", ev.Usage)
-		default:
-			t.Fatalf("unknown event kind %d", ev.Kind)
-		}
-	}
-	return b.String()
+	return llmtest.Describe(newTestClient(t, llmtest.ServeBytes(t, body, step).URL).Stream(t.Context(), req))
 }
 
 // TestRecordedStreams decodes streams shaped like captures of the API and compares the events with
 // testdata/*.golden, at several split points of the bytes.
 func TestRecordedStreams(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.sse")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata: %v", err)
-	}
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".sse")
-		t.Run(name, func(t *testing.T) {
-			body, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
+	llmtest.Golden(t, *update, "testdata", func(t *testing.T, body []byte) string {
+		got := describe(t, body, len(body))
+		for _, step := range []int{1, 7, 64} {
+			if again := describe(t, body, step); again != got {
+				t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
 			}
-			golden := strings.TrimSuffix(file, ".sse") + ".golden"
-			got := describe(t, newTestClient(t, serveBytes(t, body, len(body)).URL))
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Fatalf("events differ from %s (-want +got):\n%s", golden, diff)
-			}
-			for _, step := range []int{1, 7, 64} {
-				if again := describe(t, newTestClient(t, serveBytes(t, body, step).URL)); again != got {
-					t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
-				}
-			}
-		})
-	}
+		}
+		return got
+	})
 }
 
 // TestCollectedParts checks the parts the events of the recordings fold into: each thinking block one
@@ -174,7 +103,7 @@ func collect(t *testing.T, file string) llm.Message {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newTestClient(t, serveBytes(t, body, 13).URL)
+	c := newTestClient(t, llmtest.ServeBytes(t, body, 13).URL)
 	var col llm.Collector
 	for ev, err := range c.Stream(t.Context(), &llm.Request{Model: "m"}) {
 		if err != nil {
@@ -280,7 +209,7 @@ func TestInBandErrors(t *testing.T) {
 			body := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n" +
 				"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"" + tt.typ + "\",\"message\":\"" + tt.message + "\"}}\n\n"
 			var got error
-			for _, err := range newTestClient(t, serveBytes(t, []byte(body), 1000).URL).Stream(t.Context(), &llm.Request{Model: "m"}) {
+			for _, err := range newTestClient(t, llmtest.ServeBytes(t, []byte(body), 1000).URL).Stream(t.Context(), &llm.Request{Model: "m"}) {
 				got = err
 			}
 			e, ok := errors.AsType[*llm.Error](got)
@@ -401,7 +330,7 @@ func TestIdleUpstreamEnds(t *testing.T) {
 func TestBadEventIsAStreamError(t *testing.T) {
 	body := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n" +
 		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_de\n\n"
-	got := describe(t, newTestClient(t, serveBytes(t, []byte(body), 1000).URL))
+	got := describe(t, []byte(body), 1000)
 	if !strings.HasPrefix(got, "text \"ok\"\nerror kind=stream") {
 		t.Errorf("got:\n%s", got)
 	}

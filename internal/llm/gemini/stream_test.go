@@ -9,8 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,28 +17,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"chatd/internal/llm"
+	"chatd/internal/llm/llmtest"
 	"chatd/internal/llm/upstream"
 )
 
 var update = flag.Bool("update", false, "rewrite the .golden files from the adapter's output")
-
-// serveBytes answers every request with body, written in pieces of at most step bytes, each flushed, so
-// the decoder sees chunks split at arbitrary points.
-func serveBytes(t *testing.T, body []byte, step int) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		rc := http.NewResponseController(w)
-		for b := body; len(b) > 0; {
-			n := min(step, len(b))
-			w.Write(b[:n])
-			rc.Flush()
-			b = b[n:]
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 func newTestClient(t *testing.T, baseURL string) *Client {
 	t.Helper()
@@ -55,84 +36,27 @@ func testRequest() *llm.Request {
 	return &llm.Request{Model: "gemini-2.5-flash", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}}
 }
 
-// describe renders events one per line, for golden files a person can read.
-func describe(t *testing.T, c *Client) string {
+// describe streams body, served in pieces of step bytes, through a client and renders its events.
+func describe(t *testing.T, body []byte, step int) string {
 	t.Helper()
-	var b strings.Builder
-	for ev, err := range c.Stream(t.Context(), testRequest()) {
-		if err != nil {
-			e, ok := errors.AsType[*llm.Error](err)
-			if !ok {
-				fmt.Fprintf(&b, "error %v\n", err)
-				continue
-			}
-			fmt.Fprintf(&b, "error kind=%s status=%d code=%q retry_after=%s message=%q\n", e.Kind, e.Status, e.Code, e.RetryAfter, e.Message)
-			continue
-		}
-		sig := ""
-		if ev.Signature != "" {
-			sig = fmt.Sprintf(" signature=%q", ev.Signature)
-		}
-		switch ev.Kind {
-		case llm.EventText:
-			fmt.Fprintf(&b, "text %q%s\n", ev.Text, sig)
-		case llm.EventReasoning:
-			fmt.Fprintf(&b, "reasoning %q%s\n", ev.Text, sig)
-		case llm.EventReasoningEnd:
-			fmt.Fprintf(&b, "reasoning_end%s\n", sig)
-		case llm.EventToolCallDelta:
-			fmt.Fprintf(&b, "tool_call_delta index=%d id=%q name=%q args=%q%s\n", ev.Index, ev.ID, ev.Name, ev.Text, sig)
-		case llm.EventToolCallEnd:
-			fmt.Fprintf(&b, "tool_call_end index=%d\n", ev.Index)
-		case llm.EventFinish:
-			fmt.Fprintf(&b, "finish %s\n", ev.FinishReason)
-		case llm.EventUsage:
-			fmt.Fprintf(&b, "usage %+v\n", ev.Usage)
-		default:
-			t.Fatalf("unknown event kind %d", ev.Kind)
-		}
-	}
-	return b.String()
+	return llmtest.Describe(newTestClient(t, llmtest.ServeBytes(t, body, step).URL).Stream(t.Context(), testRequest()))
 }
 
 // TestRecordedStreams decodes streams shaped like captures of the real API and compares the events with
 // testdata/*.golden, at several split points of the bytes.
 func TestRecordedStreams(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.sse")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata: %v", err)
-	}
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".sse")
-		t.Run(name, func(t *testing.T) {
-			body, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
+	llmtest.Golden(t, *update, "testdata", func(t *testing.T, body []byte) string {
+		if !bytes.Contains(body, []byte("\r\n\r\n")) {
+			t.Fatal("the recording is not framed with CRLF as the API frames its events")
+		}
+		got := describe(t, body, len(body))
+		for _, step := range []int{1, 7, 64} {
+			if again := describe(t, body, step); again != got {
+				t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
 			}
-			if !strings.Contains(string(body), "\r\n\r\n") {
-				t.Fatalf("%s is not framed with CRLF as the API frames its events", file)
-			}
-			golden := strings.TrimSuffix(file, ".sse") + ".golden"
-			got := describe(t, newTestClient(t, serveBytes(t, body, len(body)).URL))
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Fatalf("events differ from %s (-want +got):\n%s", golden, diff)
-			}
-			for _, step := range []int{1, 7, 64} {
-				if again := describe(t, newTestClient(t, serveBytes(t, body, step).URL)); again != got {
-					t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
-				}
-			}
-		})
-	}
+		}
+		return got
+	})
 }
 
 func TestHTTPErrors(t *testing.T) {
@@ -246,7 +170,7 @@ func TestInBandErrorKinds(t *testing.T) {
 		t.Run(tt.code, func(t *testing.T) {
 			body := "data: " + tt.chunk + "\r\n\r\n"
 			var got error
-			for _, err := range newTestClient(t, serveBytes(t, []byte(body), len(body)).URL).Stream(t.Context(), testRequest()) {
+			for _, err := range newTestClient(t, llmtest.ServeBytes(t, []byte(body), len(body)).URL).Stream(t.Context(), testRequest()) {
 				got = err
 			}
 			e, ok := errors.AsType[*llm.Error](got)
@@ -361,7 +285,7 @@ func TestIdleUpstreamEnds(t *testing.T) {
 
 func TestBadChunkIsAStreamError(t *testing.T) {
 	body := helloChunk + "data: {\"candidates\": [{\"content\r\n\r\n"
-	got := describe(t, newTestClient(t, serveBytes(t, []byte(body), 1000).URL))
+	got := describe(t, []byte(body), 1000)
 	if !strings.HasPrefix(got, "text \"Hi\"\nerror kind=stream") {
 		t.Errorf("got:\n%s", got)
 	}

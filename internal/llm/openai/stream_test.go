@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,28 +14,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"chatd/internal/llm"
+	"chatd/internal/llm/llmtest"
 	"chatd/internal/llm/upstream"
 )
 
 var update = flag.Bool("update", false, "rewrite the .golden files from the adapter's output")
-
-// serveBytes answers every request with body, written in pieces of at most step bytes, each flushed, so
-// the decoder sees chunks split at arbitrary points.
-func serveBytes(t *testing.T, body []byte, step int) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		rc := http.NewResponseController(w)
-		for b := body; len(b) > 0; {
-			n := min(step, len(b))
-			w.Write(b[:n])
-			rc.Flush()
-			b = b[n:]
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 func newTestClient(t *testing.T, baseURL string) *Client {
 	t.Helper()
@@ -48,76 +29,25 @@ func newTestClient(t *testing.T, baseURL string) *Client {
 	return c
 }
 
-// describe renders events one per line, for golden files a person can read.
-func describe(t *testing.T, c *Client) string {
+// describe streams body, served in pieces of step bytes, through a client and renders its events.
+func describe(t *testing.T, body []byte, step int) string {
 	t.Helper()
-	var b strings.Builder
 	req := &llm.Request{Model: "m", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}}
-	for ev, err := range c.Stream(t.Context(), req) {
-		if err != nil {
-			e, ok := errors.AsType[*llm.Error](err)
-			if !ok {
-				fmt.Fprintf(&b, "error %v\n", err)
-				continue
-			}
-			fmt.Fprintf(&b, "error kind=%s status=%d code=%q message=%q\n", e.Kind, e.Status, e.Code, e.Message)
-			continue
-		}
-		switch ev.Kind {
-		case llm.EventText:
-			fmt.Fprintf(&b, "text %q\n", ev.Text)
-		case llm.EventReasoning:
-			fmt.Fprintf(&b, "reasoning %q\n", ev.Text)
-		case llm.EventToolCallDelta:
-			fmt.Fprintf(&b, "tool_call_delta index=%d id=%q name=%q args=%q\n", ev.Index, ev.ID, ev.Name, ev.Text)
-		case llm.EventToolCallEnd:
-			fmt.Fprintf(&b, "tool_call_end index=%d\n", ev.Index)
-		case llm.EventFinish:
-			fmt.Fprintf(&b, "finish %s\n", ev.FinishReason)
-		case llm.EventUsage:
-			fmt.Fprintf(&b, "usage %+v\n", ev.Usage)
-		default:
-			t.Fatalf("unknown event kind %d", ev.Kind)
-		}
-	}
-	return b.String()
+	return llmtest.Describe(newTestClient(t, llmtest.ServeBytes(t, body, step).URL).Stream(t.Context(), req))
 }
 
 // TestRecordedStreams decodes streams shaped like recordings of real servers and compares the events with
 // testdata/*.golden, at several split points of the bytes.
 func TestRecordedStreams(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.sse")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata: %v", err)
-	}
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".sse")
-		t.Run(name, func(t *testing.T) {
-			body, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
+	llmtest.Golden(t, *update, "testdata", func(t *testing.T, body []byte) string {
+		got := describe(t, body, len(body))
+		for _, step := range []int{1, 7, 64} {
+			if again := describe(t, body, step); again != got {
+				t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
 			}
-			golden := strings.TrimSuffix(file, ".sse") + ".golden"
-			got := describe(t, newTestClient(t, serveBytes(t, body, len(body)).URL))
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Fatalf("events differ from %s (-want +got):\n%s", golden, diff)
-			}
-			for _, step := range []int{1, 7, 64} {
-				if again := describe(t, newTestClient(t, serveBytes(t, body, step).URL)); again != got {
-					t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
-				}
-			}
-		})
-	}
+		}
+		return got
+	})
 }
 
 func TestHTTPErrors(t *testing.T) {
@@ -285,7 +215,7 @@ func TestBreakClosesTheConnection(t *testing.T) {
 func TestWholeArgumentsObject(t *testing.T) {
 	body := "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{\"a\":1}}}]}}]}\n\n" +
 		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n"
-	got := describe(t, newTestClient(t, serveBytes(t, []byte(body), 1000).URL))
+	got := describe(t, []byte(body), 1000)
 	want := "tool_call_delta index=0 id=\"c1\" name=\"f\" args=\"{\\\"a\\\":1}\"\n" +
 		"tool_call_end index=0\nfinish tool_calls\n"
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -295,7 +225,7 @@ func TestWholeArgumentsObject(t *testing.T) {
 
 func TestBadChunkIsAStreamError(t *testing.T) {
 	body := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\ndata: {not json\n\n"
-	got := describe(t, newTestClient(t, serveBytes(t, []byte(body), 1000).URL))
+	got := describe(t, []byte(body), 1000)
 	if !strings.HasPrefix(got, "text \"ok\"\nerror kind=stream") {
 		t.Errorf("got:\n%s", got)
 	}
@@ -345,7 +275,7 @@ func TestReasoningInBothFields(t *testing.T) {
 	body := "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"Let me think\",\"reasoning\":\"Let me think\"}}]}\n\n" +
 		"data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\" more\"}}]}\n\n" +
 		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
-	got := describe(t, newTestClient(t, serveBytes(t, []byte(body), 1000).URL))
+	got := describe(t, []byte(body), 1000)
 	want := "reasoning \"Let me think\"\nreasoning \" more\"\nfinish stop\n"
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)

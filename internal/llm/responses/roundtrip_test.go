@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"chatd/internal/llm"
+	"chatd/internal/llm/llmtest"
 )
 
 // TestRoundTrip decodes recorded streams, folds them with llm.Collector as every consumer does, sends the
@@ -33,7 +34,7 @@ func TestRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := newTestClient(t, serveBytes(t, body, 5).URL)
+			c := newTestClient(t, llmtest.ServeBytes(t, body, 5).URL)
 			var col llm.Collector
 			for ev, err := range c.Stream(t.Context(), testRequest) {
 				if err != nil {

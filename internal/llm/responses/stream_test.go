@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,24 +22,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the .golden files from the adapter's output")
 
-// serveBytes answers every request with body, written in pieces of at most step bytes, each flushed, so
-// the decoder sees events split at arbitrary points.
-func serveBytes(t *testing.T, body []byte, step int) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-		rc := http.NewResponseController(w)
-		for b := body; len(b) > 0; {
-			n := min(step, len(b))
-			w.Write(b[:n])
-			rc.Flush()
-			b = b[n:]
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
-
 func newTestClient(t *testing.T, baseURL string) *Client {
 	t.Helper()
 	c, err := New(Options{Name: "openai-responses", BaseURL: baseURL, APIKey: "sk-test"})
@@ -52,90 +33,29 @@ func newTestClient(t *testing.T, baseURL string) *Client {
 
 var testRequest = &llm.Request{Model: "gpt-5", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}}
 
-// describe renders the events of one call one per line, for golden files a person can read.
-func describe(t *testing.T, c *Client) string {
+// describe streams body, served in pieces of step bytes, through a client and renders its events.
+func describe(t *testing.T, body []byte, step int) string {
 	t.Helper()
-	var b strings.Builder
-	for ev, err := range c.Stream(t.Context(), testRequest) {
-		if err != nil {
-			e, ok := errors.AsType[*llm.Error](err)
-			if !ok {
-				fmt.Fprintf(&b, "error %v\n", err)
-				continue
-			}
-			fmt.Fprintf(&b, "error kind=%s status=%d code=%q message=%q\n", e.Kind, e.Status, e.Code, e.Message)
-			continue
-		}
-		switch ev.Kind {
-		case llm.EventText:
-			fmt.Fprintf(&b, "text %q\n", ev.Text)
-		case llm.EventReasoning:
-			fmt.Fprintf(&b, "reasoning id=%s %q\n", ev.ID, ev.Text)
-		case llm.EventReasoningEnd:
-			fmt.Fprintf(&b, "reasoning_end id=%s signature=%s\n", ev.ID, abbreviate(ev.Signature))
-		case llm.EventToolCallDelta:
-			fmt.Fprintf(&b, "tool_call_delta index=%d id=%q name=%q args=%q\n", ev.Index, ev.ID, ev.Name, ev.Text)
-		case llm.EventToolCallEnd:
-			fmt.Fprintf(&b, "tool_call_end index=%d\n", ev.Index)
-		case llm.EventFinish:
-			fmt.Fprintf(&b, "finish %s\n", ev.FinishReason)
-		case llm.EventUsage:
-			fmt.Fprintf(&b, "usage %+v\n", ev.Usage)
-		default:
-			t.Fatalf("unknown event kind %d", ev.Kind)
-		}
-	}
-	return b.String()
-}
-
-// abbreviate shows an encrypted content by its ends and length; the round-trip test checks it whole.
-func abbreviate(s string) string {
-	if len(s) <= 40 {
-		return fmt.Sprintf("%q", s)
-	}
-	return fmt.Sprintf("%q…%q(%d bytes)", s[:24], s[len(s)-8:], len(s))
+	return llmtest.Describe(newTestClient(t, llmtest.ServeBytes(t, body, step).URL).Stream(t.Context(), testRequest))
 }
 
 // TestRecordedStreams decodes streams shaped like captures of the Responses API and compares the events
 // with testdata/*.golden, at several split points of the bytes.
 func TestRecordedStreams(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.sse")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata: %v", err)
-	}
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".sse")
-		t.Run(name, func(t *testing.T) {
-			body, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
+	llmtest.Golden(t, *update, "testdata", func(t *testing.T, body []byte) string {
+		got := describe(t, body, len(body))
+		for _, step := range []int{1, 7, 64} {
+			if again := describe(t, body, step); again != got {
+				t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
 			}
-			golden := strings.TrimSuffix(file, ".sse") + ".golden"
-			got := describe(t, newTestClient(t, serveBytes(t, body, len(body)).URL))
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Fatalf("events differ from %s (-want +got):\n%s", golden, diff)
-			}
-			for _, step := range []int{1, 7, 64} {
-				if again := describe(t, newTestClient(t, serveBytes(t, body, step).URL)); again != got {
-					t.Errorf("split every %d bytes the events differ:\n%s", step, cmp.Diff(got, again))
-				}
-			}
-			// The type is in each event's JSON; the event: lines are optional (proxies drop them).
-			dataOnly := regexp.MustCompile(`(?m)^event: .*\n`).ReplaceAll(body, nil)
-			if again := describe(t, newTestClient(t, serveBytes(t, dataOnly, len(dataOnly)).URL)); again != got {
-				t.Errorf("without event: lines the events differ:\n%s", cmp.Diff(got, again))
-			}
-		})
-	}
+		}
+		// The type is in each event's JSON; the event: lines are optional (proxies drop them).
+		dataOnly := regexp.MustCompile(`(?m)^event: .*\n`).ReplaceAll(body, nil)
+		if again := describe(t, dataOnly, len(dataOnly)); again != got {
+			t.Errorf("without event: lines the events differ:\n%s", cmp.Diff(got, again))
+		}
+		return got
+	})
 }
 
 // streamOf decodes an SSE body given as data lines.
@@ -146,7 +66,7 @@ func streamOf(t *testing.T, events ...string) string {
 		b.WriteString(e)
 		b.WriteString("\n\n")
 	}
-	return describe(t, newTestClient(t, serveBytes(t, []byte(b.String()), 1<<20).URL))
+	return describe(t, []byte(b.String()), 1<<20)
 }
 
 // TestWholeItems: a server that sends each item whole in response.output_item.done, without deltas,
@@ -160,20 +80,20 @@ func TestWholeItems(t *testing.T) {
 		`data: {"type":"response.output_item.done","output_index":3,"item":{"id":"fc_2","type":"function_call","status":"completed","call_id":"call_2","name":"g","arguments":""}}`,
 		`data: {"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":5,"output_tokens":7}}}`,
 	)
-	want := `reasoning id=rs_1 "first"
-reasoning_end id=rs_1 signature=""
-reasoning id=rs_1 "second"
-reasoning_end id=rs_1 signature="enc1"
+	want := `reasoning "first" id="rs_1"
+reasoning_end id="rs_1"
+reasoning "second" id="rs_1"
+reasoning_end id="rs_1" signature="enc1"
 text "Hello"
 text " but no."
-tool_call_delta index=0 id="call_1" name="f" args=""
-tool_call_delta index=0 id="" name="" args="{\"a\":1}"
+tool_call_delta index=0 id="call_1" name="f"
+tool_call_delta index=0 args="{\"a\":1}"
 tool_call_end index=0
-tool_call_delta index=1 id="call_2" name="g" args=""
-tool_call_delta index=1 id="" name="" args="{}"
+tool_call_delta index=1 id="call_2" name="g"
+tool_call_delta index=1 args="{}"
 tool_call_end index=1
 finish content_filter
-usage {InputTokens:5 OutputTokens:7 CacheReadTokens:0 CacheWriteTokens:0 ReasoningTokens:0}
+usage input=5 output=7 cache_read=0 cache_write=0 reasoning=0
 `
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -194,14 +114,14 @@ func TestDeltasWithoutItemIDs(t *testing.T) {
 		`data: {"type":"response.output_item.done","output_index":2,"item":{"type":"function_call","call_id":"call_b","name":"clock","arguments":"{}"}}`,
 		`data: {"type":"error","code":"ERR_SOMETHING","message":"Something went wrong","param":null,"sequence_number":9}`,
 	)
-	want := `reasoning id=rs_9 "raw thinking"
-tool_call_delta index=0 id="call_a" name="weather" args=""
-tool_call_delta index=1 id="call_b" name="clock" args=""
-tool_call_delta index=0 id="" name="" args="{\"city\":"
-tool_call_delta index=1 id="" name="" args="{}"
-tool_call_delta index=0 id="" name="" args="\"Paris\"}"
+	want := `reasoning "raw thinking" id="rs_9"
+tool_call_delta index=0 id="call_a" name="weather"
+tool_call_delta index=1 id="call_b" name="clock"
+tool_call_delta index=0 args="{\"city\":"
+tool_call_delta index=1 args="{}"
+tool_call_delta index=0 args="\"Paris\"}"
 tool_call_end index=1
-error kind=stream status=0 code="ERR_SOMETHING" message="Something went wrong"
+error kind=stream code="ERR_SOMETHING" message="Something went wrong"
 `
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -222,7 +142,7 @@ func TestSkipsWhatItDoesNotRead(t *testing.T) {
 	)
 	want := `text "Found it."
 finish stop
-usage {InputTokens:9 OutputTokens:3 CacheReadTokens:4 CacheWriteTokens:2 ReasoningTokens:0}
+usage input=9 output=3 cache_read=4 cache_write=2 reasoning=0
 `
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -235,11 +155,11 @@ func TestBadEventIsAStreamError(t *testing.T) {
 		`data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"delta":`,
 		`data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"delta":"more"}`,
 	)
-	if !strings.HasPrefix(got, "text \"ok\"\nerror kind=stream status=0 code=\"\" message=\"cannot decode an event\"") {
+	if !strings.HasPrefix(got, "text \"ok\"\nerror kind=stream message=\"cannot decode an event\"") {
 		t.Errorf("got:\n%s", got)
 	}
 	got = streamOf(t, `data: {"type":"response.output_text.delta","delta":7}`)
-	if !strings.HasPrefix(got, "error kind=stream status=0 code=\"\" message=\"cannot decode an event\"") {
+	if !strings.HasPrefix(got, "error kind=stream message=\"cannot decode an event\"") {
 		t.Errorf("a text delta of the wrong type: got:\n%s", got)
 	}
 }
@@ -260,7 +180,7 @@ func TestInBandErrorKinds(t *testing.T) {
 			`data: {"type":"response.failed","sequence_number":2,"response":{"status":"failed","error":{"code":"%s","message":"m"}}}`,
 		} {
 			got := streamOf(t, fmt.Sprintf(shape, tt.code))
-			want := fmt.Sprintf("error kind=%s status=0 code=%q message=\"m\"\n", tt.kind, tt.code)
+			want := fmt.Sprintf("error kind=%s code=%q message=\"m\"\n", tt.kind, tt.code)
 			if got != want {
 				t.Errorf("%s: got %q, want %q", shape, got, want)
 			}
@@ -268,7 +188,7 @@ func TestInBandErrorKinds(t *testing.T) {
 	}
 	// A null code falls back to the type.
 	got := streamOf(t, `data: {"type":"error","error":{"type":"server_error","code":null,"message":"Sorry, something went wrong.","param":null},"sequence_number":2}`)
-	if want := "error kind=server status=0 code=\"server_error\" message=\"Sorry, something went wrong.\"\n"; got != want {
+	if want := "error kind=server code=\"server_error\" message=\"Sorry, something went wrong.\"\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
@@ -278,7 +198,7 @@ func TestIncompleteContentFilter(t *testing.T) {
 		`data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"delta":"I"}`,
 		`data: {"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"content_filter"},"usage":{"input_tokens":3,"output_tokens":1}}}`,
 	)
-	want := "text \"I\"\nfinish content_filter\nusage {InputTokens:3 OutputTokens:1 CacheReadTokens:0 CacheWriteTokens:0 ReasoningTokens:0}\n"
+	want := "text \"I\"\nfinish content_filter\nusage input=3 output=1 cache_read=0 cache_write=0 reasoning=0\n"
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
@@ -429,7 +349,7 @@ func TestRecordedFolds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := llmtest.Collect(t.Context(), newTestClient(t, serveBytes(t, body, 7).URL), testRequest)
+			got := llmtest.Collect(t.Context(), newTestClient(t, llmtest.ServeBytes(t, body, 7).URL), testRequest)
 			if got.Err != nil {
 				t.Fatal(got.Err)
 			}
