@@ -15,7 +15,6 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"chatd/internal/llm"
 	"chatd/internal/llm/upstream"
@@ -60,13 +59,9 @@ var (
 
 // New returns a client for the API at opts.BaseURL.
 func New(opts Options) (*Client, error) {
-	base := strings.TrimRight(opts.BaseURL, "/")
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("anthropic: base URL %q is not an http(s) URL", opts.BaseURL)
+	base, _, err := upstream.BaseURL("anthropic", opts.BaseURL, DefaultBaseURL)
+	if err != nil {
+		return nil, err
 	}
 	name := cmp.Or(opts.Name, "anthropic")
 	header := make(http.Header)
@@ -78,6 +73,7 @@ func New(opts Options) (*Client, error) {
 		header.Set("x-api-key", opts.APIKey)
 	}
 	ep := upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
+	ep.Secret = opts.APIKey
 	if opts.HTTPClient != nil {
 		ep.HTTP = opts.HTTPClient
 	}

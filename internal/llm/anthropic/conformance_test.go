@@ -5,16 +5,18 @@ import (
 	"net/http"
 	"os"
 	"testing"
+	"time"
 
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/llm/upstream"
 )
 
 func TestConformance(t *testing.T) {
 	llmtest.Conformance(t, llmtest.Adapter{
 		Name: "conformance",
-		New: func(t *testing.T, baseURL string) llm.Provider {
-			c, err := New(Options{Name: "conformance", BaseURL: baseURL, APIKey: "sk-ant-conformance"})
+		New: func(t *testing.T, baseURL string, idle time.Duration) llm.Provider {
+			c, err := New(Options{Name: "conformance", BaseURL: baseURL, APIKey: "sk-ant-conformance", Timeouts: upstream.Timeouts{Idle: idle}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -55,13 +55,9 @@ var (
 
 // New returns a client for the API at opts.BaseURL.
 func New(opts Options) (*Client, error) {
-	base := strings.TrimRight(opts.BaseURL, "/")
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gemini: base URL %q is not an http(s) URL", opts.BaseURL)
+	base, _, err := upstream.BaseURL("gemini", opts.BaseURL, DefaultBaseURL)
+	if err != nil {
+		return nil, err
 	}
 	name := opts.Name
 	if name == "" {
@@ -75,6 +71,7 @@ func New(opts Options) (*Client, error) {
 		header.Set("x-goog-api-key", opts.APIKey)
 	}
 	ep := upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
+	ep.Secret = opts.APIKey
 	ep.RetryDelay = retryDelay
 	if opts.HTTPClient != nil {
 		ep.HTTP = opts.HTTPClient

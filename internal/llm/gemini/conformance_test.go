@@ -6,9 +6,11 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/llm/upstream"
 )
 
 const testKey = "AIzaSy-test-key"
@@ -16,8 +18,8 @@ const testKey = "AIzaSy-test-key"
 func TestConformance(t *testing.T) {
 	llmtest.Conformance(t, llmtest.Adapter{
 		Name: "conformance",
-		New: func(t *testing.T, baseURL string) llm.Provider {
-			c, err := New(Options{Name: "conformance", BaseURL: baseURL, APIKey: testKey})
+		New: func(t *testing.T, baseURL string, idle time.Duration) llm.Provider {
+			c, err := New(Options{Name: "conformance", BaseURL: baseURL, APIKey: testKey, Timeouts: upstream.Timeouts{Idle: idle}})
 			if err != nil {
 				t.Fatal(err)
 			}

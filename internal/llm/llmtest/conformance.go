@@ -64,8 +64,8 @@ type Adapter struct {
 	// Origin, so their signatures must reach the provider again.
 	Name string
 	// New returns the adapter under test, talking to baseURL as its BASE_URL variable would say
-	// (the suite's server answers on every path).
-	New func(t *testing.T, baseURL string) llm.Provider
+	// (the suite's server answers on every path), with idle as its idle timeout (0: the default).
+	New func(t *testing.T, baseURL string, idle time.Duration) llm.Provider
 	// Recordings holds one "<scenario>.http" file per scenario.
 	Recordings fs.FS
 	// CheckRequest, when set, checks each request the adapter sent: path, headers, body.
@@ -115,28 +115,86 @@ func Conformance(t *testing.T, a Adapter) {
 			}
 			t.Run(name, func(t *testing.T) {
 				srv := newReplayServer(t, a, dribble)
-				p := a.New(t, srv.URL())
+				p := a.New(t, srv.URL(), 0)
 				runScenario(t, a, srv, p, sc)
 			})
 		}
 	}
-	t.Run("consumer_stops", func(t *testing.T) {
-		srv := newReplayServer(t, a, false)
-		srv.hold = true
-		p := a.New(t, srv.URL())
-		srv.queue("text")
-		for _, err := range p.Stream(t.Context(), conformanceRequest(ScenarioText)) {
-			if err != nil {
-				t.Fatalf("first event is an error: %v", err)
-			}
+	t.Run("consumer_stops", func(t *testing.T) { consumerStops(t, a) })
+	t.Run("transport_error", func(t *testing.T) { transportError(t, a) })
+	t.Run("cancel", func(t *testing.T) { cancelMidStream(t, a) })
+	t.Run("idle", func(t *testing.T) { idleUpstream(t, a) })
+}
+
+// consumerStops: breaking out of the stream closes the connection.
+func consumerStops(t *testing.T, a Adapter) {
+	srv := newReplayServer(t, a, false)
+	srv.hold = true
+	srv.queue(ScenarioText)
+	for _, err := range a.New(t, srv.URL(), 0).Stream(t.Context(), conformanceRequest(ScenarioText)) {
+		if err != nil {
+			t.Fatalf("first event is an error: %v", err)
+		}
+		break
+	}
+	select {
+	case <-srv.gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("breaking out of the stream did not close the connection")
+	}
+}
+
+// transportError: a server nothing listens on is a retryable transport error, before any event.
+func transportError(t *testing.T, a Adapter) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	out := Collect(t.Context(), a.New(t, url, 0), conformanceRequest(ScenarioText))
+	e, ok := errors.AsType[*llm.Error](out.Err)
+	if !ok || e.Kind != llm.KindTransport || !e.Retryable() || out.Events != 0 {
+		t.Fatalf("error = %#v after %d events, want a retryable transport *llm.Error", out.Err, out.Events)
+	}
+}
+
+// cancelMidStream: cancelling the context while the server holds the stream open ends it with the
+// context's error, after the text already received.
+func cancelMidStream(t *testing.T, a Adapter) {
+	srv := newReplayServer(t, a, false)
+	srv.hold, srv.firstEventOnly = true, true
+	srv.queue(ScenarioText)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var text strings.Builder
+	var last error
+	for ev, err := range a.New(t, srv.URL(), 0).Stream(ctx, conformanceRequest(ScenarioText)) {
+		if err != nil {
+			last = err
 			break
 		}
-		select {
-		case <-srv.gone:
-		case <-time.After(10 * time.Second):
-			t.Fatal("breaking out of the stream did not close the connection")
+		text.WriteString(ev.Text)
+		if ev.Kind == llm.EventText {
+			cancel()
 		}
-	})
+	}
+	if !errors.Is(last, context.Canceled) || !strings.HasPrefix(text.String(), "Hello") {
+		t.Fatalf("error %v after text %q, want context.Canceled after the first text", last, text.String())
+	}
+}
+
+// idleUpstream: a server that goes quiet mid-stream ends it with a transport error after the idle
+// timeout, after the text already received, instead of hanging the run.
+func idleUpstream(t *testing.T, a Adapter) {
+	srv := newReplayServer(t, a, false)
+	srv.hold, srv.firstEventOnly = true, true
+	srv.queue(ScenarioText)
+	out := Collect(t.Context(), a.New(t, srv.URL(), 50*time.Millisecond), conformanceRequest(ScenarioText))
+	e, ok := errors.AsType[*llm.Error](out.Err)
+	if !ok || e.Kind != llm.KindTransport || !strings.Contains(e.Message, "sent nothing for 50ms") {
+		t.Fatalf("error = %v, want an idle transport error", out.Err)
+	}
+	if !strings.HasPrefix(out.Text, "Hello") {
+		t.Errorf("text %q before the idle error, want the first text", out.Text)
+	}
 }
 
 var weatherTool = llm.ToolSpec{
@@ -341,6 +399,9 @@ type replayServer struct {
 	dribble bool
 	hold    bool          // keep the connection open after the body, until the client goes
 	gone    chan struct{} // closed when a held connection's client went away
+	// firstEventOnly serves the body only up to the end of the event holding the first text
+	// ("Hello"): the stream cannot finish.
+	firstEventOnly bool
 
 	mu     sync.Mutex
 	next   []string
@@ -402,6 +463,9 @@ func (s *replayServer) serve(w http.ResponseWriter, r *http.Request) {
 		s.serveCut(w, status, header, payload)
 		return
 	}
+	if s.firstEventOnly {
+		payload = throughFirstText(payload)
+	}
 	for k, v := range header {
 		w.Header()[k] = v
 	}
@@ -411,6 +475,21 @@ func (s *replayServer) serve(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 		close(s.gone)
 	}
+}
+
+// throughFirstText cuts an SSE body after the event that holds "Hello", the first text of the text
+// scenario.
+func throughFirstText(body []byte) []byte {
+	i := bytes.Index(body, []byte("Hello"))
+	if i < 0 {
+		return body
+	}
+	for _, sep := range []string{"\r\n\r\n", "\n\n"} {
+		if j := bytes.Index(body[i:], []byte(sep)); j >= 0 {
+			return body[:i+j+len(sep)]
+		}
+	}
+	return body
 }
 
 // write sends the body whole, or dribbled in random small writes, each flushed.

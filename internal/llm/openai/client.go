@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"chatd/internal/llm"
@@ -48,13 +47,9 @@ var (
 
 // New returns a client for the server at opts.BaseURL.
 func New(opts Options) (*Client, error) {
-	base := strings.TrimRight(opts.BaseURL, "/")
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("openai: base URL %q is not an http(s) URL", opts.BaseURL)
+	base, host, err := upstream.BaseURL("openai", opts.BaseURL, DefaultBaseURL)
+	if err != nil {
+		return nil, err
 	}
 	name := opts.Name
 	if name == "" {
@@ -68,10 +63,11 @@ func New(opts Options) (*Client, error) {
 		header.Set("Authorization", "Bearer "+opts.APIKey)
 	}
 	ep := upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
+	ep.Secret = opts.APIKey
 	if opts.HTTPClient != nil {
 		ep.HTTP = opts.HTTPClient
 	}
-	return &Client{name: name, base: base, endpoint: ep, maxCompletionTokens: u.Hostname() == "api.openai.com"}, nil
+	return &Client{name: name, base: base, endpoint: ep, maxCompletionTokens: host == "api.openai.com"}, nil
 }
 
 // Stream sends req and streams the model's answer.

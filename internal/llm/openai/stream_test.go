@@ -1,10 +1,8 @@
 package openai
 
 import (
-	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,7 +13,6 @@ import (
 
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
-	"chatd/internal/llm/upstream"
 )
 
 var update = flag.Bool("update", false, "rewrite the .golden files from the adapter's output")
@@ -77,7 +74,7 @@ func TestHTTPErrors(t *testing.T) {
 			name: "bad key", status: 401,
 			body: `{"error":{"message":"Incorrect API key provided: sk-test. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`,
 			want: llm.Error{Kind: llm.KindAuth, Status: 401, Code: "invalid_api_key",
-				Message: "Incorrect API key provided: sk-test. You can find your API key at https://platform.openai.com/account/api-keys."},
+				Message: "Incorrect API key provided: [redacted]. You can find your API key at https://platform.openai.com/account/api-keys."},
 		},
 		{
 			name: "unknown model", status: 404,
@@ -137,81 +134,6 @@ func TestHTTPErrors(t *testing.T) {
 	}
 }
 
-func TestTransportError(t *testing.T) {
-	srv := httptest.NewServer(http.NotFoundHandler())
-	url := srv.URL
-	srv.Close() // nothing listens there now
-	var got error
-	for _, err := range newTestClient(t, url).Stream(t.Context(), &llm.Request{Model: "m"}) {
-		got = err
-	}
-	e, ok := errors.AsType[*llm.Error](got)
-	if !ok || e.Kind != llm.KindTransport || !e.Retryable() {
-		t.Fatalf("error = %#v, want a retryable transport *llm.Error", got)
-	}
-}
-
-func TestCancelStopsTheStream(t *testing.T) {
-	started := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n")
-		w.(http.Flusher).Flush()
-		close(started)
-		<-r.Context().Done()
-	}))
-	defer srv.Close()
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var texts []string
-	var last error
-	for ev, err := range newTestClient(t, srv.URL).Stream(ctx, &llm.Request{Model: "m"}) {
-		if err != nil {
-			last = err
-			break
-		}
-		texts = append(texts, ev.Text)
-		<-started
-		cancel()
-	}
-	if !errors.Is(last, context.Canceled) {
-		t.Fatalf("error = %v, want context.Canceled", last)
-	}
-	if diff := cmp.Diff([]string{"Hi"}, texts); diff != "" {
-		t.Errorf("texts (-want +got):\n%s", diff)
-	}
-}
-
-// TestBreakClosesTheConnection: a consumer that stops early must not leave the upstream connection open.
-func TestBreakClosesTheConnection(t *testing.T) {
-	closed := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := 0; ; i++ {
-			_, err := fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%d \"}}]}\n\n", i)
-			if err != nil || http.NewResponseController(w).Flush() != nil {
-				close(closed)
-				return
-			}
-			select {
-			case <-r.Context().Done():
-				close(closed)
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}))
-	defer srv.Close()
-	for range newTestClient(t, srv.URL).Stream(t.Context(), &llm.Request{Model: "m"}) {
-		break
-	}
-	select {
-	case <-closed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server still streams after the consumer broke out of the loop")
-	}
-}
-
 func TestWholeArgumentsObject(t *testing.T) {
 	body := "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{\"a\":1}}}]}}]}\n\n" +
 		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n"
@@ -236,38 +158,6 @@ func TestNewRejectsBadBaseURL(t *testing.T) {
 		if _, err := New(Options{BaseURL: u}); err == nil {
 			t.Errorf("New(%q) succeeded", u)
 		}
-	}
-}
-
-// TestIdleUpstreamEnds: a server that stops sending mid-stream ends the stream with a transport error
-// instead of hanging the run.
-func TestIdleUpstreamEnds(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n")
-		w.(http.Flusher).Flush()
-		<-r.Context().Done() // then silence
-	}))
-	defer srv.Close()
-	c, err := New(Options{BaseURL: srv.URL, Timeouts: upstream.Timeouts{Idle: 50 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var texts []string
-	var last error
-	for ev, err := range c.Stream(t.Context(), &llm.Request{Model: "m"}) {
-		if err != nil {
-			last = err
-			break
-		}
-		texts = append(texts, ev.Text)
-	}
-	e, ok := errors.AsType[*llm.Error](last)
-	if !ok || e.Kind != llm.KindTransport || !strings.Contains(e.Message, "sent nothing for 50ms") {
-		t.Fatalf("error = %v, want an idle transport error", last)
-	}
-	if diff := cmp.Diff([]string{"Hi"}, texts); diff != "" {
-		t.Errorf("texts (-want +got):\n%s", diff)
 	}
 }
 

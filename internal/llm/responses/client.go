@@ -11,7 +11,6 @@ package responses
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"iter"
 	"net/http"
 	"net/url"
@@ -43,7 +42,7 @@ type Client struct {
 	name     string
 	base     string
 	endpoint *upstream.Endpoint
-	redact   func(string) string
+	key      string // removed from the messages of in-stream errors
 }
 
 var (
@@ -53,13 +52,9 @@ var (
 
 // New returns a client for the server at opts.BaseURL.
 func New(opts Options) (*Client, error) {
-	base := strings.TrimRight(opts.BaseURL, "/")
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("responses: base URL %q is not an http(s) URL", opts.BaseURL)
+	base, _, err := upstream.BaseURL("responses", opts.BaseURL, DefaultBaseURL)
+	if err != nil {
+		return nil, err
 	}
 	name := opts.Name
 	if name == "" {
@@ -72,8 +67,9 @@ func New(opts Options) (*Client, error) {
 	if opts.APIKey != "" {
 		header.Set("Authorization", "Bearer "+opts.APIKey)
 	}
-	c := &Client{name: name, base: base, redact: redactor(opts.APIKey)}
-	c.endpoint = upstream.NewEndpoint(name, opts.Timeouts, header, c.parseError)
+	c := &Client{name: name, base: base, key: opts.APIKey}
+	c.endpoint = upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
+	c.endpoint.Secret = opts.APIKey
 	if opts.HTTPClient != nil {
 		c.endpoint.HTTP = opts.HTTPClient
 	}
@@ -94,7 +90,7 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Eve
 			return
 		}
 		defer resp.Close()
-		d := decoder{provider: c.name, redact: c.redact}
+		d := decoder{provider: c.name, key: c.key}
 		d.run(ctx, resp, yield)
 	}
 }
@@ -130,30 +126,22 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 
 // parseError reads OpenAI's error body, {"error":{"message","type","param","code"}}: the code, or the
 // type when the code is null.
-func (c *Client) parseError(body []byte) (code, message string) {
+// The endpoint removes the key from the message (Endpoint.Secret).
+func parseError(body []byte) (code, message string) {
 	var b errorBody
 	if json.Unmarshal(body, &b) != nil {
 		return "", ""
 	}
 	if b.Error != nil {
-		return b.Error.code(), c.redact(b.Error.Message)
+		return b.Error.code(), b.Error.Message
 	}
-	return "", c.redact(b.Message)
-}
-
-// redactor returns a function that removes key from a message: an error body echoing the request's
-// credentials must not carry them into logs.
-func redactor(key string) func(string) string {
-	if key == "" {
-		return func(s string) string { return s }
-	}
-	return func(s string) string { return strings.ReplaceAll(s, key, "[redacted]") }
+	return "", b.Message
 }
 
 // streamError converts a failure the server reported inside the stream: an error event or a failed
 // response.
-func streamError(provider string, e *apiError, redact func(string) string) *llm.Error {
-	out := &llm.Error{Provider: provider, Kind: llm.KindStream, Code: e.code(), Message: redact(e.Message)}
+func streamError(provider string, e *apiError, key string) *llm.Error {
+	out := &llm.Error{Provider: provider, Kind: llm.KindStream, Code: e.code(), Message: upstream.Redact(e.Message, key)}
 	switch {
 	case upstream.IsContextLength(out.Code, out.Message):
 		out.Kind = llm.KindContextLength

@@ -7,16 +7,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/llm/upstream"
 )
 
 func TestConformance(t *testing.T) {
 	llmtest.Conformance(t, llmtest.Adapter{
 		Name: "conformance",
-		New: func(t *testing.T, baseURL string) llm.Provider {
-			c, err := New(Options{Name: "conformance", BaseURL: baseURL + "/v1", APIKey: "sk-conformance"})
+		New: func(t *testing.T, baseURL string, idle time.Duration) llm.Provider {
+			c, err := New(Options{Name: "conformance", BaseURL: baseURL + "/v1", APIKey: "sk-conformance", Timeouts: upstream.Timeouts{Idle: idle}})
 			if err != nil {
 				t.Fatal(err)
 			}

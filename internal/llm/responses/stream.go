@@ -20,7 +20,7 @@ import (
 // which reasoning summary part is open, which call index a function call has, what was already yielded.
 type decoder struct {
 	provider string
-	redact   func(string) string
+	key      string      // removed from error messages
 	ev       streamEvent // reused across events so that decoding reuses its buffers
 	// json decodes one event at a time into the reused value, allocating almost nothing.
 	json  upstream.EventDecoder
@@ -60,9 +60,6 @@ const (
 
 // run decodes body until the response ends, fails, the body ends, or the consumer stops.
 func (d *decoder) run(ctx context.Context, body io.Reader, yield func(llm.Event, error) bool) {
-	if d.redact == nil {
-		d.redact = func(s string) string { return s }
-	}
 	for ev, err := range sse.Scan(body) {
 		if err != nil {
 			yield(llm.Event{}, upstream.ReadError(ctx, d.provider, err))
@@ -143,14 +140,14 @@ func (d *decoder) event(data []byte, sseType string, yield func(llm.Event, error
 		if e.Response != nil && e.Response.Error != nil {
 			apiErr = e.Response.Error
 		}
-		yield(llm.Event{}, streamError(d.provider, apiErr, d.redact))
+		yield(llm.Event{}, streamError(d.provider, apiErr, d.key))
 		return false
 	case evError:
 		apiErr := e.Error
 		if apiErr == nil {
 			apiErr = &apiError{Message: e.Message, Code: e.Code}
 		}
-		yield(llm.Event{}, streamError(d.provider, apiErr, d.redact))
+		yield(llm.Event{}, streamError(d.provider, apiErr, d.key))
 		return false
 	}
 	return true // created, in_progress, content parts, the .done of text, and what chatd does not use

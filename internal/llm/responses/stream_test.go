@@ -1,7 +1,6 @@
 package responses
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
-	"chatd/internal/llm/upstream"
 )
 
 var update = flag.Bool("update", false, "rewrite the .golden files from the adapter's output")
@@ -266,59 +264,6 @@ func TestHTTPErrors(t *testing.T) {
 				t.Errorf("error (-want +got):\n%s", diff)
 			}
 		})
-	}
-}
-
-func TestCancelStopsTheStream(t *testing.T) {
-	started := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprint(w, "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"delta\":\"Hi\"}\n\n")
-		w.(http.Flusher).Flush()
-		close(started)
-		<-r.Context().Done()
-	}))
-	defer srv.Close()
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var texts []string
-	var last error
-	for ev, err := range newTestClient(t, srv.URL).Stream(ctx, testRequest) {
-		if err != nil {
-			last = err
-			break
-		}
-		texts = append(texts, ev.Text)
-		<-started
-		cancel()
-	}
-	if !errors.Is(last, context.Canceled) {
-		t.Fatalf("error = %v, want context.Canceled", last)
-	}
-	if diff := cmp.Diff([]string{"Hi"}, texts); diff != "" {
-		t.Errorf("texts (-want +got):\n%s", diff)
-	}
-}
-
-// TestIdleUpstreamEnds: a server that stops sending mid-stream ends the stream with a transport error.
-func TestIdleUpstreamEnds(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprint(w, "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"delta\":\"Hi\"}\n\n")
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-	}))
-	defer srv.Close()
-	c, err := New(Options{BaseURL: srv.URL, Timeouts: upstream.Timeouts{Idle: 50 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var last error
-	for _, err := range c.Stream(t.Context(), testRequest) {
-		last = err
-	}
-	if e, ok := errors.AsType[*llm.Error](last); !ok || e.Kind != llm.KindTransport {
-		t.Fatalf("error = %v, want an idle transport error", last)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,8 @@ type Endpoint struct {
 	Header http.Header
 	// ParseError reads error bodies; nil keeps the body's text (cut) as the message.
 	ParseError ErrorParser
+	// Secret is removed from every error message: an error body may echo the request's key.
+	Secret string
 	// RetryDelay, when set, reads when to retry from an error body that no retry-after header
 	// answered (Gemini puts it in the body's RetryInfo).
 	RetryDelay func(body []byte) time.Duration
@@ -189,6 +192,7 @@ func (e *Endpoint) StatusError(resp *http.Response) *llm.Error {
 	if out.Message == "" {
 		out.Message = http.StatusText(resp.StatusCode)
 	}
+	out.Message = Redact(out.Message, e.Secret)
 	if IsContextLength(out.Code, out.Message) {
 		out.Kind = llm.KindContextLength
 	}
@@ -275,4 +279,26 @@ func ReadError(ctx context.Context, provider string, err error) error {
 // Cut returns the error for a stream that ended before the model finished.
 func Cut(provider string) error {
 	return &llm.Error{Provider: provider, Kind: llm.KindStream, Message: "the stream ended before the model finished"}
+}
+
+// BaseURL returns raw without trailing slashes, or def when raw is empty, and its host name. It is an
+// error unless the URL is http(s) with a host.
+func BaseURL(adapter, raw, def string) (base, host string, err error) {
+	base = strings.TrimRight(raw, "/")
+	if base == "" {
+		base = def
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", "", fmt.Errorf("%s: base URL %q is not an http(s) URL", adapter, raw)
+	}
+	return base, u.Hostname(), nil
+}
+
+// Redact removes secret from s: an error body may echo the request's key.
+func Redact(s, secret string) string {
+	if secret == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, secret, "[redacted]")
 }

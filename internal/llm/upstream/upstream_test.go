@@ -107,3 +107,17 @@ func TestIsContextLength(t *testing.T) {
 		t.Error("codes and other messages")
 	}
 }
+
+// TestSecretRedacted: an error body that echoes the key never carries it into the error.
+func TestSecretRedacted(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "bad key sk-live-123456 given", http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	e := NewEndpoint("p", Timeouts{}, nil, nil)
+	e.Secret = "sk-live-123456"
+	_, err := e.Post(t.Context(), srv.URL, []byte(`{}`))
+	if got, ok := errors.AsType[*llm.Error](err); !ok || got.Message != "bad key [redacted] given" || got.Kind != llm.KindAuth {
+		t.Errorf("error %v", err)
+	}
+}
