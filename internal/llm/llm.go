@@ -26,6 +26,12 @@ type ModelLister interface {
 	Models(ctx context.Context) ([]string, error)
 }
 
+// Encoder is the optional capability of a provider that can show the body it would send for a request:
+// the diagnostics view, and the tests that hold a request to a provider's rules.
+type Encoder interface {
+	Encode(req *Request) ([]byte, error)
+}
+
 // Role is who speaks a message.
 type Role string
 

@@ -83,7 +83,7 @@ func New(opts Options) (*Client, error) {
 // Stream sends req and streams the model's answer.
 func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
 	return func(yield func(llm.Event, error) bool) {
-		body, err := c.encode(req)
+		body, err := c.Encode(req)
 		if err != nil {
 			yield(llm.Event{}, err)
 			return
@@ -100,7 +100,8 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Eve
 }
 
 // encode builds the JSON body of req.
-func (c *Client) encode(req *llm.Request) ([]byte, error) {
+// Encode returns the JSON body Stream sends for req.
+func (c *Client) Encode(req *llm.Request) ([]byte, error) {
 	wire, err := c.newRequest(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: build request: %w", c.name, err)

@@ -20,7 +20,7 @@ func requestJSON(t *testing.T, req *llm.Request) map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := c.encode(req)
+	body, err := c.Encode(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +393,7 @@ func TestRoundTrip(t *testing.T) {
 			}
 			req.Messages = append(req.Messages, llm.TextMessage(llm.RoleUser, "More?"))
 			c, _ := New(Options{})
-			body, err := c.encode(req)
+			body, err := c.Encode(req)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,7 +17,7 @@ func requestJSON(t *testing.T, req *llm.Request) map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := c.encode(req)
+	raw, err := c.Encode(req)
 	if err != nil {
 		t.Fatal(err)
 	}

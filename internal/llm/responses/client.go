@@ -79,7 +79,7 @@ func New(opts Options) (*Client, error) {
 // Stream sends req and streams the model's answer.
 func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
 	return func(yield func(llm.Event, error) bool) {
-		body, err := c.encodeRequest(req)
+		body, err := c.Encode(req)
 		if err != nil {
 			yield(llm.Event{}, err)
 			return

@@ -13,8 +13,8 @@ import (
 
 var emptyParameters = json.RawMessage(`{"type":"object","properties":{}}`)
 
-// encodeRequest returns the JSON body of req.
-func (c *Client) encodeRequest(req *llm.Request) ([]byte, error) {
+// Encode returns the JSON body Stream sends for req.
+func (c *Client) Encode(req *llm.Request) ([]byte, error) {
 	wire, err := c.newRequest(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: build request: %w", c.name, err)

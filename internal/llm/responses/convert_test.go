@@ -13,7 +13,7 @@ import (
 // requestJSON encodes req as c sends it and decodes it generically.
 func requestJSON(t *testing.T, c *Client, req *llm.Request) map[string]any {
 	t.Helper()
-	body, err := c.encodeRequest(req)
+	body, err := c.Encode(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestRequestShape(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
 	}
-	body, _ := c.encodeRequest(req)
+	body, _ := c.Encode(req)
 	if !strings.Contains(string(body), `"It is noon <12:00> & sunny."`) {
 		t.Errorf("text is HTML-escaped: %s", body)
 	}
@@ -206,7 +206,7 @@ func TestRequestErrorsNameTheMessage(t *testing.T) {
 		{llm.Message{Role: "narrator"}, `openai-responses: build request: message 1: unknown role "narrator"`},
 		{llm.Message{Role: llm.RoleTool, Parts: []llm.Part{{Kind: llm.PartText, Text: "x"}}}, "openai-responses: build request: message 1: a tool result without the id of its call"},
 	} {
-		_, err := c.encodeRequest(&llm.Request{Model: "m", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "Hi"), tt.m}})
+		_, err := c.Encode(&llm.Request{Model: "m", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "Hi"), tt.m}})
 		if err == nil || err.Error() != tt.want {
 			t.Errorf("error %v, want %s", err, tt.want)
 		}
@@ -300,7 +300,7 @@ func TestEmptyTextParts(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("input (-want +got):\n%s", diff)
 	}
-	body, _ := c.encodeRequest(req)
+	body, _ := c.Encode(req)
 	var sent struct{ Input []json.RawMessage }
 	if err := json.Unmarshal(body, &sent); err != nil {
 		t.Fatal(err)

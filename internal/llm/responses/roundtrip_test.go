@@ -52,7 +52,7 @@ func TestRoundTrip(t *testing.T) {
 				next.Messages = append(next.Messages, llm.Message{Role: llm.RoleTool, ToolCallID: tc.ID, ToolName: tc.Name,
 					Parts: []llm.Part{{Kind: llm.PartText, Text: "done"}}})
 			}
-			sent, err := c.encodeRequest(next)
+			sent, err := c.Encode(next)
 			if err != nil {
 				t.Fatal(err)
 			}
