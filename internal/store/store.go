@@ -126,6 +126,10 @@ type Record struct {
 	Usage        *Usage    `json:"usage,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
 
+	// SummaryThrough is, for a summary (a system record chatd writes when a conversation nears the
+	// model's context window), the id of the last record it replaces in what the model is sent.
+	SummaryThrough string `json:"summary_through,omitempty"`
+
 	// Replay is, for an assistant record, what the provider that wrote it needs back verbatim on later
 	// turns (thinking signatures, redacted thinking, Gemini thought signatures, OpenAI Responses
 	// reasoning items); nil when there is none. It is opaque to clients and not part of the API shape.

@@ -29,8 +29,8 @@ WHERE record_id = $2 AND call_id = $3 AND session_id = $4 AND answer_id IS NULL`
 
 	insertRecordSQL = `INSERT INTO records (id, session_id, user_id, seq, run_id, role, content, attachments,
 reasoning, parent_id, tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, created_at,
-replay)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
+replay, summary_through)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
 
 	insertToolCallSQL = `INSERT INTO tool_calls (record_id, call_id, session_id, run_id, idx, name, arguments)
 VALUES ($1, $2, $3, $4, $5, $6, $7)`
@@ -38,7 +38,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`
 	sessionExistsSQL = `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND user_id = $2)`
 
 	selectRecordsSQL = `SELECT id, seq, run_id, role, content, attachments, reasoning, parent_id, tool_call_id,
-name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay
+name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay, summary_through
 FROM records WHERE session_id = $1 AND user_id = $2 ORDER BY seq`
 
 	selectToolCallsSQL = `SELECT c.record_id, c.call_id, c.name, c.arguments
@@ -147,7 +147,7 @@ func insertRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Recor
 	_, err := tx.ExecContext(ctx, insertRecordSQL, rec.ID, rec.SessionID, user, rec.Seq, nullable(rec.RunID),
 		rec.Role, rec.Content, attachments, rec.Reasoning, nullable(rec.ParentID), nullable(rec.ToolCallID),
 		rec.Name, rec.Success, rec.DurationMS, payload, rec.Model, rec.FinishReason, usage,
-		rec.CreatedAt.UnixMicro(), replay)
+		rec.CreatedAt.UnixMicro(), replay, nullable(rec.SummaryThrough))
 	return err
 }
 
@@ -173,6 +173,9 @@ func newRecord(r *store.Record) (store.Record, error) {
 	}
 	if rec.Replay != nil && rec.Role != store.RoleAssistant {
 		return rec, conflict("only an assistant record holds a replay")
+	}
+	if rec.SummaryThrough != "" && rec.Role != store.RoleSystem {
+		return rec, conflict("only a system record summarizes records")
 	}
 	if rec.ID == "" {
 		rec.ID = uuid.Must(uuid.NewV7()).String()
@@ -296,16 +299,17 @@ func addToolCalls(ctx context.Context, tx *sql.Tx, user, sessionID string, recs 
 // scanRecord reads one row of selectRecordsSQL; NULL columns become nil or "".
 func scanRecord(rows *sql.Rows) (store.Record, error) {
 	var r store.Record
-	var runID, attachments, parentID, toolCallID, payload, usage, replay sql.NullString
+	var runID, attachments, parentID, toolCallID, payload, usage, replay, through sql.NullString
 	var success sql.NullBool
 	var duration sql.NullInt64
 	var created int64
 	err := rows.Scan(&r.ID, &r.Seq, &runID, &r.Role, &r.Content, &attachments, &r.Reasoning, &parentID,
-		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &created, &replay)
+		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &created, &replay, &through)
 	if err != nil {
 		return r, err
 	}
 	r.RunID, r.ParentID, r.ToolCallID = runID.String, parentID.String, toolCallID.String
+	r.SummaryThrough = through.String
 	r.CreatedAt = fromMicros(created)
 	if success.Valid {
 		r.Success = &success.Bool

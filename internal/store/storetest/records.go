@@ -159,7 +159,10 @@ func testRoundTrip(t *testing.T, s store.Store) {
 	failed := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, Role: store.RoleTool,
 		ParentID: asst.ID, ToolCallID: "call_2", Content: "boom", Success: ptr(false), DurationMS: ptr(int64(0))})
 
-	want := []store.Record{user, asst, ok, failed}
+	summary := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, RunID: "run-1", Role: store.RoleSystem,
+		Content: "The user asked for the weather.", SummaryThrough: failed.ID})
+
+	want := []store.Record{user, asst, ok, failed, summary}
 	got := records(t, s, alice, sess.ID)
 	if diff := cmp.Diff(want, got, cmpOpts); diff != "" {
 		t.Fatalf("Records differ from the appended records (-want +got):\n%s", diff)
@@ -175,6 +178,8 @@ func testRoundTrip(t *testing.T, s store.Store) {
 	}
 	wantErr(t, "a user record with a replay", s.AppendRecord(t.Context(), alice, &store.Record{SessionID: sess.ID,
 		Role: store.RoleUser, Content: "x", Replay: &store.Replay{Model: "p/m"}}), store.ErrConflict)
+	wantErr(t, "a user record that summarizes", s.AppendRecord(t.Context(), alice, &store.Record{SessionID: sess.ID,
+		Role: store.RoleUser, Content: "x", SummaryThrough: user.ID}), store.ErrConflict)
 }
 
 // testConcurrentAppend appends from 8 goroutines at once: Seq must come out 1..N, no gap, no repeat.
