@@ -65,8 +65,9 @@ func TestDependencies(t *testing.T) {
 		"chatd/internal/llm/anthropic": {"chatd/internal/llm", "chatd/internal/llm/upstream", "chatd/internal/sse"},
 		"chatd/internal/llm/gemini":    {"chatd/internal/llm", "chatd/internal/llm/upstream", "chatd/internal/sse"},
 		"chatd/internal/llm/llmtest":   {"chatd/internal/llm"},
-		"chatd/internal/chat":          {"chatd/internal/agent", "chatd/internal/llm", "chatd/internal/store", "chatd/internal/tool"},
-		"chatd/internal/httpapi": {"chatd/internal/chat", "chatd/internal/agent", "chatd/internal/llm", "chatd/internal/store",
+		"chatd/internal/prompt":        {"chatd/internal/llm", "chatd/internal/store"},
+		"chatd/internal/chat":          {"chatd/internal/agent", "chatd/internal/llm", "chatd/internal/prompt", "chatd/internal/store", "chatd/internal/tool"},
+		"chatd/internal/httpapi": {"chatd/internal/chat", "chatd/internal/agent", "chatd/internal/prompt", "chatd/internal/llm", "chatd/internal/store",
 			"chatd/internal/tool", "chatd/internal/sse"},
 	}
 	for p, ok := range allowed {

@@ -101,7 +101,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: agents(cfg.Agents),
-		DefaultModel: cfg.Model, Logger: log})
+		DefaultModel: cfg.Model, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
+			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows}})
 	if err := chats.Recover(ctx); err != nil {
 		return err
 	}
@@ -171,7 +172,9 @@ func agents(in map[string]config.Agent) map[string]chat.Agent {
 	out := make(map[string]chat.Agent, len(in))
 	for name, a := range in {
 		ca := chat.Agent{Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
-			MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens}
+			MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens,
+			Instructions: a.Instructions, Guidelines: a.Guidelines, ToolHistoryRounds: a.ToolHistoryRounds,
+			ContextWindow: a.ContextWindow, CompactAt: a.CompactAt}
 		if r := a.Reasoning; r != nil {
 			ca.Reasoning = &llm.Reasoning{Effort: r.Effort, BudgetTokens: r.BudgetTokens}
 		}

@@ -129,7 +129,18 @@ type Config struct {
 	MaxRetryWait     time.Duration // a longer retry-after fails at once; default 30s
 	// RetryWindow bounds the time spent retrying one model: no retry starts after it (default 2m).
 	RetryWindow time.Duration
-	Logger      *slog.Logger
+	// Context, when set, builds the conversation of every model call from what the observer stored, and
+	// the history passed to Run is ignored. Without it the loop keeps the conversation itself.
+	Context Context
+	Logger  *slog.Logger
+}
+
+// Context builds the conversation sent to the model.
+type Context interface {
+	// Messages returns the conversation for the next model call; the loop calls it before every model
+	// call, once the previous turn and its results are stored. compact asks for the older turns to be
+	// summarized first: the provider answered that the request does not fit its context window.
+	Messages(ctx context.Context, compact bool) ([]llm.Message, error)
 }
 
 func (c *Config) defaults() {

@@ -64,12 +64,28 @@ func (r *runner) newTurn(ctx context.Context) *turnState {
 // runPhaseModel streams one model turn, continuing it while the token limit cuts a plain answer, and
 // stores it. It returns nil when nothing was stored: the call failed before any output, or storing failed.
 func (r *runner) runPhaseModel(ctx context.Context, noTools bool) (*turnState, error) {
+	if err := r.refresh(ctx, false); err != nil {
+		return nil, err
+	}
 	t := r.newTurn(ctx)
 	req := r.request(noTools)
 	r.obs.Status("Thinking…")
 	var err error
+	compacted := false
 	for n := 0; ; n++ {
 		err = r.stream(ctx, req, t, noTools)
+		if !compacted && !t.output && r.tooLong(ctx, err) {
+			// One compaction and one retry: a request still too long after it fails the run.
+			compacted = true
+			r.cfg.Logger.Warn("the request does not fit the model's context window; compacting and retrying", "err", err)
+			if cerr := r.refresh(ctx, true); cerr != nil {
+				t.abandon()
+				return nil, cerr
+			}
+			req, t.model = r.request(noTools), Model{}
+			n--
+			continue
+		}
 		cut := t.finish == llm.FinishLength || t.finish == llm.FinishPause
 		if err != nil || ctx.Err() != nil || !cut || len(t.calls) > 0 || n >= r.cfg.MaxContinuations {
 			break
@@ -88,6 +104,29 @@ func (r *runner) runPhaseModel(ctx context.Context, noTools bool) (*turnState, e
 	}
 	r.messages = append(r.messages, assistantMessage(&t.Turn))
 	return t, err
+}
+
+// refresh rebuilds the conversation from what is stored, when a Context builds it.
+func (r *runner) refresh(ctx context.Context, compact bool) error {
+	if r.cfg.Context == nil {
+		return nil
+	}
+	msgs, err := r.cfg.Context.Messages(ctx, compact)
+	if err != nil {
+		return fmt.Errorf("build the conversation: %w", err)
+	}
+	r.messages = msgs
+	return nil
+}
+
+// tooLong reports whether err is the provider's answer that the request does not fit its window, and
+// a Context can compact the conversation.
+func (r *runner) tooLong(ctx context.Context, err error) bool {
+	if r.cfg.Context == nil || err == nil || ctx.Err() != nil {
+		return false
+	}
+	e, ok := errors.AsType[*llm.Error](err)
+	return ok && e.Kind == llm.KindContextLength
 }
 
 func (r *runner) request(noTools bool) *llm.Request {
@@ -152,6 +191,9 @@ func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noT
 		}
 		if _, ok := errors.AsType[*llm.Error](err); !ok {
 			return err // not the provider's failure: another provider would fail the same way
+		}
+		if r.tooLong(ctx, err) {
+			return err // compacting comes before another model
 		}
 	}
 	return err

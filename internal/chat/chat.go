@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"chatd/internal/llm"
+	"chatd/internal/prompt"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
@@ -63,6 +64,14 @@ type Agent struct {
 	Temperature   *float64
 	MaxTokens     int
 	Reasoning     *llm.Reasoning
+	// Instructions and Guidelines are the system prompt's sections after the tools (SystemPrompt is
+	// its identity, first).
+	Instructions string
+	Guidelines   string
+	// Context settings; zero values take ContextOptions'.
+	ToolHistoryRounds int
+	ContextWindow     int // tokens; 0: configured or known for the model
+	CompactAt         float64
 }
 
 // Options configure a Service.
@@ -79,6 +88,8 @@ type Options struct {
 	// DefaultFlushInterval). Negative switches the durable event log off — for benchmarks that measure
 	// what it costs; runs then cannot be replayed after they end.
 	FlushInterval time.Duration
+	// Context are the defaults of what every model call is sent.
+	Context ContextOptions
 	// InterruptWait bounds how long a send with on_active_run=interrupt waits for the active run to
 	// end (default 30s).
 	InterruptWait time.Duration
@@ -97,6 +108,9 @@ type Service struct {
 	runs    map[string]*Run   // live runs (queued or running) by id
 	queues  map[string]*queue // by session id
 	closing bool
+
+	calibMu sync.Mutex
+	calib   map[string]*prompt.Calibration // token estimate corrections by model
 }
 
 // queue is a session's queued runs, oldest first. Its mutex serializes starting them.
@@ -121,7 +135,8 @@ func New(opts Options) *Service {
 		agents[name] = a
 	}
 	opts.Agents = agents
-	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{}, queues: map[string]*queue{}}
+	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{}, queues: map[string]*queue{},
+		calib: map[string]*prompt.Calibration{}}
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)
 	}

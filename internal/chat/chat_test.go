@@ -5,10 +5,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
-
-	"chatd/internal/store"
 )
 
 // FuzzTextData checks the per-token JSON encoder against encoding/json: both decode to the same string.
@@ -85,32 +81,6 @@ func TestRunLogReaders(t *testing.T) {
 	wg.Wait()
 	if events, ended := r.Events(n); len(events) != 0 || !ended {
 		t.Errorf("after the end: %d events, ended %v", len(events), ended)
-	}
-}
-
-// TestHistoryOrdersResultsByCall: tool records are stored as calls end, but the model sees them in call
-// order, as the loop sent them — the same request on every later turn.
-func TestHistoryOrdersResultsByCall(t *testing.T) {
-	ok := true
-	tool := func(id string) store.Record {
-		return store.Record{Role: store.RoleTool, ToolCallID: id, Name: "f", Content: id, Success: &ok}
-	}
-	records := []store.Record{
-		{Role: store.RoleUser, Content: "q"},
-		{Role: store.RoleAssistant, ToolCalls: []store.ToolCall{{ID: "a", Name: "f"}, {ID: "b", Name: "f"}, {ID: "c", Name: "f"}}},
-		tool("c"), tool("a"), tool("b"),
-		{Role: store.RoleAssistant, ToolCalls: []store.ToolCall{{ID: "a", Name: "f"}, {ID: "b", Name: "f"}}},
-		tool("b"), tool("a"),
-		{Role: store.RoleAssistant, Content: "done"},
-		{Role: store.RoleUser, Content: "again"},
-	}
-	var got []string
-	for _, m := range history(records) {
-		got = append(got, string(m.Role)+":"+m.ToolCallID+m.Text())
-	}
-	want := []string{"user:q", "assistant:", "tool:aa", "tool:bb", "tool:cc", "assistant:", "tool:aa", "tool:bb", "assistant:done", "user:again"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("history (-want +got):\n%s", diff)
 	}
 }
 

@@ -23,6 +23,8 @@ type observer struct {
 	last     *store.Record
 	history  []ToolHistoryEntry
 	finished bool
+	// conv is the run's context: it gets every record stored, and the usage that calibrates it.
+	conv *conversation
 }
 
 var _ agent.Observer = (*observer)(nil)
@@ -58,7 +60,16 @@ func (o *observer) ToolComplete(call llm.ToolCall, res agent.ToolResult) {
 }
 
 func (o *observer) Usage(m agent.Model, u llm.Usage) {
-	su, model := storeUsage(u), llm.Origin(m.ProviderName, m.Name)
+	model := llm.Origin(m.ProviderName, m.Name)
+	if o.conv != nil && model == o.conv.model {
+		o.conv.observe(u.InputTokens)
+	}
+	o.recordUsage(model, u)
+}
+
+// recordUsage sends and stores the usage of one model call.
+func (o *observer) recordUsage(model string, u llm.Usage) {
+	su := storeUsage(u)
 	o.run.emit(EventUsage, mustJSON(usageData{Model: model, Usage: su}))
 	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, Agent: o.p.agentNm, Model: model, Usage: su}
 	if err := o.s.opts.Store.AddUsage(o.ctx, o.p.user, entry); err != nil {
@@ -80,6 +91,7 @@ func (o *observer) Turn(ctx context.Context, t *agent.Turn) error {
 		return err
 	}
 	o.parents[t], o.last = rec, rec
+	o.added(rec)
 	o.run.emit(EventRecord, mustJSON(recordData{Message: rec}))
 	return nil
 }
@@ -97,6 +109,7 @@ func (o *observer) ToolResult(ctx context.Context, t *agent.Turn, call llm.ToolC
 	if err := o.s.opts.Store.AppendRecord(ctx, o.p.user, rec); err != nil {
 		return err
 	}
+	o.added(rec)
 	o.run.emit(EventRecord, mustJSON(recordData{Message: rec}))
 	args := res.Arguments
 	if args == nil {
@@ -105,6 +118,13 @@ func (o *observer) ToolResult(ctx context.Context, t *agent.Turn, call llm.ToolC
 	o.history = append(o.history, ToolHistoryEntry{ToolCallID: call.ID, Name: call.Name, Arguments: args,
 		Success: ok, Content: res.Content, DurationMS: ms, Payload: res.Payload})
 	return nil
+}
+
+// added hands a stored record to the run's context.
+func (o *observer) added(rec *store.Record) {
+	if o.conv != nil {
+		o.conv.add(rec)
+	}
 }
 
 // finish ends the run: it closes any call left open, then writes the rest of the run's event log with

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"chatd/internal/store"
@@ -313,7 +314,7 @@ func (s *Service) recordsOutcome(ctx context.Context, user string, r *store.Run,
 		case rec.Role == store.RoleTool:
 			h := ToolHistoryEntry{ToolCallID: rec.ToolCallID, Name: rec.Name, Arguments: json.RawMessage("{}"),
 				Success: rec.Success != nil && *rec.Success, Content: rec.Content, Payload: rec.Payload}
-			if i := callIndex(calls, rec.ToolCallID); i >= 0 {
+			if i := slices.IndexFunc(calls, func(c store.ToolCall) bool { return c.ID == rec.ToolCallID }); i >= 0 {
 				h.Arguments = calls[i].Arguments
 			}
 			if rec.DurationMS != nil {

@@ -364,13 +364,19 @@ func lastUserMessage(req llmtest.Request) string {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i]["role"] == "user" {
 			s, _ := msgs[i]["content"].(string)
+			if j := strings.LastIndex(s, "\n\n"); j >= 0 {
+				s = s[j+2:]
+			}
 			return s
 		}
 	}
 	return ""
 }
 
-// echo answers each request with "re: " and the user's last message.
+// echo answers each request with "re: " and the user's last message. Messages the model never answered
+// (their run was interrupted) come merged with the next, a paragraph apart: the last paragraph is the
+// latest message.
+
 func echo(_ int, req llmtest.Request) llmtest.Turn {
 	return llmtest.Turn{Text: "re: " + lastUserMessage(req)}
 }

@@ -289,7 +289,7 @@ func (s *Service) launch(run *Run, first *store.Record) {
 			obs.finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
 			return
 		}
-		s.execute(runCtx, run.plan, run, history(records))
+		s.execute(runCtx, run.plan, run, records)
 	}()
 }
 
@@ -343,22 +343,25 @@ func title(msg string) string {
 	return strings.TrimSpace(string(runes[:cut])) + "…"
 }
 
-// execute runs the agent loop and ends the run.
-func (s *Service) execute(ctx context.Context, p *plan, run *Run, history []llm.Message) {
+// execute runs the agent loop on the session's records (its new user message last) and ends the run.
+func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []store.Record) {
 	obs := newObserver(s, p, run)
+	system := systemPrompt(p, records)
+	obs.conv = newConversation(s, p, run, records, system, obs)
 	cfg := agent.Config{
 		Provider:      p.provider,
 		Model:         p.upstream,
 		ProviderName:  p.provName,
 		Fallbacks:     p.fallbacks,
 		Reasoning:     p.agent.Reasoning,
-		System:        systemPrompt(p),
+		System:        system,
 		ToolSpecs:     p.tools.specs,
 		Tools:         p.tools,
 		Temperature:   cmp.Or(p.req.Temperature, p.agent.Temperature),
 		MaxTokens:     cmp.Or(p.req.MaxTokens, p.agent.MaxTokens),
 		MaxIterations: cmp.Or(p.req.MaxIterations, p.agent.MaxIterations),
 		RetryBase:     s.opts.RetryBase,
+		Context:       obs.conv,
 		Logger:        s.log.With("run", run.ID),
 	}
 	defer func() {
@@ -371,7 +374,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, history []llm.
 			}
 		}
 	}()
-	res := agent.Run(ctx, cfg, history, obs)
+	res := agent.Run(ctx, cfg, nil, obs)
 	obs.finish(res)
 }
 

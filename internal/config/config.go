@@ -48,6 +48,21 @@ type Config struct {
 	Providers    []provider.Config
 	Unconfigured []provider.Unconfigured
 	Agents       map[string]Agent
+	Context      Context
+}
+
+// Context is what every model call is sent: the defaults of the agents' context settings.
+type Context struct {
+	// ToolHistoryRounds: the latest tool rounds sent in full (CHATD_TOOL_HISTORY_ROUNDS; default 10;
+	// negative: all).
+	ToolHistoryRounds int
+	// ToolResultMaxBytes caps a tool result as the model sees it (CHATD_TOOL_RESULT_MAX_BYTES; 32 KiB).
+	ToolResultMaxBytes int
+	// CompactAt is the share of a model's context window at which older turns are summarized
+	// (CHATD_COMPACT_AT; default 0.8).
+	CompactAt float64
+	// Windows are context windows in tokens by "provider/model", "model" or a "prefix*" pattern.
+	Windows map[string]int
 }
 
 // Agent is a named profile from the config file.
@@ -62,6 +77,13 @@ type Agent struct {
 	MaxTokens     int      `yaml:"max_tokens"`
 	// Reasoning asks reasoning models to think: effort (low, medium, high) and/or budget_tokens.
 	Reasoning *Reasoning `yaml:"reasoning"`
+	// The system prompt's sections after the identity (system_prompt) and the tools.
+	Instructions string `yaml:"instructions"`
+	Guidelines   string `yaml:"guidelines"`
+	// Context settings; absent: the top-level ones.
+	ToolHistoryRounds int     `yaml:"tool_history_rounds"`
+	ContextWindow     int     `yaml:"context_window"`
+	CompactAt         float64 `yaml:"compact_at"`
 }
 
 // Reasoning is an agent's thinking setting.
@@ -80,6 +102,11 @@ type file struct {
 	AllowedHosts []string                `yaml:"allowed_hosts"`
 	Providers    map[string]fileProvider `yaml:"providers"`
 	Agents       map[string]Agent        `yaml:"agents"`
+
+	ToolHistoryRounds  *int           `yaml:"tool_history_rounds"`
+	ToolResultMaxBytes int            `yaml:"tool_result_max_bytes"`
+	CompactAt          float64        `yaml:"compact_at"`
+	ContextWindows     map[string]int `yaml:"context_windows"`
 }
 
 type fileProvider struct {
@@ -140,8 +167,47 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		}
 	}
 	c.Agents = f.Agents
+	if err := c.context(getenv, &f); err != nil {
+		return nil, err
+	}
 	c.Model = cmp.Or(*model, getenv("CHATD_MODEL"), f.Model, c.defaultModel())
 	return c, c.Validate()
+}
+
+var errRounds = errors.New("tool_history_rounds is how many of the latest tool rounds the model sees in full: at least 1, or -1 for all")
+
+// context reads the context settings: the environment wins over the file.
+func (c *Config) context(getenv func(string) string, f *file) error {
+	cx := &c.Context
+	if f.ToolHistoryRounds != nil {
+		cx.ToolHistoryRounds = *f.ToolHistoryRounds
+		if cx.ToolHistoryRounds == 0 {
+			return errRounds
+		}
+	}
+	cx.ToolResultMaxBytes, cx.CompactAt, cx.Windows = f.ToolResultMaxBytes, f.CompactAt, f.ContextWindows
+	if v := getenv("CHATD_TOOL_HISTORY_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n == 0 {
+			return fmt.Errorf("CHATD_TOOL_HISTORY_ROUNDS=%q: %w", v, errRounds)
+		}
+		cx.ToolHistoryRounds = n
+	}
+	if v := getenv("CHATD_TOOL_RESULT_MAX_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("CHATD_TOOL_RESULT_MAX_BYTES=%q is not a positive number of bytes", v)
+		}
+		cx.ToolResultMaxBytes = n
+	}
+	if v := getenv("CHATD_COMPACT_AT"); v != "" {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("CHATD_COMPACT_AT=%q is not a number such as 0.8", v)
+		}
+		cx.CompactAt = x
+	}
+	return nil
 }
 
 func readFile(path string, f *file) error {
@@ -320,9 +386,24 @@ func (c *Config) Validate() error {
 			"authentication, which is only safe on loopback; listen on 127.0.0.1, ::1 or localhost "+
 			"(e.g. --addr 127.0.0.1:8080) and put a reverse proxy with authentication in front to serve others", c.Addr)
 	}
+	cx := c.Context
+	if cx.ToolResultMaxBytes < 0 {
+		return errors.New("config: tool_result_max_bytes must be positive")
+	}
+	if cx.CompactAt < 0 || cx.CompactAt > 1 {
+		return errors.New("config: compact_at is a share of the context window, between 0 and 1 (for example 0.8)")
+	}
+	for k, n := range cx.Windows {
+		if n <= 0 {
+			return fmt.Errorf("config: context_windows: %q must be a positive number of tokens", k)
+		}
+	}
 	for name, a := range c.Agents {
-		if a.MaxIterations < 0 || a.MaxTokens < 0 {
+		if a.MaxIterations < 0 || a.MaxTokens < 0 || a.ContextWindow < 0 {
 			return fmt.Errorf("config: agent %q: limits must be positive", name)
+		}
+		if a.CompactAt < 0 || a.CompactAt > 1 {
+			return fmt.Errorf("config: agent %q: compact_at is between 0 and 1", name)
 		}
 		if r := a.Reasoning; r != nil {
 			if r.BudgetTokens < 0 || !slices.Contains([]string{"", "minimal", "low", "medium", "high"}, r.Effort) {

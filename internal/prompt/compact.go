@@ -1,0 +1,171 @@
+package prompt
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+
+	"chatd/internal/llm"
+	"chatd/internal/store"
+)
+
+// Compaction: when a conversation nears the model's context window, the records before a cut are
+// summarized by the model, and the summary — stored as a record — stands in for them from then on.
+
+// summarySystem is the summarizer's system prompt.
+const summarySystem = `You write the summary that replaces the earlier part of a conversation between a user and an AI assistant, so that the assistant can continue the conversation without it.
+
+Keep everything the assistant needs to continue: the user's goals, requests and preferences; decisions made; facts learned, above all from tool results (names, numbers, ids, dates, file paths, URLs, error messages), exactly; what has been done and what is still open or was promised. Leave out pleasantries and repetition. Write in the language of the conversation, as compact notes, in the third person ("The user asked…"). Answer with the summary only.`
+
+// Limits of a summary.
+const (
+	summaryMaxTokens  = 4096     // the summary's own length, at most
+	transcriptResult  = 4 << 10  // of a tool result or arguments, in a transcript
+	transcriptMessage = 64 << 10 // of a message
+	maxSummaryChunks  = 16       // model calls for one summary; beyond, the oldest records are left out
+	transcriptOmitted = "[Older messages were left out of this summary: there were too many to summarize.]\n\n"
+)
+
+// Summarizer writes summaries with one model.
+type Summarizer struct {
+	Provider llm.Provider
+	Model    string
+	// Window is the model's context window in tokens; each call of the summarizer stays within half.
+	Window int
+	// Usage, when set, receives the usage of every model call the summarizer makes.
+	Usage func(llm.Usage)
+}
+
+// Summarize returns a summary of previous (an earlier summary, or "") followed by records. A transcript
+// too long for one call is summarized in chunks, each with the summary so far.
+func (s *Summarizer) Summarize(ctx context.Context, previous string, records []store.Record) (string, error) {
+	chunks := transcript(records, max(s.Window/2, 2000))
+	if len(chunks) > maxSummaryChunks {
+		chunks = chunks[len(chunks)-maxSummaryChunks:]
+		chunks[0] = transcriptOmitted + chunks[0]
+	}
+	summary := previous
+	for _, chunk := range chunks {
+		var err error
+		if summary, err = s.call(ctx, summary, chunk); err != nil {
+			return "", err
+		}
+	}
+	if strings.TrimSpace(summary) == "" {
+		return "", errors.New("the model wrote an empty summary")
+	}
+	return summary, nil
+}
+
+func (s *Summarizer) call(ctx context.Context, previous, chunk string) (string, error) {
+	var in strings.Builder
+	if previous != "" {
+		in.WriteString("The summary of what came before:\n<summary>\n")
+		in.WriteString(previous)
+		in.WriteString("\n</summary>\n\nThe conversation after it:\n")
+	} else {
+		in.WriteString("The conversation:\n")
+	}
+	in.WriteString("<conversation>\n")
+	in.WriteString(chunk)
+	in.WriteString("</conversation>\n\nWrite the summary that replaces all of the above")
+	if previous != "" {
+		in.WriteString(", the earlier summary included")
+	}
+	in.WriteString(".")
+	req := &llm.Request{
+		Model:     s.Model,
+		System:    summarySystem,
+		Messages:  []llm.Message{llm.TextMessage(llm.RoleUser, in.String())},
+		MaxTokens: min(summaryMaxTokens, max(s.Window/8, 512)),
+	}
+	var out strings.Builder
+	for ev, err := range s.Provider.Stream(ctx, req) {
+		if err != nil {
+			return "", err
+		}
+		switch ev.Kind {
+		case llm.EventText:
+			out.WriteString(ev.Text)
+		case llm.EventUsage:
+			if s.Usage != nil {
+				s.Usage(ev.Usage)
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// transcript renders records as plain text for the summarizer, in chunks of about chunkTokens.
+func transcript(records []store.Record, chunkTokens int) []string {
+	var chunks []string
+	var sb strings.Builder
+	tokens := 0
+	for i := range records {
+		r := &records[i]
+		start := sb.Len()
+		switch r.Role {
+		case store.RoleUser:
+			sb.WriteString("User: ")
+			sb.Write(cutBytes([]byte(r.Content), transcriptMessage))
+			if n := len(r.Attachments); n > 0 {
+				sb.WriteString(" [with ")
+				sb.WriteString(plural(n, "attachment"))
+				sb.WriteString("]")
+			}
+		case store.RoleAssistant:
+			sb.WriteString("Assistant: ")
+			sb.Write(cutBytes([]byte(r.Content), transcriptMessage))
+			for _, c := range r.ToolCalls {
+				sb.WriteString("\nAssistant called ")
+				sb.WriteString(c.Name)
+				sb.WriteString(" ")
+				sb.Write(cutBytes(c.Arguments, transcriptResult))
+			}
+		case store.RoleTool:
+			if r.Success != nil && *r.Success {
+				sb.WriteString("Tool " + r.Name + " returned: ")
+			} else {
+				sb.WriteString("Tool " + r.Name + " failed: ")
+			}
+			sb.Write(cutBytes([]byte(r.Content), transcriptResult))
+		default:
+			continue
+		}
+		sb.WriteString("\n\n")
+		t := Estimate(sb.String()[start:])
+		if tokens > 0 && tokens+t > chunkTokens {
+			chunks = append(chunks, sb.String()[:start])
+			rest := sb.String()[start:]
+			sb.Reset()
+			sb.WriteString(rest)
+			tokens = 0
+		}
+		tokens += t
+	}
+	if sb.Len() > 0 {
+		chunks = append(chunks, sb.String())
+	}
+	return chunks
+}
+
+func cutBytes(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	for n > 0 && b[n]&0xC0 == 0x80 {
+		n--
+	}
+	return append(b[:n:n], " …[cut]"...)
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
+}

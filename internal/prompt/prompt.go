@@ -1,0 +1,705 @@
+// Package prompt builds what chatd sends to a model before every model call: the conversation, from the
+// stored records, never by editing them. It pairs every tool call with exactly one result and drops what
+// answers nothing, shows tool rounds older than the last few by name only, cuts oversized tool results,
+// puts a stored summary in place of the records it replaces, and repairs whatever any provider would
+// refuse (empty messages, roles out of turn, ids a provider rejects, tool blocks in a request without
+// tools). It also estimates tokens, picks where a conversation is cut for a summary and writes the
+// summary with the model (compact.go), and assembles the system prompt from its sections (system.go).
+//
+// The result is one provider-agnostic conversation every adapter accepts; building twice from the same
+// records gives the same messages.
+//
+// It imports llm, store and the standard library.
+package prompt
+
+import (
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"chatd/internal/llm"
+	"chatd/internal/store"
+)
+
+// Defaults.
+const (
+	DefaultToolHistoryRounds = 10
+	DefaultResultMaxBytes    = 32 << 10
+	// MaxCallsPerTurn is more calls than one assistant record can hold: chatd runs at most 32 a turn, so
+	// anything beyond is corrupt data, and only the first MaxCallsPerTurn are sent.
+	MaxCallsPerTurn = 128
+)
+
+// Options are the rules of one conversation's context.
+type Options struct {
+	// ToolHistoryRounds is how many of the latest tool rounds (assistant turns with tool calls) are sent
+	// in full; older rounds are shown by name only, without their results. 0 means
+	// DefaultToolHistoryRounds; negative sends every round in full.
+	ToolHistoryRounds int
+	// ResultMaxBytes caps a tool result as the model sees it; 0 means DefaultResultMaxBytes.
+	ResultMaxBytes int
+	// Tools reports whether the request declares tools. Without tools, calls and results are sent as
+	// text: Anthropic and Bedrock refuse tool blocks in a request that declares none.
+	Tools bool
+}
+
+func (o *Options) defaults() {
+	if o.ToolHistoryRounds == 0 {
+		o.ToolHistoryRounds = DefaultToolHistoryRounds
+	}
+	if o.ResultMaxBytes <= 0 {
+		o.ResultMaxBytes = DefaultResultMaxBytes
+	}
+}
+
+// Built is a conversation ready to send.
+type Built struct {
+	Messages []llm.Message
+	// Tokens is the local estimate of Messages, uncalibrated.
+	Tokens int
+	// Summary is the summary record in effect, nil when none; From is the index of the first record
+	// after the records it replaces.
+	Summary *store.Record
+	From    int
+	// Repairs counts, by reason, what was changed so that every provider accepts the conversation.
+	Repairs map[string]int
+	// Clamped are the figures of stored data that cannot be right, left out of the conversation.
+	Clamped Clamped
+
+	// points are where a summary may end: before a user or assistant record (never between a call and
+	// its result), with the tokens of the messages built from the records before it.
+	points []point
+}
+
+type point struct {
+	rec    int // index into the records
+	before int // tokens of the messages built from records[From:rec]
+}
+
+// Clamped counts the stored records that cannot be right and were left out or filled in.
+type Clamped struct {
+	OrphanResults    int // tool records answering no call of the assistant record before them
+	DuplicateResults int // second and later results of one call
+	ExcessCalls      int // calls of one record beyond MaxCallsPerTurn
+	DuplicateCalls   int // calls repeating an id of the same record
+	MissingResults   int // calls no tool record answers: sent with a failed result
+}
+
+// Any reports whether anything was clamped.
+func (c Clamped) Any() bool { return c != Clamped{} }
+
+func (c Clamped) String() string {
+	return fmt.Sprintf("orphan_results=%d duplicate_results=%d excess_calls=%d duplicate_calls=%d missing_results=%d",
+		c.OrphanResults, c.DuplicateResults, c.ExcessCalls, c.DuplicateCalls, c.MissingResults)
+}
+
+// Repair reasons.
+const (
+	RepairEmptyMessage     = "empty_message"      // a message with no content left out
+	RepairEmptyPart        = "empty_text"         // a blank text part left out
+	RepairMergedRoles      = "merged_roles"       // consecutive messages of one role sent as one
+	RepairFirstNotUser     = "first_not_user"     // a user message put first
+	RepairToolID           = "tool_call_id"       // an id a provider refuses, or repeated, replaced
+	RepairToolsAsText      = "tools_as_text"      // calls and results sent as text: the request declares no tools
+	RepairSummaryUnmatched = "summary_unmatched"  // a summary naming a record the session does not hold, ignored
+	RepairReplayDropped    = "replay_of_other"    // signatures of another model dropped from a merged message
+	RepairResultCut        = "tool_result_capped" // a tool result over the cap, cut
+)
+
+// Notes the model reads in place of what is not sent.
+const (
+	missingResult = "No result was stored for this call."
+	emptyResult   = "(the tool returned no output)"
+	firstUser     = "(The conversation continues from earlier messages that are not shown.)"
+	summaryIntro  = "Summary of the earlier part of this conversation, which it replaces:\n\n"
+)
+
+// Build turns records (a session's records, oldest first) into the conversation to send.
+func Build(records []store.Record, opt Options) *Built {
+	opt.defaults()
+	b := &Built{Repairs: map[string]int{}}
+	from := b.summary(records)
+	rounds := 0
+	for i := from; i < len(records); i++ {
+		if records[i].Role == store.RoleAssistant && len(records[i].ToolCalls) > 0 {
+			rounds++
+		}
+	}
+	full := rounds // rounds sent in full
+	if opt.ToolHistoryRounds >= 0 {
+		full = min(rounds, opt.ToolHistoryRounds)
+	}
+	c := converter{b: b, opt: opt, records: records, nameOnly: rounds - full, msgs: make([]draft, 0, len(records)-from+1)}
+	c.run(from)
+	c.normalize()
+	c.finish()
+	return b
+}
+
+// summary finds the summary in effect and returns the index of the first record it does not replace.
+func (b *Built) summary(records []store.Record) int {
+	for i := len(records) - 1; i >= 0; i-- {
+		r := &records[i]
+		if r.Role != store.RoleSystem || r.SummaryThrough == "" {
+			continue
+		}
+		for j := i - 1; j >= 0; j-- {
+			if records[j].ID == r.SummaryThrough {
+				b.Summary, b.From = r, j+1
+				return j + 1
+			}
+		}
+		b.Repairs[RepairSummaryUnmatched]++
+	}
+	return 0
+}
+
+// draft is a message being built, with where it came from.
+type draft struct {
+	llm.Message
+	rec      int      // index of the record it was built from; -1 for what chatd adds
+	nameOnly []string // names of calls shown by name only
+}
+
+type converter struct {
+	b        *Built
+	opt      Options
+	records  []store.Record
+	nameOnly int // rounds left to show by name only
+	msgs     []draft
+	ids      map[string]bool // tool call ids sent so far
+
+	// the assistant record whose results are being collected
+	open    int // index in msgs; -1 when none
+	calls   []llm.ToolCall
+	results []*store.Record
+}
+
+func (c *converter) run(from int) {
+	c.open = -1
+	for i := from; i < len(c.records); i++ {
+		r := &c.records[i]
+		switch r.Role {
+		case store.RoleUser:
+			c.close()
+			c.point(i)
+			c.msgs = append(c.msgs, draft{Message: userMessage(r), rec: i})
+		case store.RoleAssistant:
+			c.close()
+			c.point(i)
+			c.assistant(i, r)
+		case store.RoleTool:
+			c.result(r)
+		}
+		// System records (summaries, notes) are not part of the conversation.
+	}
+	c.close()
+}
+
+// point marks records[i] as a place a summary may end before.
+func (c *converter) point(i int) {
+	c.b.points = append(c.b.points, point{rec: i})
+}
+
+func (c *converter) assistant(i int, r *store.Record) {
+	m := assistantMessage(r)
+	if len(m.ToolCalls) == 0 {
+		c.msgs = append(c.msgs, draft{Message: m, rec: i})
+		return
+	}
+	if n := len(m.ToolCalls); n > MaxCallsPerTurn {
+		c.b.Clamped.ExcessCalls += n - MaxCallsPerTurn
+		m.ToolCalls = m.ToolCalls[:MaxCallsPerTurn]
+	}
+	m.ToolCalls = c.uniqueCalls(m.ToolCalls)
+	if c.nameOnly > 0 {
+		// An old round: the calls by name, no results, and no reasoning, whose signatures cover the calls.
+		c.nameOnly--
+		d := draft{rec: i, Message: llm.Message{Role: llm.RoleAssistant, Origin: m.Origin}}
+		for _, p := range m.Parts {
+			if p.Kind == llm.PartText {
+				d.Parts = append(d.Parts, p)
+			}
+		}
+		for _, call := range m.ToolCalls {
+			d.nameOnly = append(d.nameOnly, call.Name)
+		}
+		c.msgs = append(c.msgs, d)
+		c.open, c.calls, c.results = -2, m.ToolCalls, make([]*store.Record, len(m.ToolCalls)) // results dropped
+		return
+	}
+	c.msgs = append(c.msgs, draft{Message: m, rec: i})
+	c.open, c.calls, c.results = len(c.msgs)-1, m.ToolCalls, make([]*store.Record, len(m.ToolCalls))
+}
+
+// uniqueCalls drops calls repeating an id of the same record.
+func (c *converter) uniqueCalls(calls []llm.ToolCall) []llm.ToolCall {
+	for i := 1; i < len(calls); i++ {
+		for j := range i {
+			if calls[j].ID == calls[i].ID {
+				c.b.Clamped.DuplicateCalls++
+				calls = slices.Delete(slices.Clone(calls), i, i+1)
+				i--
+				break
+			}
+		}
+	}
+	return calls
+}
+
+// result files a tool record under the call it answers.
+func (c *converter) result(r *store.Record) {
+	if c.open == -1 || (r.ParentID != "" && c.open >= 0 && r.ParentID != c.records[c.msgs[c.open].rec].ID) {
+		c.b.Clamped.OrphanResults++
+		return
+	}
+	i := slices.IndexFunc(c.calls, func(call llm.ToolCall) bool { return call.ID == r.ToolCallID })
+	switch {
+	case i < 0:
+		c.b.Clamped.OrphanResults++
+	case c.results[i] != nil:
+		c.b.Clamped.DuplicateResults++
+	default:
+		c.results[i] = r
+	}
+}
+
+// close appends the results of the open assistant message in its calls' order, a failed result for
+// each call none answers.
+func (c *converter) close() {
+	if c.open == -1 {
+		return
+	}
+	open := c.open
+	c.open = -1
+	if open == -2 { // a round shown by name only
+		return
+	}
+	rec := c.msgs[open].rec
+	for i, call := range c.calls {
+		r := c.results[i]
+		m := llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, ToolName: call.Name, IsError: true}
+		if r == nil {
+			c.b.Clamped.MissingResults++
+			m.Parts = []llm.Part{{Kind: llm.PartText, Text: missingResult}}
+		} else {
+			m.IsError = r.Success == nil || !*r.Success
+			m.Parts = []llm.Part{{Kind: llm.PartText, Text: c.capResult(r.Content)}}
+		}
+		c.msgs = append(c.msgs, draft{Message: m, rec: rec})
+	}
+}
+
+// capResult cuts a result over the cap at a character boundary, with a note saying so.
+func (c *converter) capResult(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return emptyResult
+	}
+	limit := c.opt.ResultMaxBytes
+	if len(s) <= limit {
+		return s
+	}
+	c.b.Repairs[RepairResultCut]++
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "\n\n[Result cut for the model: showing the first " + strconv.Itoa(cut) + " of " +
+		strconv.Itoa(len(s)) + " bytes. The full result is stored and shown to the user.]"
+}
+
+func userMessage(r *store.Record) llm.Message {
+	m := llm.Message{Role: llm.RoleUser}
+	if r.Content != "" {
+		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartText, Text: r.Content})
+	}
+	for _, a := range r.Attachments {
+		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartImage, MediaType: a.MediaType, Data: a.Data})
+	}
+	return m
+}
+
+// normalize makes the drafts a conversation every provider accepts: no blank text, no empty message,
+// roles taking turns (tool results answer the assistant message before them), a user message first,
+// and — without tools declared — calls and results as text.
+func (c *converter) normalize() {
+	if !c.opt.Tools {
+		c.toolsAsText()
+	}
+	out := c.msgs[:0]
+	for _, d := range c.msgs {
+		c.dropBlank(&d)
+		if len(d.Parts) == 0 && len(d.ToolCalls) == 0 && len(d.nameOnly) == 0 && d.Role != llm.RoleTool {
+			c.b.Repairs[RepairEmptyMessage]++
+			continue
+		}
+		if n := len(out); n > 0 && d.Role != llm.RoleTool && out[n-1].Role == d.Role {
+			c.b.Repairs[RepairMergedRoles]++
+			c.merge(&out[n-1], &d)
+			continue
+		}
+		out = append(out, d)
+	}
+	c.msgs = out
+	if c.b.Summary != nil {
+		s := draft{rec: -1, Message: llm.TextMessage(llm.RoleUser, summaryIntro+c.b.Summary.Content)}
+		if len(c.msgs) > 0 && c.msgs[0].Role == llm.RoleUser {
+			c.merge(&s, &c.msgs[0])
+			c.msgs[0] = s
+		} else {
+			c.msgs = slices.Insert(c.msgs, 0, s)
+		}
+	}
+	if len(c.msgs) == 0 || c.msgs[0].Role != llm.RoleUser {
+		c.b.Repairs[RepairFirstNotUser]++
+		c.msgs = slices.Insert(c.msgs, 0, draft{rec: -1, Message: llm.TextMessage(llm.RoleUser, firstUser)})
+	}
+	c.fixIDs()
+}
+
+// dropBlank removes text parts with nothing but white space, and reasoning with neither text nor
+// signature.
+func (c *converter) dropBlank(d *draft) {
+	if slices.ContainsFunc(d.Parts, blank) {
+		d.Parts = slices.DeleteFunc(slices.Clone(d.Parts), blank)
+		c.b.Repairs[RepairEmptyPart]++
+	}
+}
+
+func blank(p llm.Part) bool {
+	switch p.Kind {
+	case llm.PartText:
+		return strings.TrimSpace(p.Text) == ""
+	case llm.PartReasoning:
+		return p.Text == "" && p.Signature == "" && p.ID == ""
+	}
+	return false
+}
+
+// merge appends b to a, a message of the same role. Replay data goes only to the model that wrote it:
+// parts of another model lose theirs. An assistant message keeps its reasoning first: Anthropic
+// refuses a thinking turn that does not start with its thinking.
+func (c *converter) merge(a, b *draft) {
+	if a.Role == llm.RoleAssistant {
+		if a.Origin != b.Origin {
+			if stripReplay(&a.Message) {
+				c.b.Repairs[RepairReplayDropped]++
+			}
+			a.Origin = b.Origin
+		}
+		parts := make([]llm.Part, 0, len(a.Parts)+len(b.Parts))
+		for _, reasoning := range []bool{true, false} {
+			for _, ps := range [][]llm.Part{a.Parts, b.Parts} {
+				for _, p := range ps {
+					if (p.Kind == llm.PartReasoning || p.Kind == llm.PartRedactedReasoning) == reasoning {
+						parts = append(parts, p)
+					}
+				}
+			}
+		}
+		a.Parts = parts
+	} else {
+		a.Parts = append(slices.Clip(a.Parts), b.Parts...)
+		a.Parts = joinTexts(a.Parts)
+	}
+	a.ToolCalls = append(slices.Clip(a.ToolCalls), b.ToolCalls...)
+	a.nameOnly = append(slices.Clip(a.nameOnly), b.nameOnly...)
+}
+
+// joinTexts joins adjacent text parts into one, a paragraph apart: a user message of one text is what
+// every OpenAI-compatible server reads, some of them nothing else.
+func joinTexts(parts []llm.Part) []llm.Part {
+	out := parts[:0:0]
+	for _, p := range parts {
+		if n := len(out); n > 0 && p.Kind == llm.PartText && out[n-1].Kind == llm.PartText && p.Signature == "" && out[n-1].Signature == "" {
+			out[n-1].Text += "\n\n" + p.Text
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// stripReplay drops what only m's own model can read back; it reports whether there was any.
+func stripReplay(m *llm.Message) bool {
+	had := false
+	parts := make([]llm.Part, 0, len(m.Parts))
+	for _, p := range m.Parts {
+		if p.HasReplay() {
+			had = true
+			if p.Kind == llm.PartRedactedReasoning {
+				continue
+			}
+			p.Signature, p.ID = "", ""
+		}
+		parts = append(parts, p)
+	}
+	m.Parts = parts
+	calls := slices.Clone(m.ToolCalls)
+	for i := range calls {
+		if calls[i].Signature != "" {
+			had, calls[i].Signature = true, ""
+		}
+	}
+	m.ToolCalls = calls
+	return had
+}
+
+// toolsAsText turns calls into text of their assistant message and results into user messages.
+func (c *converter) toolsAsText() {
+	out := make([]draft, 0, len(c.msgs))
+	for _, d := range c.msgs {
+		switch {
+		case d.Role == llm.RoleTool:
+			c.b.Repairs[RepairToolsAsText]++
+			status := "returned"
+			if d.IsError {
+				status = "failed"
+			}
+			out = append(out, draft{rec: d.rec, Message: llm.TextMessage(llm.RoleUser,
+				"[Tool "+d.ToolName+" "+status+", call "+d.ToolCallID+"]\n"+d.Text())})
+		case len(d.ToolCalls) > 0:
+			var sb strings.Builder
+			for i, call := range d.ToolCalls {
+				if i > 0 {
+					sb.WriteByte('\n')
+				}
+				sb.WriteString("[Called tool " + call.Name + ", call " + call.ID + ", with " + string(call.Arguments) + "]")
+			}
+			stripReplay(&d.Message)
+			d.Parts = append(slices.Clip(d.Parts), llm.Part{Kind: llm.PartText, Text: sb.String()})
+			d.ToolCalls = nil
+			out = append(out, d)
+		default:
+			out = append(out, d)
+		}
+	}
+	c.msgs = out
+}
+
+// fixIDs gives every call an id all providers accept, unique in the request, and its result the same.
+// Stored ids come from many providers: Kimi's "functions.search:0", ids over OpenAI's 40 characters,
+// one id repeated across turns.
+func (c *converter) fixIDs() {
+	c.ids = map[string]bool{}
+	var renamed map[string]string // of the current assistant message
+	for i := range c.msgs {
+		d := &c.msgs[i]
+		switch {
+		case d.Role == llm.RoleAssistant && len(d.ToolCalls) > 0:
+			renamed = nil
+			for j := range d.ToolCalls {
+				id := d.ToolCalls[j].ID
+				if validID(id) && !c.ids[id] {
+					c.ids[id] = true
+					continue
+				}
+				c.b.Repairs[RepairToolID]++
+				if renamed == nil {
+					d.ToolCalls = slices.Clone(d.ToolCalls)
+					renamed = map[string]string{}
+				}
+				nid := c.newID(id, i, j)
+				renamed[id] = nid
+				d.ToolCalls[j].ID = nid
+			}
+		case d.Role == llm.RoleTool:
+			if nid, ok := renamed[d.ToolCallID]; ok {
+				d.ToolCallID = nid
+			}
+		}
+	}
+}
+
+// newID derives a replacement id from the old one and its place: the same records give the same ids.
+func (c *converter) newID(old string, msg, call int) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s#%d#%d", old, msg, call)
+	id := "call_" + strconv.FormatUint(h.Sum64(), 36)
+	for c.ids[id] {
+		id += "x"
+	}
+	c.ids[id] = true
+	return id
+}
+
+// validID reports whether every provider accepts id: Anthropic's ^[a-zA-Z0-9_-]+$ and OpenAI's 40
+// characters at most.
+func validID(id string) bool {
+	if id == "" || len(id) > 40 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		b := id[i]
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// finish renders the name-only notes, marks the cache breakpoints, and counts the tokens.
+func (c *converter) finish() {
+	b := c.b
+	b.Messages = make([]llm.Message, len(c.msgs))
+	// Tokens by record, for the points; the messages chatd adds count before every record.
+	byRec := make([]int, 0, 8)
+	var lead int
+	recTokens := func(rec int) *int {
+		if rec < 0 {
+			return &lead
+		}
+		k := rec - b.From
+		for len(byRec) <= k {
+			byRec = append(byRec, 0)
+		}
+		return &byRec[k]
+	}
+	for i := range c.msgs {
+		d := &c.msgs[i]
+		if len(d.nameOnly) > 0 {
+			d.Parts = append(slices.Clip(d.Parts), llm.Part{Kind: llm.PartText, Text: nameOnlyNote(d.nameOnly)})
+		}
+		b.Messages[i] = d.Message
+		t := estimateMessage(&d.Message)
+		b.Tokens += t
+		*recTokens(d.rec) += t
+	}
+	// Cache breakpoints (Anthropic): the end of the conversation, which the next call reads back, and
+	// the end of the previous call's conversation (before the latest assistant turn), which this call
+	// reads back when more than the lookback of blocks was added since.
+	if n := len(b.Messages); n > 0 {
+		b.Messages[n-1].Cache = true
+		for i := n - 1; i > 0; i-- {
+			if b.Messages[i].Role == llm.RoleAssistant {
+				b.Messages[i-1].Cache = true
+				break
+			}
+		}
+	}
+	sum := lead
+	k := 0
+	for i := range b.points {
+		p := &b.points[i]
+		for ; k < p.rec-b.From && k < len(byRec); k++ {
+			sum += byRec[k]
+		}
+		p.before = sum
+	}
+}
+
+// nameOnlyNote tells the model which calls an old round made, in order, repeats counted.
+func nameOnlyNote(names []string) string {
+	var sb strings.Builder
+	sb.WriteString("[Earlier tool calls, their results no longer shown: ")
+	for i := 0; i < len(names); {
+		j := i + 1
+		for j < len(names) && names[j] == names[i] {
+			j++
+		}
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(names[i])
+		if j-i > 1 {
+			sb.WriteString(" ×" + strconv.Itoa(j-i))
+		}
+		i = j
+	}
+	sb.WriteByte(']')
+	return sb.String()
+}
+
+// Cut returns where a summary should end so that the messages after it take at most keep tokens: the
+// index of the first record kept. It keeps as much as fits, and at least the latest user message or
+// assistant turn; ok is false when nothing before that can be summarized.
+func (b *Built) Cut(keep int) (rec int, ok bool) {
+	if len(b.points) < 2 {
+		return 0, false
+	}
+	last := b.points[len(b.points)-1].rec
+	for _, p := range b.points[1:] {
+		if b.Tokens-p.before <= keep {
+			return p.rec, true
+		}
+	}
+	return last, true
+}
+
+// assistantMessage is an assistant record as the model is sent it: as its provider wrote it when the
+// record holds a replay whose text still matches the record, else from the record's fields.
+func assistantMessage(r *store.Record) llm.Message {
+	if r.Replay != nil && replayText(r.Replay) == r.Content {
+		return replayMessage(r)
+	}
+	m := llm.Message{Role: llm.RoleAssistant}
+	// Unsigned reasoning is kept for the providers that read it.
+	if r.Reasoning != "" {
+		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartReasoning, Text: r.Reasoning})
+	}
+	if r.Content != "" {
+		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartText, Text: r.Content})
+	}
+	if len(r.ToolCalls) > 0 {
+		m.ToolCalls = make([]llm.ToolCall, len(r.ToolCalls))
+		for i, call := range r.ToolCalls {
+			m.ToolCalls[i] = llm.ToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments}
+		}
+	}
+	return m
+}
+
+// replayMessage is an assistant record as its provider wrote it: parts in order, with signatures.
+func replayMessage(r *store.Record) llm.Message {
+	m := llm.Message{Role: llm.RoleAssistant, Origin: r.Replay.Model}
+	var sigs map[string]string
+	for _, p := range r.Replay.Parts {
+		switch p.Kind {
+		case store.PartText:
+			m.Parts = append(m.Parts, llm.Part{Kind: llm.PartText, Text: p.Text, Signature: p.Signature})
+		case store.PartReasoning:
+			m.Parts = append(m.Parts, llm.Part{Kind: llm.PartReasoning, Text: p.Text, Signature: p.Signature, ID: p.ID})
+		case store.PartRedactedReasoning:
+			m.Parts = append(m.Parts, llm.Part{Kind: llm.PartRedactedReasoning, Signature: p.Signature})
+		case store.PartToolCall:
+			if sigs == nil {
+				sigs = map[string]string{}
+			}
+			sigs[p.ID] = p.Signature
+		}
+	}
+	for _, call := range r.ToolCalls {
+		m.ToolCalls = append(m.ToolCalls, llm.ToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Signature: sigs[call.ID]})
+	}
+	return m
+}
+
+func replayText(rp *store.Replay) string {
+	if len(rp.Parts) == 1 && rp.Parts[0].Kind == store.PartText {
+		return rp.Parts[0].Text
+	}
+	var sb strings.Builder
+	for _, p := range rp.Parts {
+		if p.Kind == store.PartText {
+			sb.WriteString(p.Text)
+		}
+	}
+	return sb.String()
+}
+
+// Describe summarizes the repairs for a log line: "merged_roles=2 empty_message=1", sorted.
+func Describe(repairs map[string]int) string {
+	keys := make([]string, 0, len(repairs))
+	for k := range repairs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + strconv.Itoa(repairs[k])
+	}
+	return strings.Join(parts, " ")
+}
