@@ -111,12 +111,21 @@ func Estimate(s string) int {
 			n++
 			i = j
 		default:
-			// Punctuation: one token each, a run of the same character (----, ====) a token per four.
+			// Punctuation: pairs such as (" or ") are one token, a run of one character (----) a token
+			// per four.
 			j := i + 1
 			for j < len(s) && s[j] == b {
 				j++
 			}
-			n += 1 + (j-i-1)/4
+			if j-i > 1 {
+				n += 1 + (j-i-1)/4
+				i = j
+				continue
+			}
+			for j < len(s) && s[j] < utf8.RuneSelf && byteClass[s[j]] == classPunct && j-i < 2 {
+				j++
+			}
+			n++
 			i = j
 		}
 	}
