@@ -325,14 +325,14 @@ func TestEstimate(t *testing.T) {
 		text     string
 		min, max int
 	}{
-		{"The quick brown fox jumps over the lazy dog.", 9, 12},                     // 10
-		{`{"city": "Paris", "units": "metric", "days": 7}`, 14, 24},                 // 17
-		{"internationalization and decentralization", 5, 9},                         // 6
-		{"1234567890", 3, 5},                                                        // 4
-		{"日本語のテキストです", 8, 14},                                                   // 9
-		{"Привет, как дела?", 4, 9},                                                 // 6
-		{"func main() {\n\tfmt.Println(\"hello\")\n}\n", 10, 16},                    // 12
-		{strings.Repeat("word ", 1000), 900, 1100},                                  // 1000
+		{"The quick brown fox jumps over the lazy dog.", 9, 12},     // 10
+		{`{"city": "Paris", "units": "metric", "days": 7}`, 14, 24}, // 17
+		{"internationalization and decentralization", 5, 9},         // 6
+		{"1234567890", 3, 5},                                     // 4
+		{"日本語のテキストです", 8, 14},                                    // 9
+		{"Привет, как дела?", 4, 9},                              // 6
+		{"func main() {\n\tfmt.Println(\"hello\")\n}\n", 10, 16}, // 12
+		{strings.Repeat("word ", 1000), 900, 1100},               // 1000
 		{"", 0, 0},
 	} {
 		if n := prompt.Estimate(tc.text); n < tc.min || n > tc.max {
