@@ -120,6 +120,9 @@ type Config struct {
 	Temperature *float64
 	MaxTokens   int
 	Reasoning   *llm.Reasoning
+	// Cache marks the system prompt and the tool declarations as a cached prefix (Anthropic's
+	// cache_control); the Context marks the conversation's own breakpoints.
+	Cache bool
 
 	MaxIterations    int           // tool rounds before the last turn without tools; default 10
 	MaxContinuations int           // automatic continuations of an answer cut by length; default 3, <0 none

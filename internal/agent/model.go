@@ -138,6 +138,8 @@ func (r *runner) request(noTools bool) *llm.Request {
 		Temperature: r.cfg.Temperature,
 		MaxTokens:   r.cfg.MaxTokens,
 		Reasoning:   r.cfg.Reasoning,
+		CacheSystem: r.cfg.Cache,
+		CacheTools:  r.cfg.Cache,
 	}
 	if noTools && len(req.Tools) > 0 {
 		// The tools stay declared (the history holds tool calls, which some providers only accept with

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"iter"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,8 +17,11 @@ import (
 
 	"chatd/internal/chat"
 	"chatd/internal/llm"
+	"chatd/internal/llm/anthropic"
+	"chatd/internal/llm/gemini"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/llm/openai"
+	"chatd/internal/llm/responses"
 	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
@@ -51,6 +55,12 @@ type setup struct {
 	Tools   []tool.Tool
 	// FlushInterval is the service's; 0 is 5ms, so that the event log writes several batches per run.
 	FlushInterval time.Duration
+	// Protocol is the API the model speaks (llmtest.ProtocolOpenAI when empty), through chatd's
+	// adapter for it.
+	Protocol string
+	Agents   map[string]chat.Agent
+	Context  chat.ContextOptions
+	Logger   *slog.Logger
 }
 
 // fixture is a service wired as chatd wires it: a real SQLite store, the openai adapter talking to a
@@ -65,7 +75,7 @@ func newFixture(t *testing.T, s setup) *fixture {
 	t.Helper()
 	up := llmtest.NewServer(t, s.Turns...)
 	up.Respond, up.Strict = s.Respond, !s.Lenient
-	client, err := openai.New(openai.Options{BaseURL: up.BaseURL()})
+	client, err := newClient(up, s.Protocol)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +91,7 @@ func newFixture(t *testing.T, s setup) *fixture {
 		s.FlushInterval = 5 * time.Millisecond
 	}
 	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
-		FlushInterval: s.FlushInterval, RetryBase: time.Millisecond})
+		FlushInterval: s.FlushInterval, RetryBase: time.Millisecond, Agents: s.Agents, Context: s.Context, Logger: s.Logger})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
@@ -90,6 +100,22 @@ func newFixture(t *testing.T, s setup) *fixture {
 		}
 	})
 	return &fixture{svc: svc, db: db, up: up}
+}
+
+// newClient is chatd's adapter for protocol, talking to up, as the provider named "x" (the fixture's
+// models are "x/m").
+func newClient(up *llmtest.Server, protocol string) (llm.Provider, error) {
+	switch protocol {
+	case "", llmtest.ProtocolOpenAI:
+		return openai.New(openai.Options{Name: "x", BaseURL: up.BaseURL()})
+	case llmtest.ProtocolAnthropic:
+		return anthropic.New(anthropic.Options{Name: "x", BaseURL: up.AnthropicBaseURL(), APIKey: "k"})
+	case llmtest.ProtocolGemini:
+		return gemini.New(gemini.Options{Name: "x", BaseURL: up.GeminiBaseURL(), APIKey: "k"})
+	case llmtest.ProtocolResponses:
+		return responses.New(responses.Options{Name: "x", BaseURL: up.ResponsesBaseURL(), APIKey: "k"})
+	}
+	return nil, errors.New("no protocol " + protocol)
 }
 
 // openStore opens the SQLite database at path ("" for one in memory) until the test ends.

@@ -362,6 +362,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		MaxIterations: cmp.Or(p.req.MaxIterations, p.agent.MaxIterations),
 		RetryBase:     s.opts.RetryBase,
 		Context:       obs.conv,
+		Cache:         true,
 		Logger:        s.log.With("run", run.ID),
 	}
 	defer func() {

@@ -152,9 +152,9 @@ type Server struct {
 	// ContextWindow, when > 0 (set before the first request), is the model's window in tokens: a request
 	// estimated over it is answered 400 with the protocol's own context-length error, whether or not
 	// Strict is set (a request Strict refuses gets Strict's error), and like a request Strict rejects it
-	// is recorded but takes no turn. A request counts
-	// (len(body)+3)/4 tokens, four bytes of its JSON a token: the rough rule for English text, erring high
-	// since the JSON's syntax counts too.
+	// is recorded but takes no turn. A request counts (len(body)+3)/4 tokens, four bytes of its JSON a
+	// token: the rough rule for English text, erring high since the JSON's syntax counts too. A turn
+	// without a Usage then reports that count as its input tokens.
 	ContextWindow int
 }
 
@@ -260,13 +260,21 @@ func (s *Server) take(proto *protocol, req Request) (Turn, int, *APIError) {
 		return Turn{}, 0, apiErr
 	}
 	n := len(s.requests) - 1 - s.rejected
+	var turn Turn
 	switch {
 	case s.Respond != nil:
-		return s.Respond(n, req), n, nil
+		turn = s.Respond(n, req)
 	case n < len(s.turns):
-		return s.turns[n], n, nil
+		turn = s.turns[n]
+	default:
+		return Turn{}, n, proto.statusError(http.StatusInternalServerError, fmt.Sprintf("llmtest: no turn scripted for request %d", n+1))
 	}
-	return Turn{}, n, proto.statusError(http.StatusInternalServerError, fmt.Sprintf("llmtest: no turn scripted for request %d", n+1))
+	if s.ContextWindow > 0 && turn.Usage == nil {
+		// A server with a window counts each request as it measures it against the window, and
+		// reports that count, as real APIs report the prompt's tokens.
+		turn.Usage = &llm.Usage{InputTokens: int64(EstimateTokens(req.Raw)), OutputTokens: int64(len(turn.Text)/4 + 5)}
+	}
+	return turn, n, nil
 }
 
 // reject returns the error the API answers req with before any turn, or nil.
