@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"chatd/internal/chat"
+	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/store"
 	"chatd/internal/tool"
@@ -270,11 +271,15 @@ func TestWhatTheModelIsSent(t *testing.T) {
 			if turns <= 2 {
 				return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: fmt.Sprint("toolu_", turns), Name: "lookup", Arguments: fmt.Sprintf(`{"n":%d}`, turns)}}}
 			}
-			return llmtest.Turn{Text: "Voilà."}
+			return llmtest.Turn{Text: "Voilà.", Usage: &llm.Usage{InputTokens: 9000, OutputTokens: 3, CacheReadTokens: 8000, CacheWriteTokens: 900}}
 		}})
 	st := f.send(t, chat.Request{Agent: "ada", Message: "look", Context: map[string]any{"page": "reports"}}, chat.StartOptions{})
-	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+	o := f.wait(t, st.RunID)
+	if o.Status != store.RunCompleted {
 		t.Fatalf("run: %+v %+v", o, o.Error)
+	}
+	if o.Usage.CacheReadTokens != 8000 || o.Usage.CacheWriteTokens != 900 {
+		t.Errorf("usage does not show the cache: %+v", o.Usage)
 	}
 	reqs := f.up.Requests()
 	if len(reqs) != 3 {
