@@ -28,6 +28,9 @@ type turnState struct {
 	model  Model         // the model that answered
 	finish llm.FinishReason
 	output bool // something reached the observer
+	// compacted: the conversation was compacted after a context-length error; another such error
+	// goes to the fallbacks.
+	compacted bool
 	calls  []*pendingCall
 	ids    map[string]bool
 
@@ -71,18 +74,19 @@ func (r *runner) runPhaseModel(ctx context.Context, noTools bool) (*turnState, e
 	req := r.request(noTools)
 	r.obs.Status("Thinking…")
 	var err error
-	compacted := false
 	for n := 0; ; n++ {
 		err = r.stream(ctx, req, t, noTools)
-		if !compacted && !t.output && r.tooLong(ctx, err) {
-			// One compaction and one retry: a request still too long after it fails the run.
-			compacted = true
+		if !t.compacted && !t.output && r.tooLong(ctx, err) {
+			// One compaction and one retry: a request still too long after it goes to the fallbacks,
+			// then fails the run.
+			t.compacted = true
 			r.cfg.Logger.Warn("the request does not fit the model's context window; compacting and retrying", "err", err)
 			if cerr := r.refresh(ctx, true); cerr != nil {
 				t.abandon()
 				return nil, cerr
 			}
 			req, t.model = r.request(noTools), Model{}
+			r.obs.Status("Thinking…")
 			n--
 			continue
 		}
@@ -194,7 +198,7 @@ func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noT
 		if _, ok := errors.AsType[*llm.Error](err); !ok {
 			return err // not the provider's failure: another provider would fail the same way
 		}
-		if r.tooLong(ctx, err) {
+		if r.tooLong(ctx, err) && !t.compacted {
 			return err // compacting comes before another model
 		}
 	}

@@ -48,6 +48,9 @@ type conversation struct {
 	logged   map[string]bool // repair reasons already logged
 	warned   bool            // about clamped records
 	summary  prompt.Summarizer
+	// stuck is the size (tokens) at which compaction last failed or could not help: it is not tried
+	// again before the conversation has grown by a tenth, unless the provider refuses it.
+	stuck int
 }
 
 var _ agent.Context = (*conversation)(nil)
@@ -82,7 +85,7 @@ func (c *conversation) Messages(ctx context.Context, compact bool) ([]llm.Messag
 	b := prompt.Build(c.records, c.opts)
 	c.report(b)
 	tokens := c.s.calibrated(c.model, c.fixed+b.Tokens)
-	if compact || tokens > c.limit {
+	if compact || tokens > c.limit && tokens > c.stuck+c.stuck/10 {
 		if nb := c.compact(ctx, b, tokens, compact); nb != nil {
 			b = nb
 		}
@@ -91,10 +94,12 @@ func (c *conversation) Messages(ctx context.Context, compact bool) ([]llm.Messag
 	return b.Messages, nil
 }
 
-// observe calibrates the estimate by the input tokens the provider reported for the last request.
+// observe calibrates the estimate by the input tokens the provider reported for the request last built.
+// Only the first report counts: a continuation of the same turn sends more than was built.
 func (c *conversation) observe(inputTokens int64) {
 	if inputTokens > 0 && c.estimate > 0 {
 		c.s.calibrate(c.model, c.estimate, int(inputTokens))
+		c.estimate = 0
 	}
 }
 
@@ -103,14 +108,17 @@ func (c *conversation) observe(inputTokens int64) {
 // sent as it is: if it does not fit, the provider says so and the run fails with its error).
 func (c *conversation) compact(ctx context.Context, b *prompt.Built, tokens int, forced bool) *prompt.Built {
 	ratio := c.s.ratio(c.model)
-	keep := int(float64(c.limit/2-c.fixed) / ratio)
+	allowance := prompt.SummaryTokens(c.window) // what the summary will take
+	keep := int(float64(c.limit/2)/ratio) - c.fixed - allowance
 	if forced {
 		keep /= 2 // the estimate was wrong by more than the margin: keep less
 	}
 	cut, ok := b.Cut(max(keep, 0))
-	if !ok {
-		c.log.Warn("the conversation nears the context window but holds nothing to summarize",
-			"tokens", tokens, "limit", c.limit, "window", c.window)
+	after := c.s.calibrated(c.model, c.fixed+allowance+b.Kept(cut))
+	if !ok || (!forced && after >= c.limit) {
+		c.stuck = tokens
+		c.log.Warn("the conversation nears the context window, and summarizing the older turns would not bring it under the limit",
+			"tokens", tokens, "limit", c.limit, "window", c.window, "system_and_tools", c.s.calibrated(c.model, c.fixed))
 		return nil
 	}
 	prev := ""
@@ -118,14 +126,17 @@ func (c *conversation) compact(ctx context.Context, b *prompt.Built, tokens int,
 		prev = b.Summary.Content
 	}
 	c.run.emit(EventStatus, textData("message", "Summarizing the earlier conversation…"))
+	c.summary.Ratio = ratio
 	text, err := c.summary.Summarize(ctx, prev, c.records[b.From:cut])
 	if err != nil {
+		c.stuck = tokens
 		c.log.Warn("summarize the earlier conversation", "err", err)
 		return nil
 	}
 	rec := &store.Record{SessionID: c.run.SessionID, RunID: c.run.ID, Role: store.RoleSystem, Content: text,
 		SummaryThrough: c.records[cut-1].ID}
 	if err := c.s.opts.Store.AppendRecord(context.WithoutCancel(ctx), c.p.user, rec); err != nil {
+		c.stuck = tokens
 		c.log.Error("store the summary", "err", err)
 		return nil
 	}

@@ -360,3 +360,36 @@ func openRaw(t *testing.T, path string) *sql.DB {
 	t.Cleanup(func() { raw.Close() })
 	return raw
 }
+
+// TestCompactionThatCannotHelp: when the system prompt and tools fill most of the window, summarizing
+// the turns would not bring the request under the limit: chatd does not summarize on every call (nor at
+// all), and the run goes on.
+func TestCompactionThatCannotHelp(t *testing.T) {
+	var mu sync.Mutex
+	main, summaries := 0, 0
+	f := newFixture(t, setup{Tools: []tool.Tool{lookupTool{size: 600}},
+		Agents: map[string]chat.Agent{"default": {ContextWindow: 5000, SystemPrompt: strings.Repeat("Be careful. ", 1300)}},
+		Respond: func(_ int, req llmtest.Request) llmtest.Turn {
+			mu.Lock()
+			defer mu.Unlock()
+			if isSummaryCall(req) {
+				summaries++
+				return llmtest.Turn{Text: "summary"}
+			}
+			main++
+			if main <= 12 {
+				return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: fmt.Sprint("call_", main), Name: "lookup", Arguments: fmt.Sprintf(`{"n":%d}`, main)}}}
+			}
+			return llmtest.Turn{Text: "done"}
+		}})
+	f.up.ContextWindow = 100_000 // large; it makes the server report each request's size as its usage
+	st := f.send(t, chat.Request{Message: "look", MaxIterations: 20}, chat.StartOptions{})
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Fatalf("run: %+v %+v", o, o.Error)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if summaries != 0 {
+		t.Errorf("%d summary calls for a conversation no summary can fit", summaries)
+	}
+}

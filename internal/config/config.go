@@ -390,7 +390,7 @@ func (c *Config) Validate() error {
 	if cx.ToolResultMaxBytes < 0 {
 		return errors.New("config: tool_result_max_bytes must be positive")
 	}
-	if cx.CompactAt < 0 || cx.CompactAt > 1 {
+	if !(cx.CompactAt >= 0 && cx.CompactAt <= 1) { // NaN too
 		return errors.New("config: compact_at is a share of the context window, between 0 and 1 (for example 0.8)")
 	}
 	for k, n := range cx.Windows {
@@ -402,7 +402,7 @@ func (c *Config) Validate() error {
 		if a.MaxIterations < 0 || a.MaxTokens < 0 || a.ContextWindow < 0 {
 			return fmt.Errorf("config: agent %q: limits must be positive", name)
 		}
-		if a.CompactAt < 0 || a.CompactAt > 1 {
+		if !(a.CompactAt >= 0 && a.CompactAt <= 1) {
 			return fmt.Errorf("config: agent %q: compact_at is between 0 and 1", name)
 		}
 		if r := a.Reasoning; r != nil {

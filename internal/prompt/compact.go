@@ -33,6 +33,8 @@ type Summarizer struct {
 	Model    string
 	// Window is the model's context window in tokens; each call of the summarizer stays within half.
 	Window int
+	// Ratio is the calibration of the local estimate for the model (0: 1).
+	Ratio float64
 	// Usage, when set, receives the usage of every model call the summarizer makes.
 	Usage func(llm.Usage)
 }
@@ -40,7 +42,12 @@ type Summarizer struct {
 // Summarize returns a summary of previous (an earlier summary, or "") followed by records. A transcript
 // too long for one call is summarized in chunks, each with the summary so far.
 func (s *Summarizer) Summarize(ctx context.Context, previous string, records []store.Record) (string, error) {
-	chunks := transcript(records, max(s.Window/2, 2000))
+	ratio := s.Ratio
+	if ratio <= 0 {
+		ratio = 1
+	}
+	budget := int(float64(s.Window/2)/ratio) - Estimate(previous)
+	chunks := transcript(records, max(budget, 1000))
 	if len(chunks) > maxSummaryChunks {
 		chunks = chunks[len(chunks)-maxSummaryChunks:]
 		chunks[0] = transcriptOmitted + chunks[0]
@@ -78,7 +85,7 @@ func (s *Summarizer) call(ctx context.Context, previous, chunk string) (string, 
 		Model:     s.Model,
 		System:    summarySystem,
 		Messages:  []llm.Message{llm.TextMessage(llm.RoleUser, in.String())},
-		MaxTokens: min(summaryMaxTokens, max(s.Window/8, 512)),
+		MaxTokens: SummaryTokens(s.Window),
 	}
 	var out strings.Builder
 	for ev, err := range s.Provider.Stream(ctx, req) {
@@ -100,8 +107,16 @@ func (s *Summarizer) call(ctx context.Context, previous, chunk string) (string, 
 	return strings.TrimSpace(out.String()), nil
 }
 
-// transcript renders records as plain text for the summarizer, in chunks of about chunkTokens.
+// SummaryTokens is the longest summary a model of this window writes.
+func SummaryTokens(window int) int {
+	return min(summaryMaxTokens, max(window/8, 512))
+}
+
+// transcript renders records as plain text for the summarizer, in chunks of about chunkTokens. One
+// message is cut to fit a chunk.
 func transcript(records []store.Record, chunkTokens int) []string {
+	msgMax := min(transcriptMessage, chunkTokens*3) // about three bytes a token, erring short
+	resultMax := min(transcriptResult, msgMax)
 	var chunks []string
 	var sb strings.Builder
 	tokens := 0
@@ -111,7 +126,7 @@ func transcript(records []store.Record, chunkTokens int) []string {
 		switch r.Role {
 		case store.RoleUser:
 			sb.WriteString("User: ")
-			sb.Write(cutBytes([]byte(r.Content), transcriptMessage))
+			sb.Write(cutBytes([]byte(r.Content), msgMax))
 			if n := len(r.Attachments); n > 0 {
 				sb.WriteString(" [with ")
 				sb.WriteString(plural(n, "attachment"))
@@ -119,12 +134,12 @@ func transcript(records []store.Record, chunkTokens int) []string {
 			}
 		case store.RoleAssistant:
 			sb.WriteString("Assistant: ")
-			sb.Write(cutBytes([]byte(r.Content), transcriptMessage))
+			sb.Write(cutBytes([]byte(r.Content), msgMax))
 			for _, c := range r.ToolCalls {
 				sb.WriteString("\nAssistant called ")
 				sb.WriteString(c.Name)
 				sb.WriteString(" ")
-				sb.Write(cutBytes(c.Arguments, transcriptResult))
+				sb.Write(cutBytes(c.Arguments, resultMax))
 			}
 		case store.RoleTool:
 			if r.Success != nil && *r.Success {
@@ -132,7 +147,7 @@ func transcript(records []store.Record, chunkTokens int) []string {
 			} else {
 				sb.WriteString("Tool " + r.Name + " failed: ")
 			}
-			sb.Write(cutBytes([]byte(r.Content), transcriptResult))
+			sb.Write(cutBytes([]byte(r.Content), resultMax))
 		default:
 			continue
 		}

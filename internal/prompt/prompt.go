@@ -70,8 +70,10 @@ type Built struct {
 	Clamped Clamped
 
 	// points are where a summary may end: before a user or assistant record (never between a call and
-	// its result), with the tokens of the messages built from the records before it.
-	points []point
+	// its result), with the tokens of the messages built from the records before it; recordTokens are
+	// the tokens of the messages built from records[From:].
+	points       []point
+	recordTokens int
 }
 
 type point struct {
@@ -103,6 +105,7 @@ const (
 	RepairMergedRoles      = "merged_roles"       // consecutive messages of one role sent as one
 	RepairFirstNotUser     = "first_not_user"     // a user message put first
 	RepairToolID           = "tool_call_id"       // an id a provider refuses, or repeated, replaced
+	RepairToolName         = "tool_name"          // a call's name a provider refuses, replaced
 	RepairToolsAsText      = "tools_as_text"      // calls and results sent as text: the request declares no tools
 	RepairSummaryUnmatched = "summary_unmatched"  // a summary naming a record the session does not hold, ignored
 	RepairReplayDropped    = "replay_of_other"    // signatures of another model dropped from a merged message
@@ -162,6 +165,7 @@ type draft struct {
 	llm.Message
 	rec      int      // index of the record it was built from; -1 for what chatd adds
 	nameOnly []string // names of calls shown by name only
+	tokens   int      // the estimate of the message, merged ones included
 }
 
 type converter struct {
@@ -171,6 +175,7 @@ type converter struct {
 	nameOnly int // rounds left to show by name only
 	msgs     []draft
 	ids      map[string]bool // tool call ids sent so far
+	recTok   []int           // tokens of the drafts built from each record, by index from From
 
 	// the assistant record whose results are being collected
 	open    int // index in msgs; -1 when none
@@ -186,7 +191,7 @@ func (c *converter) run(from int) {
 		case store.RoleUser:
 			c.close()
 			c.point(i)
-			c.msgs = append(c.msgs, draft{Message: userMessage(r), rec: i})
+			c.push(draft{Message: userMessage(r), rec: i})
 		case store.RoleAssistant:
 			c.close()
 			c.point(i)
@@ -199,6 +204,17 @@ func (c *converter) run(from int) {
 	c.close()
 }
 
+// push appends a draft built from a record, counting its tokens for that record.
+func (c *converter) push(d draft) {
+	d.tokens = estimateMessage(&d.Message)
+	k := d.rec - c.b.From
+	for len(c.recTok) <= k {
+		c.recTok = append(c.recTok, 0)
+	}
+	c.recTok[k] += d.tokens
+	c.msgs = append(c.msgs, d)
+}
+
 // point marks records[i] as a place a summary may end before.
 func (c *converter) point(i int) {
 	c.b.points = append(c.b.points, point{rec: i})
@@ -207,7 +223,7 @@ func (c *converter) point(i int) {
 func (c *converter) assistant(i int, r *store.Record) {
 	m := assistantMessage(r)
 	if len(m.ToolCalls) == 0 {
-		c.msgs = append(c.msgs, draft{Message: m, rec: i})
+		c.push(draft{Message: m, rec: i})
 		return
 	}
 	if n := len(m.ToolCalls); n > MaxCallsPerTurn {
@@ -215,6 +231,7 @@ func (c *converter) assistant(i int, r *store.Record) {
 		m.ToolCalls = m.ToolCalls[:MaxCallsPerTurn]
 	}
 	m.ToolCalls = c.uniqueCalls(m.ToolCalls)
+	c.fixNames(m.ToolCalls)
 	if c.nameOnly > 0 {
 		// An old round: the calls by name, no results, and no reasoning, whose signatures cover the calls.
 		c.nameOnly--
@@ -227,12 +244,55 @@ func (c *converter) assistant(i int, r *store.Record) {
 		for _, call := range m.ToolCalls {
 			d.nameOnly = append(d.nameOnly, call.Name)
 		}
-		c.msgs = append(c.msgs, d)
+		c.push(d)
 		c.open, c.calls, c.results = -2, m.ToolCalls, make([]*store.Record, len(m.ToolCalls)) // results dropped
 		return
 	}
-	c.msgs = append(c.msgs, draft{Message: m, rec: i})
+	c.push(draft{Message: m, rec: i})
 	c.open, c.calls, c.results = len(c.msgs)-1, m.ToolCalls, make([]*store.Record, len(m.ToolCalls))
+}
+
+// fixNames gives calls whose name a provider refuses (empty, from a server that sent none, or outside
+// ^[a-zA-Z0-9_-]{1,64}$) one every provider takes; their results follow, as they take the call's name.
+func (c *converter) fixNames(calls []llm.ToolCall) {
+	for i := range calls {
+		if validName(calls[i].Name) {
+			continue
+		}
+		c.b.Repairs[RepairToolName]++
+		calls[i].Name = cleanName(calls[i].Name)
+	}
+}
+
+func validName(s string) bool {
+	return s != "" && len(s) <= 64 && validChars(s)
+}
+
+func validChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// cleanName replaces what a provider refuses in a tool name with _.
+func cleanName(s string) string {
+	if s == "" {
+		return "unnamed_tool"
+	}
+	b := []byte(s)
+	for i, ch := range b {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_' || ch == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b)
 }
 
 // uniqueCalls drops calls repeating an id of the same record.
@@ -289,7 +349,7 @@ func (c *converter) close() {
 			m.IsError = r.Success == nil || !*r.Success
 			m.Parts = []llm.Part{{Kind: llm.PartText, Text: c.capResult(r.Content)}}
 		}
-		c.msgs = append(c.msgs, draft{Message: m, rec: rec})
+		c.push(draft{Message: m, rec: rec})
 	}
 }
 
@@ -346,6 +406,7 @@ func (c *converter) normalize() {
 	c.msgs = out
 	if c.b.Summary != nil {
 		s := draft{rec: -1, Message: llm.TextMessage(llm.RoleUser, summaryIntro+c.b.Summary.Content)}
+		s.tokens = estimateMessage(&s.Message)
 		if len(c.msgs) > 0 && c.msgs[0].Role == llm.RoleUser {
 			c.merge(&s, &c.msgs[0])
 			c.msgs[0] = s
@@ -355,7 +416,9 @@ func (c *converter) normalize() {
 	}
 	if len(c.msgs) == 0 || c.msgs[0].Role != llm.RoleUser {
 		c.b.Repairs[RepairFirstNotUser]++
-		c.msgs = slices.Insert(c.msgs, 0, draft{rec: -1, Message: llm.TextMessage(llm.RoleUser, firstUser)})
+		first := draft{rec: -1, Message: llm.TextMessage(llm.RoleUser, firstUser)}
+		first.tokens = estimateMessage(&first.Message)
+		c.msgs = slices.Insert(c.msgs, 0, first)
 	}
 	c.fixIDs()
 }
@@ -383,6 +446,13 @@ func blank(p llm.Part) bool {
 // parts of another model lose theirs. An assistant message keeps its reasoning first: Anthropic
 // refuses a thinking turn that does not start with its thinking.
 func (c *converter) merge(a, b *draft) {
+	a.tokens += b.tokens
+	if len(a.nameOnly) > 0 && len(b.nameOnly) == 0 {
+		// The note on a's old calls goes right after a's own text, before what b said next.
+		note := llm.Part{Kind: llm.PartText, Text: nameOnlyNote(a.nameOnly)}
+		a.Parts, a.nameOnly = append(slices.Clip(a.Parts), note), nil
+		a.tokens += Estimate(note.Text)
+	}
 	if a.Role == llm.RoleAssistant {
 		if a.Origin != b.Origin {
 			if stripReplay(&a.Message) {
@@ -459,8 +529,10 @@ func (c *converter) toolsAsText() {
 			if d.IsError {
 				status = "failed"
 			}
-			out = append(out, draft{rec: d.rec, Message: llm.TextMessage(llm.RoleUser,
-				"[Tool "+d.ToolName+" "+status+", call "+d.ToolCallID+"]\n"+d.Text())})
+			nd := draft{rec: d.rec, Message: llm.TextMessage(llm.RoleUser,
+				"[Tool "+d.ToolName+" "+status+", call "+d.ToolCallID+"]\n"+d.Text())}
+			nd.tokens = estimateMessage(&nd.Message)
+			out = append(out, nd)
 		case len(d.ToolCalls) > 0:
 			var sb strings.Builder
 			for i, call := range d.ToolCalls {
@@ -472,6 +544,7 @@ func (c *converter) toolsAsText() {
 			stripReplay(&d.Message)
 			d.Parts = append(slices.Clip(d.Parts), llm.Part{Kind: llm.PartText, Text: sb.String()})
 			d.ToolCalls = nil
+			d.tokens = estimateMessage(&d.Message)
 			out = append(out, d)
 		default:
 			out = append(out, d)
@@ -529,44 +602,22 @@ func (c *converter) newID(old string, msg, call int) string {
 // validID reports whether every provider accepts id: Anthropic's ^[a-zA-Z0-9_-]+$ and OpenAI's 40
 // characters at most.
 func validID(id string) bool {
-	if id == "" || len(id) > 40 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		b := id[i]
-		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-') {
-			return false
-		}
-	}
-	return true
+	return id != "" && len(id) <= 40 && validChars(id)
 }
 
 // finish renders the name-only notes, marks the cache breakpoints, and counts the tokens.
 func (c *converter) finish() {
 	b := c.b
 	b.Messages = make([]llm.Message, len(c.msgs))
-	// Tokens by record, for the points; the messages chatd adds count before every record.
-	byRec := make([]int, 0, 8)
-	var lead int
-	recTokens := func(rec int) *int {
-		if rec < 0 {
-			return &lead
-		}
-		k := rec - b.From
-		for len(byRec) <= k {
-			byRec = append(byRec, 0)
-		}
-		return &byRec[k]
-	}
 	for i := range c.msgs {
 		d := &c.msgs[i]
 		if len(d.nameOnly) > 0 {
-			d.Parts = append(slices.Clip(d.Parts), llm.Part{Kind: llm.PartText, Text: nameOnlyNote(d.nameOnly)})
+			note := nameOnlyNote(d.nameOnly)
+			d.Parts = append(slices.Clip(d.Parts), llm.Part{Kind: llm.PartText, Text: note})
+			d.tokens += Estimate(note)
 		}
 		b.Messages[i] = d.Message
-		t := estimateMessage(&d.Message)
-		b.Tokens += t
-		*recTokens(d.rec) += t
+		b.Tokens += d.tokens
 	}
 	// Cache breakpoints (Anthropic): the end of the conversation, which the next call reads back, and
 	// the end of the previous call's conversation (before the latest assistant turn), which this call
@@ -580,15 +631,19 @@ func (c *converter) finish() {
 			}
 		}
 	}
-	sum := lead
-	k := 0
+	// The points count the tokens of each record as built, before merging moved them between messages.
+	sum, k := 0, 0
 	for i := range b.points {
 		p := &b.points[i]
-		for ; k < p.rec-b.From && k < len(byRec); k++ {
-			sum += byRec[k]
+		for ; k < p.rec-b.From && k < len(c.recTok); k++ {
+			sum += c.recTok[k]
 		}
 		p.before = sum
 	}
+	for ; k < len(c.recTok); k++ {
+		sum += c.recTok[k]
+	}
+	b.recordTokens = sum
 }
 
 // nameOnlyNote tells the model which calls an old round made, in order, repeats counted.
@@ -617,16 +672,31 @@ func nameOnlyNote(names []string) string {
 // index of the first record kept. It keeps as much as fits, and at least the latest user message or
 // assistant turn; ok is false when nothing before that can be summarized.
 func (b *Built) Cut(keep int) (rec int, ok bool) {
-	if len(b.points) < 2 {
-		return 0, false
-	}
-	last := b.points[len(b.points)-1].rec
-	for _, p := range b.points[1:] {
-		if b.Tokens-p.before <= keep {
-			return p.rec, true
+	rec, _, ok = b.cut(keep)
+	return rec, ok
+}
+
+// Kept returns the tokens of the messages built from the records a cut at rec keeps.
+func (b *Built) Kept(rec int) int {
+	for _, p := range b.points {
+		if p.rec == rec {
+			return b.recordTokens - p.before
 		}
 	}
-	return last, true
+	return b.recordTokens
+}
+
+func (b *Built) cut(keep int) (rec, kept int, ok bool) {
+	if len(b.points) < 2 {
+		return 0, 0, false
+	}
+	for _, p := range b.points[1:] {
+		if b.recordTokens-p.before <= keep {
+			return p.rec, b.recordTokens - p.before, true
+		}
+	}
+	last := b.points[len(b.points)-1]
+	return last.rec, b.recordTokens - last.before, true
 }
 
 // assistantMessage is an assistant record as the model is sent it: as its provider wrote it when the

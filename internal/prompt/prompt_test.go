@@ -431,3 +431,37 @@ Be brief.`
 		t.Errorf("manifest (-want +got):\n%s", diff)
 	}
 }
+
+// TestToolNames: a call stored without a name (a server sent none) or with one a provider refuses is
+// sent under a name every provider takes, and its result under the same name.
+func TestToolNames(t *testing.T) {
+	c := (&conv{}).user("q")
+	c.add(store.Record{Role: store.RoleAssistant, ToolCalls: []store.ToolCall{{ID: "a", Arguments: []byte(`{}`)},
+		{ID: "b", Name: "srv.read:file", Arguments: []byte(`{}`)}}})
+	c.add(store.Record{Role: store.RoleTool, ToolCallID: "a", Content: "The call did not name a tool.", Success: &no})
+	c.add(store.Record{Role: store.RoleTool, ToolCallID: "b", Name: "srv.read:file", Content: "x", Success: &yes})
+	b := build(c.recs, prompt.Options{Tools: true})
+	calls := b.Messages[1].ToolCalls
+	if calls[0].Name != "unnamed_tool" || calls[1].Name != "srv_read_file" {
+		t.Errorf("names: %q, %q", calls[0].Name, calls[1].Name)
+	}
+	if b.Messages[2].ToolName != calls[0].Name || b.Messages[3].ToolName != calls[1].Name {
+		t.Errorf("results named %q, %q", b.Messages[2].ToolName, b.Messages[3].ToolName)
+	}
+	if b.Repairs[prompt.RepairToolName] != 2 || c.recs[1].ToolCalls[1].Name != "srv.read:file" {
+		t.Errorf("repairs %v; stored name %q", b.Repairs, c.recs[1].ToolCalls[1].Name)
+	}
+}
+
+// TestCutCountsMergedRecords: merged messages do not move a record's tokens to the record before it.
+func TestCutCountsMergedRecords(t *testing.T) {
+	c := (&conv{}).user("one").answer("1").user("small").user(strings.Repeat("huge ", 20_000)).answer("2").user("three").answer("3").user("four")
+	b := build(c.recs, prompt.Options{Tools: true})
+	rec, ok := b.Cut(1000)
+	if !ok || rec != 4 {
+		t.Errorf("Cut(1000) = %d, want 4 (the answer after the huge message)", rec)
+	}
+	if kept := b.Kept(rec); kept > 1000 {
+		t.Errorf("kept %d tokens", kept)
+	}
+}

@@ -124,16 +124,17 @@ func firstSentence(s string) string {
 	return s
 }
 
-// Manifest lists the payloads of the tool records among records, oldest first.
+// Manifest lists the payloads of the tool records among records, oldest first: the latest maxManifest.
 func Manifest(records []store.Record) []Payload {
 	var out []Payload
-	for i := range records {
+	for i := len(records) - 1; i >= 0 && len(out) < maxManifest; i-- {
 		r := &records[i]
 		if r.Role != store.RoleTool || len(r.Payload) == 0 {
 			continue
 		}
 		out = append(out, Payload{ID: r.ID, Tool: r.Name, Summary: describeJSON(r.Payload)})
 	}
+	slices.Reverse(out)
 	return out
 }
 

@@ -59,14 +59,14 @@ func (w Windows) Lookup(provider, model string) int {
 	if n := w[model]; n > 0 {
 		return n
 	}
-	best, bestLen := 0, -1
+	best, bestLen, bestKey := 0, -1, ""
 	for k, n := range w {
 		p, ok := strings.CutSuffix(k, "*")
-		if !ok || n <= 0 || len(p) <= bestLen {
-			continue
+		if !ok || n <= 0 || len(p) < bestLen || len(p) == bestLen && k > bestKey {
+			continue // the longest pattern wins; of two as long, the first in order
 		}
 		if strings.HasPrefix(full, p) || strings.HasPrefix(model, p) {
-			best, bestLen = n, len(p)
+			best, bestLen, bestKey = n, len(p), k
 		}
 	}
 	if bestLen >= 0 {
