@@ -31,8 +31,8 @@ type turnState struct {
 	// compacted: the conversation was compacted after a context-length error; another such error
 	// goes to the fallbacks.
 	compacted bool
-	calls  []*pendingCall
-	ids    map[string]bool
+	calls     []*pendingCall
+	ids       map[string]bool
 
 	toolCtx     context.Context
 	cancelTools context.CancelFunc
