@@ -111,6 +111,8 @@ type Service struct {
 
 	calibMu sync.Mutex
 	calib   map[string]*prompt.Calibration // token estimate corrections by model
+	// estimates are the token estimates of sessions' records, kept between their runs.
+	estimates map[string]*prompt.Estimates
 }
 
 // queue is a session's queued runs, oldest first. Its mutex serializes starting them.
@@ -136,7 +138,7 @@ func New(opts Options) *Service {
 	}
 	opts.Agents = agents
 	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{}, queues: map[string]*queue{},
-		calib: map[string]*prompt.Calibration{}}
+		calib: map[string]*prompt.Calibration{}, estimates: map[string]*prompt.Estimates{}}
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)
 	}

@@ -63,6 +63,7 @@ func newConversation(s *Service, p *plan, run *Run, records []store.Record, syst
 		ToolHistoryRounds: cmp.Or(a.ToolHistoryRounds, d.ToolHistoryRounds),
 		ResultMaxBytes:    d.ResultMaxBytes,
 		Tools:             len(p.tools.specs) > 0,
+		Estimates:         s.takeEstimates(run.SessionID),
 	}
 	c.window = cmp.Or(a.ContextWindow, d.Windows.Lookup(p.provName, p.upstream))
 	at := cmp.Or(a.CompactAt, d.CompactAt, DefaultCompactAt)
@@ -72,6 +73,11 @@ func newConversation(s *Service, p *plan, run *Run, records []store.Record, syst
 	c.summary = prompt.Summarizer{Provider: p.provider, Model: p.upstream, Window: c.window,
 		Usage: func(u llm.Usage) { obs.recordUsage(p.model, u) }}
 	return c
+}
+
+// release hands the conversation's token estimates back for the session's next run.
+func (c *conversation) release() {
+	c.s.keepEstimates(c.run.SessionID, c.opts.Estimates)
 }
 
 // add appends a record the run stored.
@@ -219,3 +225,27 @@ func (s *Service) calibrate(model string, estimate, actual int) {
 
 // maxCalibrations bounds the models calibrated at once.
 const maxCalibrations = 256
+
+// maxEstimates bounds the sessions whose token estimates are kept between runs.
+const maxEstimates = 1024
+
+// takeEstimates returns the token estimates a session's last run kept, or new ones. A run has them to
+// itself: they are taken out, and kept again when it ends.
+func (s *Service) takeEstimates(session string) *prompt.Estimates {
+	s.calibMu.Lock()
+	defer s.calibMu.Unlock()
+	if e := s.estimates[session]; e != nil {
+		delete(s.estimates, session)
+		return e
+	}
+	return new(prompt.Estimates)
+}
+
+func (s *Service) keepEstimates(session string, e *prompt.Estimates) {
+	s.calibMu.Lock()
+	defer s.calibMu.Unlock()
+	if len(s.estimates) >= maxEstimates {
+		clear(s.estimates)
+	}
+	s.estimates[session] = e
+}

@@ -132,6 +132,9 @@ func (o *observer) added(rec *store.Record) {
 // only if its log ends with done. Then it hands the last events to the readers.
 func (o *observer) finish(res agent.Result) {
 	o.finished = true
+	if o.conv != nil {
+		o.conv.release()
+	}
 	run := o.run
 	out := Outcome{Status: string(res.Status), FinishReason: res.FinishReason, Message: o.last,
 		ToolHistory: o.history, Usage: storeUsage(res.Usage)}

@@ -13,6 +13,7 @@
 package prompt
 
 import (
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -44,6 +45,17 @@ type Options struct {
 	// Tools reports whether the request declares tools. Without tools, calls and results are sent as
 	// text: Anthropic and Bedrock refuse tool blocks in a request that declares none.
 	Tools bool
+	// Estimates, when set, keeps the token estimates of the records between the builds of one
+	// conversation (with the same options), so that each record is counted once.
+	Estimates *Estimates
+}
+
+// Estimates are token estimates of the messages built from records, by record: stored records do not
+// change. Not safe for concurrent use.
+type Estimates struct {
+	tokens    map[string]int  // of the message built from a record, by record id
+	nameOnly  map[string]int  // of an assistant record's text, its calls shown by name only
+	arguments map[string]bool // whether an assistant record's arguments are all JSON objects
 }
 
 func (o *Options) defaults() {
@@ -104,6 +116,8 @@ const (
 	RepairEmptyPart        = "empty_text"         // a blank text part left out
 	RepairMergedRoles      = "merged_roles"       // consecutive messages of one role sent as one
 	RepairFirstNotUser     = "first_not_user"     // a user message put first
+	RepairLastAssistant    = "last_assistant"     // a user message put after a last assistant message
+	RepairArguments        = "tool_arguments"     // arguments that are not a JSON object sent as {}
 	RepairToolID           = "tool_call_id"       // an id a provider refuses, or repeated, replaced
 	RepairToolName         = "tool_name"          // a call's name a provider refuses, replaced
 	RepairToolsAsText      = "tools_as_text"      // calls and results sent as text: the request declares no tools
@@ -117,6 +131,7 @@ const (
 	missingResult = "No result was stored for this call."
 	emptyResult   = "(the tool returned no output)"
 	firstUser     = "(The conversation continues from earlier messages that are not shown.)"
+	lastUser      = "(Continue.)"
 	summaryIntro  = "Summary of the earlier part of this conversation, which it replaces:\n\n"
 )
 
@@ -135,7 +150,13 @@ func Build(records []store.Record, opt Options) *Built {
 	if opt.ToolHistoryRounds >= 0 {
 		full = min(rounds, opt.ToolHistoryRounds)
 	}
-	c := converter{b: b, opt: opt, records: records, nameOnly: rounds - full, msgs: make([]draft, 0, len(records)-from+1)}
+	c := converter{b: b, opt: opt, records: records, nameOnly: rounds - full, msgs: make([]draft, 0, len(records)-from+1),
+		est: opt.Estimates}
+	if c.est == nil {
+		c.est = &Estimates{}
+	} else if c.est.tokens == nil {
+		c.est.tokens, c.est.nameOnly, c.est.arguments = map[string]int{}, map[string]int{}, map[string]bool{}
+	}
 	c.run(from)
 	c.normalize()
 	c.finish()
@@ -174,6 +195,7 @@ type converter struct {
 	records  []store.Record
 	nameOnly int // rounds left to show by name only
 	msgs     []draft
+	est      *Estimates      // kept between builds; an empty one when the options hold none
 	ids      map[string]bool // tool call ids sent so far
 	recTok   []int           // tokens of the drafts built from each record, by index from From
 
@@ -191,7 +213,7 @@ func (c *converter) run(from int) {
 		case store.RoleUser:
 			c.close()
 			c.point(i)
-			c.push(draft{Message: userMessage(r), rec: i})
+			c.push(draft{Message: userMessage(r), rec: i}, c.est.tokens, r.ID)
 		case store.RoleAssistant:
 			c.close()
 			c.point(i)
@@ -204,9 +226,19 @@ func (c *converter) run(from int) {
 	c.close()
 }
 
-// push appends a draft built from a record, counting its tokens for that record.
-func (c *converter) push(d draft) {
-	d.tokens = estimateMessage(&d.Message)
+// push appends a draft built from a record, counting its tokens for that record. cache is where the
+// estimate is kept between builds, under the record's id; nil or "" keeps none.
+func (c *converter) push(d draft, cache map[string]int, id string) {
+	if cache != nil && id != "" {
+		n, ok := cache[id]
+		if !ok {
+			n = estimateMessage(&d.Message)
+			cache[id] = n
+		}
+		d.tokens = n
+	} else {
+		d.tokens = estimateMessage(&d.Message)
+	}
 	k := d.rec - c.b.From
 	for len(c.recTok) <= k {
 		c.recTok = append(c.recTok, 0)
@@ -223,7 +255,7 @@ func (c *converter) point(i int) {
 func (c *converter) assistant(i int, r *store.Record) {
 	m := assistantMessage(r)
 	if len(m.ToolCalls) == 0 {
-		c.push(draft{Message: m, rec: i})
+		c.push(draft{Message: m, rec: i}, c.est.tokens, r.ID)
 		return
 	}
 	if n := len(m.ToolCalls); n > MaxCallsPerTurn {
@@ -232,10 +264,16 @@ func (c *converter) assistant(i int, r *store.Record) {
 	}
 	m.ToolCalls = c.uniqueCalls(m.ToolCalls)
 	c.fixNames(m.ToolCalls)
+	if ok, known := c.est.arguments[r.ID]; !known || !ok || r.ID == "" {
+		ok = c.fixArguments(m.ToolCalls)
+		if c.est.arguments != nil && r.ID != "" {
+			c.est.arguments[r.ID] = ok
+		}
+	}
 	if c.nameOnly > 0 {
 		// An old round: the calls by name, no results, and no reasoning, whose signatures cover the calls.
 		c.nameOnly--
-		d := draft{rec: i, Message: llm.Message{Role: llm.RoleAssistant, Origin: m.Origin}}
+		d := draft{rec: i, Message: llm.Message{Role: llm.RoleAssistant, Origin: m.Origin, Parts: make([]llm.Part, 0, len(m.Parts)+1)}}
 		for _, p := range m.Parts {
 			if p.Kind == llm.PartText {
 				d.Parts = append(d.Parts, p)
@@ -244,12 +282,29 @@ func (c *converter) assistant(i int, r *store.Record) {
 		for _, call := range m.ToolCalls {
 			d.nameOnly = append(d.nameOnly, call.Name)
 		}
-		c.push(d)
+		c.push(d, c.est.nameOnly, r.ID)
 		c.open, c.calls, c.results = -2, m.ToolCalls, make([]*store.Record, len(m.ToolCalls)) // results dropped
 		return
 	}
-	c.push(draft{Message: m, rec: i})
+	c.push(draft{Message: m, rec: i}, c.est.tokens, r.ID)
 	c.open, c.calls, c.results = len(c.msgs)-1, m.ToolCalls, make([]*store.Record, len(m.ToolCalls))
+}
+
+// fixArguments sends arguments that are not a JSON object (only data chatd did not write holds such) as
+// {}: Anthropic and Gemini take nothing else.
+// It reports whether all were objects.
+func (c *converter) fixArguments(calls []llm.ToolCall) bool {
+	ok := true
+	for i := range calls {
+		a := calls[i].Arguments
+		if len(a) >= 2 && a[0] == '{' && json.Valid(a) {
+			continue
+		}
+		ok = false
+		c.b.Repairs[RepairArguments]++
+		calls[i].Arguments = json.RawMessage("{}")
+	}
+	return ok
 }
 
 // fixNames gives calls whose name a provider refuses (empty, from a server that sent none, or outside
@@ -342,14 +397,16 @@ func (c *converter) close() {
 	for i, call := range c.calls {
 		r := c.results[i]
 		m := llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, ToolName: call.Name, IsError: true}
+		id := ""
 		if r == nil {
 			c.b.Clamped.MissingResults++
 			m.Parts = []llm.Part{{Kind: llm.PartText, Text: missingResult}}
 		} else {
 			m.IsError = r.Success == nil || !*r.Success
 			m.Parts = []llm.Part{{Kind: llm.PartText, Text: c.capResult(r.Content)}}
+			id = r.ID
 		}
-		c.push(draft{Message: m, rec: rec})
+		c.push(draft{Message: m, rec: rec}, c.est.tokens, id)
 	}
 }
 
@@ -414,6 +471,14 @@ func (c *converter) normalize() {
 			c.msgs = slices.Insert(c.msgs, 0, s)
 		}
 	}
+	if n := len(c.msgs); n > 0 && c.msgs[n-1].Role == llm.RoleAssistant {
+		// A model call answers the user or a tool; a conversation ending with the assistant (its user
+		// message lost) would be read as a prefill, which Anthropic refuses with thinking on.
+		c.b.Repairs[RepairLastAssistant]++
+		last := draft{rec: -1, Message: llm.TextMessage(llm.RoleUser, lastUser)}
+		last.tokens = estimateMessage(&last.Message)
+		c.msgs = append(c.msgs, last)
+	}
 	if len(c.msgs) == 0 || c.msgs[0].Role != llm.RoleUser {
 		c.b.Repairs[RepairFirstNotUser]++
 		first := draft{rec: -1, Message: llm.TextMessage(llm.RoleUser, firstUser)}
@@ -450,7 +515,7 @@ func (c *converter) merge(a, b *draft) {
 	if len(a.nameOnly) > 0 && len(b.nameOnly) == 0 {
 		// The note on a's old calls goes right after a's own text, before what b said next.
 		note := llm.Part{Kind: llm.PartText, Text: nameOnlyNote(a.nameOnly)}
-		a.Parts, a.nameOnly = append(slices.Clip(a.Parts), note), nil
+		a.Parts, a.nameOnly = append(a.Parts, note), nil // a's parts are its own
 		a.tokens += Estimate(note.Text)
 	}
 	if a.Role == llm.RoleAssistant {
@@ -460,23 +525,35 @@ func (c *converter) merge(a, b *draft) {
 			}
 			a.Origin = b.Origin
 		}
-		parts := make([]llm.Part, 0, len(a.Parts)+len(b.Parts))
-		for _, reasoning := range []bool{true, false} {
-			for _, ps := range [][]llm.Part{a.Parts, b.Parts} {
-				for _, p := range ps {
-					if (p.Kind == llm.PartReasoning || p.Kind == llm.PartRedactedReasoning) == reasoning {
-						parts = append(parts, p)
+		if !slices.ContainsFunc(b.Parts, isReasoning) || !slices.ContainsFunc(a.Parts, func(p llm.Part) bool { return !isReasoning(p) }) {
+			a.Parts = append(a.Parts, b.Parts...) // already in order: a's reasoning and text, then b's
+		} else {
+			parts := make([]llm.Part, 0, len(a.Parts)+len(b.Parts))
+			for _, reasoning := range []bool{true, false} {
+				for _, ps := range [][]llm.Part{a.Parts, b.Parts} {
+					for _, p := range ps {
+						if isReasoning(p) == reasoning {
+							parts = append(parts, p)
+						}
 					}
 				}
 			}
+			a.Parts = parts
 		}
-		a.Parts = parts
 	} else {
 		a.Parts = append(slices.Clip(a.Parts), b.Parts...)
 		a.Parts = joinTexts(a.Parts)
 	}
-	a.ToolCalls = append(slices.Clip(a.ToolCalls), b.ToolCalls...)
-	a.nameOnly = append(slices.Clip(a.nameOnly), b.nameOnly...)
+	if len(b.ToolCalls) > 0 {
+		a.ToolCalls = append(a.ToolCalls, b.ToolCalls...)
+	}
+	if len(b.nameOnly) > 0 {
+		a.nameOnly = append(a.nameOnly, b.nameOnly...)
+	}
+}
+
+func isReasoning(p llm.Part) bool {
+	return p.Kind == llm.PartReasoning || p.Kind == llm.PartRedactedReasoning
 }
 
 // joinTexts joins adjacent text parts into one, a paragraph apart: a user message of one text is what

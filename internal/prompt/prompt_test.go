@@ -97,7 +97,7 @@ func want(t *testing.T, b *prompt.Built, want []string) {
 func TestResultsInCallOrder(t *testing.T) {
 	c := (&conv{}).user("q").calls("a", "b", "c").result("c", "C").result("a", "A").result("b", "B").answer("done")
 	want(t, build(c.recs, prompt.Options{Tools: true}), []string{
-		"user::q", "assistant::[a,b,c]", "tool:a:A", "tool:b:B", "tool:c:C", "assistant::done"})
+		"user::q", "assistant::[a,b,c]", "tool:a:A", "tool:b:B", "tool:c:C", "assistant::done", "user::(Continue.)"})
 }
 
 // TestToolHistoryRounds: rounds older than the last N are shown by name only, their results dropped,
@@ -196,7 +196,7 @@ func TestSummary(t *testing.T) {
 	b := build(c.recs, prompt.Options{Tools: true})
 	want(t, b, []string{
 		"user::Summary of the earlier part of this conversation, which it replaces:\n\nThey counted.",
-		"assistant::[b]", "tool:b:B", "assistant::done"})
+		"assistant::[b]", "tool:b:B", "assistant::done", "user::(Continue.)"})
 	if b.Summary == nil || b.From != 5 {
 		t.Errorf("summary %v from %d", b.Summary, b.From)
 	}
@@ -249,7 +249,7 @@ func TestNoTools(t *testing.T) {
 	c := (&conv{}).user("q").round("a").answer("done")
 	b := build(c.recs, prompt.Options{})
 	want(t, b, []string{"user::q", `assistant::[Called tool f, call a, with {"q":"a"}]`,
-		"user::[Tool f returned, call a]\nresult a", "assistant::done"})
+		"user::[Tool f returned, call a]\nresult a", "assistant::done", "user::(Continue.)"})
 }
 
 // TestRepairs: blank text, empty messages, roles out of turn, a conversation starting with the
