@@ -220,3 +220,40 @@ agents:
 		}
 	}
 }
+
+// TestContextSettings: what the model is sent, from the file and the environment (which wins), per
+// agent, and the values refused.
+func TestContextSettings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "chatd.yaml")
+	os.WriteFile(file, []byte(`tool_history_rounds: 4
+tool_result_max_bytes: 1000
+compact_at: 0.7
+context_windows: {"ollama/*": 8192, gpt-4o: 64000}
+agents:
+  a: {system_prompt: Hi., instructions: Be kind., guidelines: Be brief., tool_history_rounds: -1, context_window: 9000, compact_at: 0.5}
+`), 0o600)
+	c, err := Load([]string{"--config", file}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Context{ToolHistoryRounds: 4, ToolResultMaxBytes: 1000, CompactAt: 0.7, Windows: map[string]int{"ollama/*": 8192, "gpt-4o": 64000}}
+	if diff := cmp.Diff(want, c.Context); diff != "" {
+		t.Errorf("context (-want +got):\n%s", diff)
+	}
+	if a := c.Agents["a"]; a.Instructions != "Be kind." || a.Guidelines != "Be brief." || a.ToolHistoryRounds != -1 || a.ContextWindow != 9000 || a.CompactAt != 0.5 {
+		t.Errorf("agent: %+v", a)
+	}
+	c, err = Load([]string{"--config", file}, env(map[string]string{"CHATD_TOOL_HISTORY_ROUNDS": "2",
+		"CHATD_TOOL_RESULT_MAX_BYTES": "500", "CHATD_COMPACT_AT": "0.9"}), io.Discard)
+	if err != nil || c.Context.ToolHistoryRounds != 2 || c.Context.ToolResultMaxBytes != 500 || c.Context.CompactAt != 0.9 {
+		t.Errorf("the environment does not win: %+v %v", c.Context, err)
+	}
+	for _, bad := range []map[string]string{
+		{"CHATD_TOOL_HISTORY_ROUNDS": "0"}, {"CHATD_TOOL_HISTORY_ROUNDS": "ten"},
+		{"CHATD_TOOL_RESULT_MAX_BYTES": "-1"}, {"CHATD_COMPACT_AT": "1.5"}, {"CHATD_COMPACT_AT": "NaN"},
+	} {
+		if _, err := Load(nil, env(bad), io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
