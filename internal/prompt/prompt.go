@@ -749,8 +749,15 @@ func nameOnlyNote(names []string) string {
 // index of the first record kept. It keeps as much as fits, and at least the latest user message or
 // assistant turn; ok is false when nothing before that can be summarized.
 func (b *Built) Cut(keep int) (rec int, ok bool) {
-	rec, _, ok = b.cut(keep)
-	return rec, ok
+	if len(b.points) < 2 {
+		return 0, false
+	}
+	for _, p := range b.points[1:] {
+		if b.recordTokens-p.before <= keep {
+			return p.rec, true
+		}
+	}
+	return b.points[len(b.points)-1].rec, true
 }
 
 // Kept returns the tokens of the messages built from the records a cut at rec keeps.
@@ -761,19 +768,6 @@ func (b *Built) Kept(rec int) int {
 		}
 	}
 	return b.recordTokens
-}
-
-func (b *Built) cut(keep int) (rec, kept int, ok bool) {
-	if len(b.points) < 2 {
-		return 0, 0, false
-	}
-	for _, p := range b.points[1:] {
-		if b.recordTokens-p.before <= keep {
-			return p.rec, b.recordTokens - p.before, true
-		}
-	}
-	last := b.points[len(b.points)-1]
-	return last.rec, b.recordTokens - last.before, true
 }
 
 // assistantMessage is an assistant record as the model is sent it: as its provider wrote it when the
