@@ -325,12 +325,16 @@ func validName(s string) bool {
 
 func validChars(s string) bool {
 	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-') {
+		if !validByte(s[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// validByte reports whether every provider takes b in a tool name or call id: [a-zA-Z0-9_-].
+func validByte(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-'
 }
 
 // cleanName replaces what a provider refuses in a tool name with _.
@@ -340,7 +344,7 @@ func cleanName(s string) string {
 	}
 	b := []byte(s)
 	for i, ch := range b {
-		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_' || ch == '-') {
+		if !validByte(ch) {
 			b[i] = '_'
 		}
 	}

@@ -124,13 +124,7 @@ type Request struct {
 // Messages returns the request's "messages" (OpenAI Chat Completions, Anthropic). Gemini's history is
 // Body["contents"], Responses' is Body["input"].
 func (r Request) Messages() []map[string]any {
-	var out []map[string]any
-	ms, _ := r.Body["messages"].([]any)
-	for _, m := range ms {
-		mm, _ := m.(map[string]any)
-		out = append(out, mm)
-	}
-	return out
+	return objects(r.Body["messages"])
 }
 
 // Server is a fake server of the four protocols answering with scripted turns in order, whatever the

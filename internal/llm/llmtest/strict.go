@@ -542,6 +542,20 @@ func nonEmptyString(param string, v any) (string, *APIError) {
 }
 
 // jsonType names the JSON type of a decoded value as the API's sentences do.
+// objects returns a JSON list's elements as objects (nil for an element that is not one); nil when v
+// is not a list or is empty.
+func objects(v any) []map[string]any {
+	list, _ := v.([]any)
+	if len(list) == 0 {
+		return nil
+	}
+	out := make([]map[string]any, len(list))
+	for i, e := range list {
+		out[i], _ = e.(map[string]any)
+	}
+	return out
+}
+
 func jsonType(v any) string {
 	switch v := v.(type) {
 	case nil:

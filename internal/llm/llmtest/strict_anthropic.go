@@ -68,12 +68,7 @@ func anthropicRequired(body map[string]any) *APIError {
 
 // anthropicMessages returns the messages; anthropicRequired has checked they are a list.
 func anthropicMessages(body map[string]any) []map[string]any {
-	list, _ := body["messages"].([]any)
-	msgs := make([]map[string]any, len(list))
-	for i, v := range list {
-		msgs[i], _ = v.(map[string]any)
-	}
-	return msgs
+	return objects(body["messages"])
 }
 
 // blocks returns a message's content as blocks: a string is one text block, as the API reads it.
@@ -81,14 +76,8 @@ func anthropicBlocks(content any) []map[string]any {
 	switch c := content.(type) {
 	case string:
 		return []map[string]any{{"type": "text", "text": c}}
-	case []any:
-		out := make([]map[string]any, len(c))
-		for j, b := range c {
-			out[j], _ = b.(map[string]any)
-		}
-		return out
 	}
-	return nil
+	return objects(content)
 }
 
 // anthropicToolID is the pattern of tool_use ids and of the tool_use_id of results; ids of other providers

@@ -65,22 +65,12 @@ var geminiDataFields = []string{"text", "inlineData", "functionCall", "functionR
 
 // geminiContents returns the contents, each an object (or nil).
 func geminiContents(body map[string]any) []map[string]any {
-	list, _ := body["contents"].([]any)
-	out := make([]map[string]any, len(list))
-	for i, v := range list {
-		out[i], _ = v.(map[string]any)
-	}
-	return out
+	return objects(body["contents"])
 }
 
 // geminiParts returns the parts of a content, each an object (or nil).
 func geminiParts(c map[string]any) []map[string]any {
-	list, _ := c["parts"].([]any)
-	out := make([]map[string]any, len(list))
-	for j, v := range list {
-		out[j], _ = v.(map[string]any)
-	}
-	return out
+	return objects(c["parts"])
 }
 
 // geminiSet returns the data members a part sets. An empty text is no text: the API reads it as unset.
