@@ -100,7 +100,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err := tools.Register(tool.CurrentTime(nil)); err != nil {
 		return err
 	}
-	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: agents(cfg.Agents),
+	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: agents(cfg.Agents), Scopes: cfg.ToolScopes,
 		DefaultModel: cfg.Model, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
 			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows}})
 	if err := chats.Recover(ctx); err != nil {
@@ -174,7 +174,7 @@ func agents(in map[string]config.Agent) map[string]chat.Agent {
 		ca := chat.Agent{Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
 			MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens,
 			Instructions: a.Instructions, Guidelines: a.Guidelines, ToolHistoryRounds: a.ToolHistoryRounds,
-			ContextWindow: a.ContextWindow, CompactAt: a.CompactAt}
+			ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Scopes: a.ToolScopes}
 		if r := a.Reasoning; r != nil {
 			ca.Reasoning = &llm.Reasoning{Effort: r.Effort, BudgetTokens: r.BudgetTokens}
 		}

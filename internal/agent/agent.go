@@ -29,8 +29,10 @@ type ToolResult struct {
 	Arguments json.RawMessage // the arguments as run (repaired); nil when the call did not run
 	Content   string          // text for the model
 	Payload   json.RawMessage // structured data for the UI
-	Success   bool
-	Duration  time.Duration
+	// Attachments are binary content the tool returned (images: Kind PartImage), kept on the tool record.
+	Attachments []llm.Part
+	Success     bool
+	Duration    time.Duration
 }
 
 // Observer receives the steps of a run in order, from the goroutine that called Run — except

@@ -57,9 +57,11 @@ type Models interface {
 type Agent struct {
 	Model string
 	// Fallbacks are provider/model names tried in order when the model fails before any output.
-	Fallbacks     []string
-	SystemPrompt  string
-	Tools         []string // allowed tool names; nil allows every tool
+	Fallbacks    []string
+	SystemPrompt string
+	Tools        []string // allowed tool names and "server__*" patterns; nil allows every tool not bound to a scope
+	// Scopes add tools by the request context's page, tab and subtab (seed 003); nil: Options.Scopes.
+	Scopes        *tool.Scopes
 	MaxIterations int
 	Temperature   *float64
 	MaxTokens     int
@@ -80,6 +82,7 @@ type Options struct {
 	Models       Models
 	Tools        *tool.Registry
 	Agents       map[string]Agent // "default" is added when missing
+	Scopes       *tool.Scopes     // the tool scopes of agents without their own
 	DefaultModel string
 	Logger       *slog.Logger
 	// Agent loop tuning, mostly for tests; zero values are the loop's defaults.

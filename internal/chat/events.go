@@ -54,6 +54,13 @@ type toolCompleteData struct {
 	Payload    json.RawMessage `json:"payload,omitempty"`
 }
 
+type toolProgressData struct {
+	ToolCallID string  `json:"tool_call_id"`
+	Progress   float64 `json:"progress"`
+	Total      float64 `json:"total,omitempty"`
+	Message    string  `json:"message,omitempty"`
+}
+
 type recordData struct {
 	Message *store.Record `json:"message"`
 }

@@ -9,6 +9,7 @@ import (
 	"chatd/internal/agent"
 	"chatd/internal/llm"
 	"chatd/internal/store"
+	"chatd/internal/tool"
 )
 
 // observer stores what the agent loop produces and turns it into run events. The loop calls it from one
@@ -59,6 +60,11 @@ func (o *observer) ToolComplete(call llm.ToolCall, res agent.ToolResult) {
 		Success: res.Success, Content: res.Content, DurationMS: res.Duration.Milliseconds(), Payload: res.Payload}))
 }
 
+// ToolProgress runs on the call's goroutine, like ToolComplete.
+func (o *observer) ToolProgress(callID string, p tool.Progress) {
+	o.run.emit(EventToolProgress, mustJSON(toolProgressData{ToolCallID: callID, Progress: p.Progress, Total: p.Total, Message: p.Message}))
+}
+
 func (o *observer) Usage(m agent.Model, u llm.Usage) {
 	model := llm.Origin(m.ProviderName, m.Name)
 	if o.conv != nil && model == o.conv.model {
@@ -105,6 +111,9 @@ func (o *observer) ToolResult(ctx context.Context, t *agent.Turn, call llm.ToolC
 	rec := &store.Record{
 		SessionID: o.run.SessionID, RunID: o.run.ID, Role: store.RoleTool, ParentID: parent.ID,
 		ToolCallID: call.ID, Name: call.Name, Content: res.Content, Success: &ok, DurationMS: &ms, Payload: res.Payload,
+	}
+	for _, a := range res.Attachments {
+		rec.Attachments = append(rec.Attachments, store.Attachment{MediaType: a.MediaType, Name: a.Text, Data: a.Data})
 	}
 	if err := o.s.opts.Store.AppendRecord(ctx, o.p.user, rec); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
@@ -17,6 +18,8 @@ type toolSet struct {
 	reg     *tool.Registry
 	allowed map[string]bool
 	specs   []llm.ToolSpec
+	// progress receives the progress reports of running calls; nil drops them.
+	progress func(callID string, p tool.Progress)
 }
 
 var _ agent.Tools = (*toolSet)(nil)
@@ -71,8 +74,45 @@ func (ts *toolSet) Call(ctx context.Context, call llm.ToolCall) agent.ToolResult
 		}
 		return agent.ToolResult{Content: msg}
 	}
+	var stop func()
+	if ts.progress != nil {
+		ctx, stop = withProgress(ctx, call.ID, ts.progress)
+	}
 	out := ts.reg.Call(ctx, call.Name, call.Arguments)
-	return agent.ToolResult{Arguments: out.Arguments, Content: out.Content, Payload: out.Payload, Success: out.Success, Duration: out.Duration}
+	if stop != nil {
+		stop()
+	}
+	res := agent.ToolResult{Arguments: out.Arguments, Content: out.Content, Payload: out.Payload, Success: out.Success, Duration: out.Duration}
+	for _, a := range out.Attachments {
+		res.Attachments = append(res.Attachments, llm.Part{Kind: llm.PartImage, MediaType: a.MediaType, Text: a.Name, Data: a.Data})
+	}
+	return res
+}
+
+// withProgress returns a copy of ts whose calls report progress to f.
+func (ts *toolSet) withProgress(f func(callID string, p tool.Progress)) *toolSet {
+	c := *ts
+	c.progress = f
+	return &c
+}
+
+// withProgress gives one call a progress reporter; stop, called once the call has returned, makes it
+// drop every later report (an MCP server may send progress after the result, or after a cancel).
+func withProgress(ctx context.Context, callID string, f func(string, tool.Progress)) (context.Context, func()) {
+	var mu sync.Mutex
+	stopped := false
+	report := func(p tool.Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			f(callID, p)
+		}
+	}
+	return tool.WithProgress(ctx, report), func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+	}
 }
 
 // Tools lists the tools an agent ("" for the default one) offers.

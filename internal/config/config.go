@@ -12,8 +12,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +25,7 @@ import (
 
 	"chatd/internal/llm/upstream"
 	"chatd/internal/provider"
+	"chatd/internal/tool"
 )
 
 // Defaults.
@@ -49,6 +52,23 @@ type Config struct {
 	Unconfigured []provider.Unconfigured
 	Agents       map[string]Agent
 	Context      Context
+	// MCPConfig is the path of the MCP servers file in the common {"mcpServers":{…}} shape
+	// (--mcp-config, CHATD_MCP_CONFIG or mcp_config); "" runs no MCP server.
+	MCPConfig string
+	// FetchURL configures the built-in fetch_url tool, off unless enabled.
+	FetchURL FetchURL
+	// ToolScopes bind tools to the request context's page, tab and subtab, for agents without their own.
+	ToolScopes *tool.Scopes
+}
+
+// FetchURL configures the built-in fetch_url tool.
+type FetchURL struct {
+	Enabled  bool          `yaml:"enabled"`
+	MaxBytes int64         `yaml:"max_bytes"` // of the response body read; 0: the tool's default
+	Timeout  time.Duration `yaml:"timeout"`   // of the whole fetch, redirects included; 0: the tool's default
+	// Allow lists address ranges (CIDR) the SSRF guard lets through, such as an intranet the operator
+	// wants reachable; internal addresses are refused otherwise.
+	Allow []string `yaml:"allow"`
 }
 
 // Context is what every model call is sent: the defaults of the agents' context settings.
@@ -84,6 +104,8 @@ type Agent struct {
 	ToolHistoryRounds int     `yaml:"tool_history_rounds"`
 	ContextWindow     int     `yaml:"context_window"`
 	CompactAt         float64 `yaml:"compact_at"`
+	// ToolScopes bind tools to the request context's page, tab and subtab; absent: the top-level ones.
+	ToolScopes *tool.Scopes `yaml:"tool_scopes"`
 }
 
 // Reasoning is an agent's thinking setting.
@@ -107,6 +129,10 @@ type file struct {
 	ToolResultMaxBytes int            `yaml:"tool_result_max_bytes"`
 	CompactAt          float64        `yaml:"compact_at"`
 	ContextWindows     map[string]int `yaml:"context_windows"`
+
+	MCPConfig  string       `yaml:"mcp_config"`
+	FetchURL   FetchURL     `yaml:"fetch_url"`
+	ToolScopes *tool.Scopes `yaml:"tool_scopes"`
 }
 
 type fileProvider struct {
@@ -128,6 +154,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	db := fs.String("db", "", "database: sqlite:PATH (env CHATD_DB; default "+DefaultDB+")")
 	model := fs.String("model", "", "default model as provider/model (env CHATD_MODEL)")
 	cfgFile := fs.String("config", "", "YAML configuration file (env CHATD_CONFIG)")
+	mcpConfig := fs.String("mcp-config", "", "MCP servers JSON file, {\"mcpServers\":{…}} (env CHATD_MCP_CONFIG)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (env CHATD_LOG_LEVEL; default info)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -167,6 +194,11 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		}
 	}
 	c.Agents = f.Agents
+	c.MCPConfig = cmp.Or(*mcpConfig, getenv("CHATD_MCP_CONFIG"), f.MCPConfig)
+	if c.MCPConfig != "" && f.MCPConfig == c.MCPConfig && c.File != "" && !filepath.IsAbs(c.MCPConfig) {
+		c.MCPConfig = filepath.Join(filepath.Dir(c.File), c.MCPConfig) // relative to the file naming it
+	}
+	c.FetchURL, c.ToolScopes = f.FetchURL, f.ToolScopes
 	if err := c.context(getenv, &f); err != nil {
 		return nil, err
 	}
@@ -396,6 +428,14 @@ func (c *Config) Validate() error {
 	for k, n := range cx.Windows {
 		if n <= 0 {
 			return fmt.Errorf("config: context_windows: %q must be a positive number of tokens", k)
+		}
+	}
+	if fu := c.FetchURL; fu.MaxBytes < 0 || fu.Timeout < 0 {
+		return errors.New("config: fetch_url: max_bytes and timeout must be positive")
+	}
+	for _, r := range c.FetchURL.Allow {
+		if _, err := netip.ParsePrefix(r); err != nil {
+			return fmt.Errorf("config: fetch_url: allow: %q is not an address range such as 10.0.0.0/8", r)
 		}
 	}
 	for name, a := range c.Agents {

@@ -45,7 +45,7 @@ func (r *Registry) call(ctx context.Context, name string, raw json.RawMessage) O
 		return failure(args, err.Error())
 	}
 	res = r.sanitize(name, res)
-	return Outcome{Arguments: args, Content: res.Content, Payload: res.Payload, Success: !res.IsError}
+	return Outcome{Arguments: args, Content: res.Content, Payload: res.Payload, Attachments: res.Attachments, Success: !res.IsError}
 }
 
 // sanitize makes a tool's result safe to store and send: a payload that is not JSON is dropped (tools

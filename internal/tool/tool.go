@@ -38,17 +38,26 @@ type Info struct {
 
 // Result is what a tool returns to the registry.
 type Result struct {
-	Content string          // text for the model
-	Payload json.RawMessage // optional structured data for the UI
-	IsError bool            // the tool reports failure itself
+	Content     string          // text for the model
+	Payload     json.RawMessage // optional structured data for the UI
+	Attachments []Attachment    // binary content (images) kept on the tool record
+	IsError     bool            // the tool reports failure itself
+}
+
+// Attachment is binary content a tool returned, such as an image.
+type Attachment struct {
+	MediaType string
+	Name      string
+	Data      []byte
 }
 
 // Outcome is the result of Registry.Call: always usable as a tool result for
 // the model, whether the call succeeded or not.
 type Outcome struct {
-	Arguments json.RawMessage // the arguments as validated and run; always a JSON object, "{}" when unusable
-	Content   string          // the tool's text, or why the call failed
-	Payload   json.RawMessage // the tool's structured data for the UI, if any
-	Success   bool
-	Duration  time.Duration
+	Arguments   json.RawMessage // the arguments as validated and run; always a JSON object, "{}" when unusable
+	Content     string          // the tool's text, or why the call failed
+	Payload     json.RawMessage // the tool's structured data for the UI, if any
+	Attachments []Attachment    // the tool's binary content, if any
+	Success     bool
+	Duration    time.Duration
 }
