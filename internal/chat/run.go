@@ -87,6 +87,11 @@ func newRun(id, user string, p *plan, log *eventLog) *Run {
 // emit appends an event and wakes the readers: the per-token path, so no I/O and one lock.
 func (r *Run) emit(typ string, data []byte) {
 	r.mu.Lock()
+	if r.ended {
+		// A straggler (a tool's late progress report) must not follow done.
+		r.mu.Unlock()
+		return
+	}
 	r.events = append(r.events, Event{Seq: int64(len(r.events)) + 1, Type: typ, Data: data})
 	r.wake()
 	r.mu.Unlock()

@@ -204,7 +204,7 @@ func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, er
 	if err := s.resolveModel(p); err != nil {
 		return nil, err
 	}
-	tools, err := s.toolsFor(a, req.SelectedTools)
+	tools, err := s.toolsFor(p.agentNm, a, req.Context, req.SelectedTools)
 	if err != nil {
 		return nil, err
 	}

@@ -12,8 +12,8 @@ import (
 	"chatd/internal/tool"
 )
 
-// toolSet is the tools one run offers the model: the agent's allow-list narrowed by the request's
-// selected_tools. A call of any other tool fails without running.
+// toolSet is the tools one run offers the model: those the agent offers in the request's context (see
+// visibleTools), narrowed by the request's selected_tools. A call of any other tool fails without running.
 type toolSet struct {
 	reg     *tool.Registry
 	allowed map[string]bool
@@ -24,33 +24,83 @@ type toolSet struct {
 
 var _ agent.Tools = (*toolSet)(nil)
 
-// toolsFor resolves the tools of a run. An unknown name in selected_tools is the caller's error; an
-// unknown name in the agent's list is skipped (the tool may come from a server that is down).
-func (s *Service) toolsFor(a Agent, selected []string) (*toolSet, error) {
-	ts := &toolSet{reg: s.opts.Tools, allowed: map[string]bool{}}
-	if ts.reg == nil {
-		if len(selected) > 0 {
-			return nil, invalid("unknown_tool", "selected_tools names %q, but no tools are available", selected[0])
+// toolsFor resolves the tools of a run of the agent called name, in the request context reqCtx. A nil
+// selected offers every visible tool, an empty one none; a selected tool that is not visible (unknown,
+// or not offered by this agent in this context) is the caller's error.
+func (s *Service) toolsFor(name string, a Agent, reqCtx map[string]any, selected []string) (*toolSet, error) {
+	infos := s.visibleTools(a, reqCtx)
+	for _, n := range selected {
+		if _, found := slices.BinarySearchFunc(infos, n, byName); !found {
+			return nil, invalid("unknown_tool", "selected_tools names %q, not a tool of agent %q%s; GET /v1/tools lists them",
+				n, name, where(reqCtx))
 		}
-		return ts, nil
 	}
-	infos := ts.reg.List()
-	for _, name := range selected {
-		if _, ok := ts.reg.Info(name); !ok || (a.Tools != nil && !slices.Contains(a.Tools, name)) {
-			return nil, invalid("unknown_tool", "selected_tools names %q, which is not a tool of this agent; GET /v1/tools lists them", name)
-		}
+	if selected != nil {
+		infos = slices.DeleteFunc(infos, func(info tool.Info) bool { return !slices.Contains(selected, info.Name) })
+	}
+	ts := &toolSet{reg: s.opts.Tools, allowed: make(map[string]bool, len(infos))}
+	if len(infos) > 0 {
+		ts.specs = make([]llm.ToolSpec, 0, len(infos))
 	}
 	for _, info := range infos {
-		if a.Tools != nil && !slices.Contains(a.Tools, info.Name) {
-			continue
-		}
-		if selected != nil && !slices.Contains(selected, info.Name) {
-			continue
-		}
 		ts.allowed[info.Name] = true
 		ts.specs = append(ts.specs, llm.ToolSpec{Name: info.Name, Description: info.Description, InputSchema: info.InputSchema})
 	}
 	return ts, nil
+}
+
+// visibleTools returns the registered tools agent a offers in the request context reqCtx, sorted by
+// name:
+//
+//   - those its allow-list (Agent.Tools) names; without one, every tool not bound to a scope
+//     (tool.Scopes.Bound), so that a page's tools stay on their page;
+//   - and those the scope patterns active in reqCtx name (tool.Scopes.Active): global, page, tab, subtab.
+//
+// The agent's scopes are Agent.Scopes, or Options.Scopes when it has none. The registry changes while
+// chatd runs (MCP servers come and go), so this is resolved for each request, never kept.
+func (s *Service) visibleTools(a Agent, reqCtx map[string]any) []tool.Info {
+	if s.opts.Tools == nil {
+		return nil
+	}
+	scopes := a.Scopes
+	if scopes == nil {
+		scopes = s.opts.Scopes
+	}
+	active := scopes.Active(reqCtx)
+	infos := s.opts.Tools.List() // a fresh copy, filtered in place
+	return slices.DeleteFunc(infos, func(info tool.Info) bool {
+		if tool.MatchAny(active, info.Name) {
+			return false
+		}
+		if a.Tools == nil {
+			return scopes.Bound(info.Name)
+		}
+		return !tool.MatchAny(a.Tools, info.Name)
+	})
+}
+
+func byName(info tool.Info, name string) int { return strings.Compare(info.Name, name) }
+
+// where describes the page, tab and subtab of a request context for a message: ` (page "reports", tab
+// "table")`, or "" when it has none.
+func where(reqCtx map[string]any) string {
+	var b strings.Builder
+	for _, key := range []string{"page", "tab", "subtab"} {
+		v, ok := reqCtx[key].(string)
+		if !ok {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString(" (")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %q", key, v)
+	}
+	if b.Len() > 0 {
+		b.WriteString(")")
+	}
+	return b.String()
 }
 
 func (ts *toolSet) ReadOnly(name string) bool {
@@ -115,8 +165,10 @@ func withProgress(ctx context.Context, callID string, f func(string, tool.Progre
 	}
 }
 
-// Tools lists the tools an agent ("" for the default one) offers.
-func (s *Service) Tools(agentName string) ([]tool.Info, error) {
+// Tools lists the tools an agent ("" for the default one) offers in the request context reqCtx (whose
+// "page", "tab" and "subtab" select tool scopes), sorted by name: what a run offers the model when its
+// request has no selected_tools.
+func (s *Service) Tools(agentName string, reqCtx map[string]any) ([]tool.Info, error) {
 	if agentName == "" {
 		agentName = "default"
 	}
@@ -124,14 +176,5 @@ func (s *Service) Tools(agentName string) ([]tool.Info, error) {
 	if !ok {
 		return nil, invalid("unknown_agent", "no agent %q; configured agents: %s", agentName, strings.Join(s.AgentNames(), ", "))
 	}
-	if s.opts.Tools == nil {
-		return nil, nil
-	}
-	var out []tool.Info
-	for _, info := range s.opts.Tools.List() {
-		if a.Tools == nil || slices.Contains(a.Tools, info.Name) {
-			out = append(out, info)
-		}
-	}
-	return out, nil
+	return s.visibleTools(a, reqCtx), nil
 }

@@ -438,7 +438,18 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: fetch_url: allow: %q is not an address range such as 10.0.0.0/8", r)
 		}
 	}
+	if err := c.ToolScopes.Check(); err != nil {
+		return fmt.Errorf("config: tool_scopes: %w", err)
+	}
 	for name, a := range c.Agents {
+		for _, p := range a.Tools {
+			if err := tool.CheckPattern(p); err != nil {
+				return fmt.Errorf("config: agent %q: tools: %w", name, err)
+			}
+		}
+		if err := a.ToolScopes.Check(); err != nil {
+			return fmt.Errorf("config: agent %q: tool_scopes: %w", name, err)
+		}
 		if a.MaxIterations < 0 || a.MaxTokens < 0 || a.ContextWindow < 0 {
 			return fmt.Errorf("config: agent %q: limits must be positive", name)
 		}

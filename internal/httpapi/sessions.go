@@ -147,6 +147,9 @@ func sessionErr(err error, r *http.Request) error {
 	return err
 }
 
+// listTools answers GET /v1/tools?agent=NAME&context=JSON&page=…&tab=…&subtab=…: the tools the agent
+// offers a request with that context, as a run would offer them without selected_tools. context is a
+// request's "context" object (at most 16 KiB); page, tab and subtab replace its keys of the same name.
 func (s *server) listTools(w http.ResponseWriter, r *http.Request) error {
 	type toolWire struct {
 		Name        string          `json:"name"`
@@ -155,11 +158,33 @@ func (s *server) listTools(w http.ResponseWriter, r *http.Request) error {
 		Source      string          `json:"source"`
 		ReadOnly    bool            `json:"read_only"`
 	}
-	infos, err := s.Chat.Tools(r.URL.Query().Get("agent"))
+	const maxContext = 16 << 10
+	q := r.URL.Query()
+	var reqCtx map[string]any
+	raw := q.Get("context")
+	if len(raw) > maxContext {
+		return &apiError{status: http.StatusBadRequest, code: "invalid_context",
+			message: "the context parameter is " + byteSize(int64(len(raw))) + ", more than the limit of " + byteSize(maxContext)}
+	}
+	if raw != "" {
+		if err := json.Unmarshal([]byte(raw), &reqCtx); err != nil || reqCtx == nil {
+			return &apiError{status: http.StatusBadRequest, code: "invalid_context",
+				message: `the context parameter must be a URL-encoded JSON object, such as {"page":"reports"}`}
+		}
+	}
+	for _, key := range [...]string{"page", "tab", "subtab"} {
+		if v, ok := q[key]; ok {
+			if reqCtx == nil {
+				reqCtx = make(map[string]any, 3)
+			}
+			reqCtx[key] = v[0]
+		}
+	}
+	infos, err := s.Chat.Tools(q.Get("agent"), reqCtx)
 	if err != nil {
 		return err
 	}
-	out := []toolWire{}
+	out := make([]toolWire, 0, len(infos))
 	for _, t := range infos {
 		out = append(out, toolWire{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, Source: t.Source, ReadOnly: t.ReadOnly})
 	}

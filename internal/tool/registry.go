@@ -66,12 +66,28 @@ func NewRegistry(opts Options) *Registry {
 // Register adds t under its Info().Name. It fails when the name is not
 // valid, already taken, or the input schema does not compile.
 func (r *Registry) Register(t Tool) error {
+	e, err := newEntry(t)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.tools[e.info.Name]; ok {
+		return fmt.Errorf("tool: register %s: a tool with this name is already registered", e.info.Name)
+	}
+	r.tools[e.info.Name] = e
+	r.log.Debug("tool registered", "tool", e.info.Name, "source", e.info.Source)
+	return nil
+}
+
+// newEntry reads t's info once and compiles its input schema.
+func newEntry(t Tool) (*entry, error) {
 	if t == nil {
-		return errors.New("tool: register: nil tool")
+		return nil, errors.New("tool: register: nil tool")
 	}
 	info := t.Info()
 	if err := checkName(info.Name); err != nil {
-		return fmt.Errorf("tool: register: %w", err)
+		return nil, fmt.Errorf("tool: register: %w", err)
 	}
 	if len(bytes.TrimSpace(info.InputSchema)) == 0 {
 		info.InputSchema = objectSchema
@@ -81,16 +97,47 @@ func (r *Registry) Register(t Tool) error {
 	}
 	schema, err := compileSchema(info.Name, info.InputSchema)
 	if err != nil {
-		return fmt.Errorf("tool: register %s: %w", info.Name, err)
+		return nil, fmt.Errorf("tool: register %s: %w", info.Name, err)
+	}
+	return &entry{tool: t, info: info, schema: schema}, nil
+}
+
+// Replace makes tools the whole set of tools from source (an MCP server's "mcp:<name>"): tools of
+// source not in the list are removed, the others added or updated, in one step, so a model never sees a
+// half-updated list. A tool that cannot be registered — a bad name, a schema that does not compile, a
+// name another source holds — is left out, and the error names each; the others are registered.
+func (r *Registry) Replace(source string, tools []Tool) error {
+	var errs []error
+	fresh := make(map[string]*entry, len(tools))
+	for _, t := range tools {
+		e, err := newEntry(t)
+		if err == nil && e.info.Source != source {
+			err = fmt.Errorf("tool: replace %s: the tool says its source is %q", e.info.Name, e.info.Source)
+		}
+		if err == nil && fresh[e.info.Name] != nil {
+			err = fmt.Errorf("tool: replace %s: two tools of %s have this name", e.info.Name, source)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fresh[e.info.Name] = e
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.tools[info.Name]; ok {
-		return fmt.Errorf("tool: register %s: a tool with this name is already registered", info.Name)
+	for name, e := range r.tools {
+		if e.info.Source == source {
+			delete(r.tools, name)
+		}
 	}
-	r.tools[info.Name] = &entry{tool: t, info: info, schema: schema}
-	r.log.Debug("tool registered", "tool", info.Name, "source", info.Source)
-	return nil
+	for name, e := range fresh {
+		if old, ok := r.tools[name]; ok {
+			errs = append(errs, fmt.Errorf("tool: replace %s: the name is taken by a tool of %s", name, old.info.Source))
+			continue
+		}
+		r.tools[name] = e
+	}
+	return errors.Join(errs...)
 }
 
 // Info reports the registered tool called name.

@@ -131,3 +131,41 @@ func TestRegisterWhileCalling(t *testing.T) {
 		t.Errorf("List has %d tools, want 21", n)
 	}
 }
+
+func sourced(name, source, schema string) Tool {
+	t := echoTool(name, schema).(fakeTool)
+	t.info.Source = source
+	return t
+}
+
+func TestReplace(t *testing.T) {
+	r := newTestRegistry(t, Options{}, echoTool("echo", ""))
+	if err := r.Replace("mcp:a", []Tool{sourced("a__x", "mcp:a", ""), sourced("a__y", "mcp:a", "")}); err != nil {
+		t.Fatal(err)
+	}
+	// The second list drops a__x, keeps a__y, adds a__z; a bad schema, a taken name and a twice-listed
+	// name are left out, each named in the error.
+	err := r.Replace("mcp:a", []Tool{
+		sourced("a__y", "mcp:a", ""), sourced("a__z", "mcp:a", ""),
+		sourced("a__bad", "mcp:a", `{"type":"nope"}`), sourced("echo", "mcp:a", ""), sourced("a__z", "mcp:a", ""),
+		sourced("b__q", "mcp:b", ""),
+	})
+	for _, want := range []string{"a__bad", "echo", "taken by a tool of builtin", "two tools", "b__q"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Replace error %v does not mention %q", err, want)
+		}
+	}
+	var names []string
+	for _, info := range r.List() {
+		names = append(names, info.Name+"@"+info.Source)
+	}
+	if diff := cmp.Diff([]string{"a__y@mcp:a", "a__z@mcp:a", "echo@builtin"}, names); diff != "" {
+		t.Errorf("tools after Replace (-want +got):\n%s", diff)
+	}
+	if err := r.Replace("mcp:a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(r.List()); got != 1 {
+		t.Errorf("after an empty Replace %d tools remain, want 1 (echo)", got)
+	}
+}

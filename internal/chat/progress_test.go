@@ -1,0 +1,86 @@
+package chat_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"chatd/internal/chat"
+	"chatd/internal/llm/llmtest"
+	"chatd/internal/store"
+	"chatd/internal/tool"
+)
+
+// progressTool reports three steps, returns an image, and reports once more after returning, as an MCP
+// server may.
+type progressTool struct{ late chan func() }
+
+func (progressTool) Info() tool.Info {
+	return tool.Info{Name: "render", Description: "Renders a chart."}
+}
+
+func (p progressTool) Call(ctx context.Context, _ json.RawMessage) (tool.Result, error) {
+	for i := 1; i <= 3; i++ {
+		tool.ReportProgress(ctx, tool.Progress{Progress: float64(i), Total: 3, Message: "step"})
+	}
+	p.late <- func() { tool.ReportProgress(ctx, tool.Progress{Progress: 4, Total: 3, Message: "late"}) }
+	return tool.Result{Content: "rendered", Attachments: []tool.Attachment{{MediaType: "image/png", Name: "chart", Data: []byte("\x89PNG")}}}, nil
+}
+
+// TestToolProgressAndAttachments: a tool's progress reports become tool_progress events of its call,
+// in order and before its tool_complete; a report after the call has returned is dropped; the images a
+// tool returns are kept as attachments of its stored record.
+func TestToolProgressAndAttachments(t *testing.T) {
+	late := make(chan func(), 1)
+	f := newFixture(t, setup{Tools: []tool.Tool{progressTool{late: late}}, Turns: []llmtest.Turn{
+		{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "render", Arguments: `{}`}}},
+		{Text: "Here is the chart."},
+	}})
+	started := f.send(t, chat.Request{Message: "chart please"}, chat.StartOptions{})
+	f.wait(t, started.RunID)
+	(<-late)() // the run has ended: this report must go nowhere
+
+	type progress struct {
+		ToolCallID string  `json:"tool_call_id"`
+		Progress   float64 `json:"progress"`
+		Total      float64 `json:"total"`
+		Message    string  `json:"message"`
+	}
+	var got []progress
+	completeAt := -1
+	events := stored(t, f.db, started.RunID)
+	for i, e := range events {
+		switch e.Type {
+		case chat.EventToolProgress:
+			if completeAt >= 0 {
+				t.Errorf("tool_progress after tool_complete: %s", e.Data)
+			}
+			var p progress
+			if err := json.Unmarshal(e.Data, &p); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, p)
+		case chat.EventToolComplete:
+			completeAt = i
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d tool_progress events, want 3: %+v; log: %s", len(got), got, types(events))
+	}
+	for i, p := range got {
+		if p.ToolCallID != "call_1" || p.Progress != float64(i+1) || p.Total != 3 || p.Message != "step" {
+			t.Errorf("tool_progress %d = %+v", i+1, p)
+		}
+	}
+	checkLog(t, "run", events)
+
+	var rec *store.Record
+	for _, r := range records(t, f.db, started.SessionID) {
+		if r.Role == store.RoleTool {
+			rec = &r
+		}
+	}
+	if rec == nil || len(rec.Attachments) != 1 || rec.Attachments[0].MediaType != "image/png" || string(rec.Attachments[0].Data) != "\x89PNG" {
+		t.Fatalf("tool record %+v does not keep the image", rec)
+	}
+}
