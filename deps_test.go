@@ -68,7 +68,9 @@ func TestDependencies(t *testing.T) {
 		"chatd/internal/prompt":        {"chatd/internal/llm", "chatd/internal/store"},
 		"chatd/internal/chat":          {"chatd/internal/agent", "chatd/internal/llm", "chatd/internal/prompt", "chatd/internal/store", "chatd/internal/tool"},
 		"chatd/internal/httpapi": {"chatd/internal/chat", "chatd/internal/agent", "chatd/internal/prompt", "chatd/internal/llm", "chatd/internal/store",
-			"chatd/internal/tool", "chatd/internal/sse"},
+			"chatd/internal/tool", "chatd/internal/sse", "chatd/internal/mcpclient"},
+		"chatd/internal/mcpclient": {"chatd/internal/tool"},
+		"chatd/internal/fetchurl":  {"chatd/internal/tool"},
 	}
 	for p, ok := range allowed {
 		if _, found := pkgs[p]; !found {

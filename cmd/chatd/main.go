@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,8 +21,10 @@ import (
 
 	"chatd/internal/chat"
 	"chatd/internal/config"
+	"chatd/internal/fetchurl"
 	"chatd/internal/httpapi"
 	"chatd/internal/llm"
+	"chatd/internal/mcpclient"
 	"chatd/internal/provider"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
@@ -32,9 +35,11 @@ const usage = `chatd — an LLM chat backend
 Usage:
   chatd serve [flags]   run the server (chatd serve -h lists the flags)
   chatd version         print the version
+  chatd mcp-conformance URL
+                        run chatd's MCP client against a server of the MCP conformance suite
 
 Configuration comes from flags, then CHATD_* variables, then the --config YAML file.
-Providers come from OPENAI_API_KEY / OPENAI_BASE_URL and OLLAMA_HOST.
+Providers come from OPENAI_API_KEY / OPENAI_BASE_URL and OLLAMA_HOST; MCP servers from --mcp-config.
 `
 
 var version = "dev"
@@ -60,6 +65,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], getenv, stderr)
+	case "mcp-conformance":
+		return conformance(ctx, args[1:], getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "chatd", version)
 		return nil
@@ -100,6 +107,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err := tools.Register(tool.CurrentTime(nil)); err != nil {
 		return err
 	}
+	if cfg.FetchURL.Enabled {
+		if err := tools.Register(fetchurl.New(fetchOptions(cfg.FetchURL, log))); err != nil {
+			return err
+		}
+	}
+	mcps, err := startMCP(ctx, cfg.MCPConfig, tools, getenv, log)
+	if err != nil {
+		return err
+	}
+	defer mcps.Close()
 	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: agents(cfg.Agents), Scopes: cfg.ToolScopes,
 		DefaultModel: cfg.Model, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
 			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows}})
@@ -109,7 +126,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 
 	srv := &http.Server{
 		Addr: cfg.Addr,
-		Handler: httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, Logger: log,
+		Handler: httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, MCP: mcps, Logger: log,
 			AllowedHosts: cfg.AllowedHosts, Models: catalog(providers), DefaultModel: cfg.Model}),
 		// No ReadTimeout: it would end every stream that outlives it. The API bounds the reading of each
 		// request body itself.
@@ -151,6 +168,33 @@ func shutdown(srv *http.Server, chats *chat.Service, drainTimeout time.Duration,
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// startMCP starts the MCP servers of the mcpServers file at path ("": none). Servers connect in
+// parallel; start-up waits for them at most the connect timeout, and a server that fails is retried in
+// the background.
+func startMCP(ctx context.Context, path string, tools *tool.Registry, getenv func(string) string, log *slog.Logger) (*mcpclient.Manager, error) {
+	var servers []mcpclient.ServerConfig
+	if path != "" {
+		var err error
+		if servers, err = mcpclient.LoadConfig(path, getenv); err != nil {
+			return nil, err
+		}
+	}
+	m := mcpclient.New(servers, mcpclient.Options{Registry: tools, Logger: log, Getenv: getenv, Version: version})
+	if len(servers) > 0 {
+		log.Info("starting MCP servers", "count", len(servers), "file", path)
+		m.Start(ctx)
+	}
+	return m, nil
+}
+
+func fetchOptions(c config.FetchURL, log *slog.Logger) fetchurl.Options {
+	opts := fetchurl.Options{MaxBytes: c.MaxBytes, Timeout: c.Timeout, Logger: log}
+	for _, r := range c.Allow {
+		opts.Allow = append(opts.Allow, netip.MustParsePrefix(r)) // checked by config.Validate
+	}
+	return opts
 }
 
 // closeTools waits a little for tool calls abandoned after a timeout: a tool that ignores its context must

@@ -15,15 +15,18 @@ import (
 	"time"
 
 	"chatd/internal/chat"
+	"chatd/internal/mcpclient"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
 
 // Options configure the API. Zero values are the defaults.
 type Options struct {
-	Chat   *chat.Service
-	Store  store.Store
-	Tools  *tool.Registry
+	Chat  *chat.Service
+	Store store.Store
+	Tools *tool.Registry
+	// MCP reports the MCP servers (GET /v1/mcp/servers); nil lists none.
+	MCP    *mcpclient.Manager
 	Logger *slog.Logger
 	// Models lists the providers' models (GET /v1/models); nil lists none.
 	Models Catalog
@@ -84,6 +87,7 @@ func (s *server) routes() *http.ServeMux {
 	mux.Handle("DELETE /v1/sessions/{id}", s.handle(s.deleteSession))
 	mux.Handle("GET /v1/sessions/{id}/messages", s.handle(s.listMessages))
 	mux.Handle("GET /v1/tools", s.handle(s.listTools))
+	mux.Handle("GET /v1/mcp/servers", s.handle(s.listMCPServers))
 	mux.Handle("GET /v1/models", s.handle(s.listModels))
 	mux.Handle("GET /healthz", s.handle(s.health))
 	mux.Handle("/v1/", s.handle(s.notFound))

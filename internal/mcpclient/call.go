@@ -1,0 +1,218 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"chatd/internal/tool"
+)
+
+// Limits on what one call returns; a server is not trusted to be reasonable.
+const (
+	maxText        = 1 << 20 // bytes of text for the model
+	maxAttachments = 8 << 20 // bytes of images and other binary content kept on the record
+	maxDescription = 4096    // bytes of a tool's description
+)
+
+// mcpTool is one of a server's tools in the registry.
+type mcpTool struct {
+	s    *server
+	name string // the server's name for it
+	info tool.Info
+}
+
+func (s *server) newTool(t *mcp.Tool) (*mcpTool, error) {
+	if t == nil || t.Name == "" {
+		return nil, errors.New("a tool without a name")
+	}
+	schema, err := json.Marshal(t.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("input schema: %w", err)
+	}
+	if string(schema) == "null" {
+		schema = nil
+	}
+	desc := t.Description
+	if desc == "" && t.Annotations != nil {
+		desc = t.Annotations.Title
+	}
+	if len(desc) > maxDescription {
+		desc = cutUTF8(desc, maxDescription) + "…"
+	}
+	timeout := s.cfg.Timeout
+	if d, ok := s.cfg.ToolTimeouts[t.Name]; ok {
+		timeout = d
+	}
+	return &mcpTool{s: s, name: t.Name, info: tool.Info{
+		Name:        ToolName(s.cfg.Name, t.Name),
+		Description: desc,
+		InputSchema: schema,
+		ReadOnly:    t.Annotations != nil && t.Annotations.ReadOnlyHint,
+		Timeout:     timeout,
+		Source:      s.source,
+	}}, nil
+}
+
+func (t *mcpTool) Info() tool.Info { return t.info }
+
+// Call runs the tool on the server. The registry bounds it with the tool's timeout; when ctx ends the
+// SDK sends notifications/cancelled and the call returns at once.
+func (t *mcpTool) Call(ctx context.Context, args json.RawMessage) (tool.Result, error) {
+	sess, err := t.s.session(ctx, false)
+	if err != nil {
+		return tool.Result{}, err
+	}
+	res, err := t.s.call(ctx, sess, t.name, args)
+	if errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
+		// HTTP 404: the server forgot the session (it restarted, or expired it) and ran nothing.
+		// Re-initialize and send the call once more.
+		t.s.lost(sess, err)
+		if sess, err = t.s.session(ctx, true); err != nil {
+			return tool.Result{}, err
+		}
+		res, err = t.s.call(ctx, sess, t.name, args)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return tool.Result{}, ctx.Err() // the registry says whether it timed out or was cancelled
+		}
+		var rpc *jsonrpc.Error
+		if errors.As(err, &rpc) {
+			// The server answered with an error (unknown tool, bad params): the connection is fine.
+			return tool.Result{IsError: true, Content: t.s.redact(fmt.Sprintf("MCP server %s refused the call: %s", t.s.cfg.Name, rpc.Message))}, nil
+		}
+		t.s.lost(sess, err)
+		return tool.Result{}, fmt.Errorf("MCP server %s: the call failed and was not completed: %s; chatd is reconnecting",
+			t.s.cfg.Name, t.s.redact(err.Error()))
+	}
+	return convert(res), nil
+}
+
+// call sends tools/call with a progress token, so that the server's progress reaches the call's
+// reporter; reports arriving once it has returned are dropped.
+func (s *server) call(ctx context.Context, sess *mcp.ClientSession, name string, args json.RawMessage) (*mcp.CallToolResult, error) {
+	token := "chatd-" + strconv.FormatUint(s.tokens.Add(1), 10)
+	s.calls.Store(token, ctx)
+	defer s.calls.Delete(token)
+	p := &mcp.CallToolParams{Name: name, Arguments: args}
+	p.SetProgressToken(token)
+	return sess.CallTool(ctx, p)
+}
+
+// progressed hands a progress notification to the call it belongs to, if that call is still running.
+func (s *server) progressed(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	if req == nil || req.Params == nil {
+		return
+	}
+	token, ok := req.Params.ProgressToken.(string)
+	if !ok {
+		return // not one of chatd's tokens
+	}
+	v, ok := s.calls.Load(token)
+	if !ok {
+		return // late: the call has returned
+	}
+	ctx := v.(context.Context)
+	if ctx.Err() != nil {
+		return // cancelled: the server may not have stopped yet
+	}
+	p := req.Params
+	tool.ReportProgress(ctx, tool.Progress{Progress: p.Progress, Total: p.Total, Message: cutUTF8(p.Message, 1024)})
+}
+
+// convert maps a tools/call result: text joined for the model, images and audio kept as attachments
+// with a note in the text, resource links and embedded text resources as text, structuredContent as
+// the payload, isError as a failed result.
+func convert(res *mcp.CallToolResult) tool.Result {
+	out := tool.Result{IsError: res.IsError}
+	var text []string
+	kept := 0
+	attach := func(kind, mediaType string, data []byte) {
+		if kept+len(data) > maxAttachments {
+			text = append(text, fmt.Sprintf("[%s: %s, %d bytes, left out: the result's binary content is over %d bytes]", kind, mediaType, len(data), maxAttachments))
+			return
+		}
+		kept += len(data)
+		n := len(out.Attachments) + 1
+		out.Attachments = append(out.Attachments, tool.Attachment{MediaType: mediaType, Name: kind + "-" + strconv.Itoa(n), Data: data})
+		text = append(text, fmt.Sprintf("[%s %d: %s, %d bytes, shown to the user]", kind, n, mediaType, len(data)))
+	}
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *mcp.TextContent:
+			text = append(text, c.Text)
+		case *mcp.ImageContent:
+			attach("image", c.MIMEType, c.Data)
+		case *mcp.AudioContent:
+			attach("audio", c.MIMEType, c.Data)
+		case *mcp.ResourceLink:
+			text = append(text, resourceLink(c))
+		case *mcp.EmbeddedResource:
+			r := c.Resource
+			switch {
+			case r == nil:
+			case r.Text != "":
+				text = append(text, "[resource "+r.URI+"]\n"+r.Text)
+			case strings.HasPrefix(r.MIMEType, "image/"):
+				attach("image", r.MIMEType, r.Blob)
+			default:
+				text = append(text, fmt.Sprintf("[resource %s: %s, %d bytes of binary content not shown]", r.URI, r.MIMEType, len(r.Blob)))
+			}
+		default:
+			if b, err := c.MarshalJSON(); err == nil {
+				text = append(text, string(b))
+			}
+		}
+	}
+	if res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil && string(b) != "null" {
+			out.Payload = b
+			if len(text) == 0 {
+				text = append(text, string(b)) // the model reads the structured result when there is no text
+			}
+		}
+	}
+	out.Content = strings.Join(text, "\n")
+	if len(out.Content) > maxText {
+		out.Content = cutUTF8(out.Content, maxText) + fmt.Sprintf("\n[cut: the server returned %d bytes of text]", len(out.Content))
+	}
+	if out.Content == "" && out.IsError {
+		out.Content = "The tool reported an error without saying what it was."
+	}
+	return out
+}
+
+func resourceLink(c *mcp.ResourceLink) string {
+	var b strings.Builder
+	b.WriteString("[resource link: ")
+	b.WriteString(c.URI)
+	if name := strings.TrimSpace(c.Title + " " + c.Name); name != "" {
+		b.WriteString(" (" + name + ")")
+	}
+	if c.MIMEType != "" {
+		b.WriteString(", " + c.MIMEType)
+	}
+	if c.Description != "" {
+		b.WriteString(": " + c.Description)
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
+// cutUTF8 cuts s to at most n bytes at a rune boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,158 @@
+// Package mcpclient runs chatd's MCP servers as supervised dependencies, with the official Go SDK: it
+// starts or dials each server from the operator's mcpServers file, initializes it, lists its tools (all
+// pages, again on notifications/tools/list_changed) into the tool registry as <server>__<tool>, and
+// reconnects with backoff after a failed start, a transport error, a crashed child or an HTTP 404
+// session expiry. Calls carry a progress token and are cancelled with their context; a server that is
+// down or hung gives a failed tool result within the call's timeout, never a stuck run.
+//
+// It imports the tool package and the SDK; nothing else of chatd.
+package mcpclient
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"chatd/internal/tool"
+)
+
+// Server states.
+const (
+	StateConnecting = "connecting" // the first attempt, or a reconnect, is under way
+	StateConnected  = "connected"
+	StateFailed     = "failed"   // the last attempt failed; the next one waits for its backoff
+	StateDisabled   = "disabled" // "enabled": false in the file
+	StateClosed     = "closed"   // chatd is shutting down
+)
+
+// Options configure a Manager.
+type Options struct {
+	Registry *tool.Registry // where the servers' tools go; required
+	Logger   *slog.Logger   // nil discards
+	// Getenv gives a stdio child its PATH and HOME (nil: no PATH or HOME).
+	Getenv func(string) string
+	// ConnectTimeout bounds one attempt to start or dial, initialize and list tools (default 20s).
+	ConnectTimeout time.Duration
+	// StartupWait is how long Start waits for the servers' first attempts (default ConnectTimeout);
+	// servers still connecting then carry on in the background.
+	StartupWait time.Duration
+	// MinBackoff and MaxBackoff bound the wait between failed attempts (defaults 1s and 60s).
+	MinBackoff, MaxBackoff time.Duration
+	// KeepAlive pings a connected server this often and reconnects when it stops answering (default
+	// 30s; negative: off).
+	KeepAlive time.Duration
+	// MaxTools caps the tools read from one server (default 512).
+	MaxTools int
+	// Version is chatd's version, sent in clientInfo.
+	Version string
+}
+
+// Manager supervises the configured servers.
+type Manager struct {
+	opts    Options
+	log     *slog.Logger
+	servers []*server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// Status is one server's state for GET /v1/mcp/servers. It holds no secret: errors are redacted.
+type Status struct {
+	Name        string     `json:"name"`
+	Transport   string     `json:"transport"`
+	State       string     `json:"state"`
+	Tools       int        `json:"tools"`
+	LastError   string     `json:"last_error,omitempty"`
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+	ConnectedAt *time.Time `json:"connected_at,omitempty"`
+	// Attempts counts the connection attempts since start-up.
+	Attempts int `json:"attempts"`
+	// PID is a stdio server's process id while it runs.
+	PID int `json:"pid,omitempty"`
+	// Protocol is the protocol version the server agreed on.
+	Protocol string `json:"protocol_version,omitempty"`
+}
+
+// New prepares a Manager for servers; Start connects them.
+func New(servers []ServerConfig, opts Options) *Manager {
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	opts.ConnectTimeout = cmp.Or(opts.ConnectTimeout, 20*time.Second)
+	opts.StartupWait = cmp.Or(opts.StartupWait, opts.ConnectTimeout)
+	opts.MinBackoff = cmp.Or(opts.MinBackoff, time.Second)
+	opts.MaxBackoff = max(cmp.Or(opts.MaxBackoff, time.Minute), opts.MinBackoff)
+	opts.KeepAlive = cmp.Or(opts.KeepAlive, 30*time.Second)
+	opts.MaxTools = cmp.Or(opts.MaxTools, 512)
+	opts.Version = cmp.Or(opts.Version, "dev")
+	m := &Manager{opts: opts, log: opts.Logger}
+	for _, sc := range servers {
+		m.servers = append(m.servers, newServer(m, sc))
+	}
+	return m
+}
+
+// Start connects every enabled server in parallel and waits until each has finished its first attempt
+// or StartupWait has passed, whichever is first. A server that fails does not fail Start: it is reported
+// failed and retried with backoff until Close.
+func (m *Manager) Start(ctx context.Context) {
+	ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	deadline := time.NewTimer(m.opts.StartupWait)
+	defer deadline.Stop()
+	for _, s := range m.servers {
+		if !s.cfg.Enabled {
+			continue
+		}
+		m.wg.Go(func() { s.supervise(ctx) })
+	}
+	for _, s := range m.servers {
+		if !s.cfg.Enabled {
+			continue
+		}
+		select {
+		case <-s.first:
+		case <-deadline.C:
+			m.log.Warn("MCP servers still connecting after the start-up wait; chatd starts without them",
+				"wait", m.opts.StartupWait)
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Servers reports each server's state, in name order.
+func (m *Manager) Servers() []Status {
+	out := make([]Status, 0, len(m.servers))
+	for _, s := range m.servers {
+		out = append(out, s.status())
+	}
+	return out
+}
+
+// Close disconnects every server (a stdio child gets its stdin closed, then SIGTERM, then SIGKILL) and
+// waits for the supervisors. The servers' tools stay registered and fail when called.
+func (m *Manager) Close() {
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.wg.Wait()
+}
+
+// client builds the SDK client of one server, its notifications bound to s.
+func (m *Manager) client(s *server) *mcp.Client {
+	keepAlive := m.opts.KeepAlive
+	if keepAlive < 0 {
+		keepAlive = 0
+	}
+	return mcp.NewClient(&mcp.Implementation{Name: "chatd", Version: m.opts.Version}, &mcp.ClientOptions{
+		// No roots, sampling or elicitation: chatd offers the server nothing but calls.
+		Capabilities:                &mcp.ClientCapabilities{},
+		ToolListChangedHandler:      func(context.Context, *mcp.ToolListChangedRequest) { s.poke(s.relist) },
+		ProgressNotificationHandler: s.progressed,
+		KeepAlive:                   keepAlive,
+		KeepAliveFailureThreshold:   2,
+	})
+}

@@ -1,0 +1,468 @@
+package mcpclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"chatd/internal/tool"
+)
+
+// server is one configured server and its supervisor's state.
+type server struct {
+	m       *Manager
+	cfg     ServerConfig
+	source  string   // the tools' Source: "mcp:<name>"
+	secrets []string // redacted from every error kept or logged
+	client  *mcp.Client
+	first   chan struct{} // closed when the first attempt has ended
+	relist  chan struct{} // tools/list_changed arrived
+	broken  chan breakage
+	tokens  atomic.Uint64
+	calls   sync.Map // progress token → the call's context
+
+	mu          sync.Mutex
+	state       string
+	sess        *mcp.ClientSession
+	ready       chan struct{} // closed when a session is up, or when the manager closes
+	tools       int
+	pid         int
+	attempts    int
+	lastErr     string
+	lastErrAt   time.Time
+	connectedAt time.Time
+	stderr      *tail
+}
+
+func newServer(m *Manager, sc ServerConfig) *server {
+	s := &server{m: m, cfg: sc, source: "mcp:" + sc.Name, secrets: sc.secrets(),
+		first: make(chan struct{}), relist: make(chan struct{}, 1), broken: make(chan breakage, 1),
+		state: StateConnecting, ready: make(chan struct{})}
+	if !sc.Enabled {
+		s.state = StateDisabled
+	}
+	s.client = m.client(s)
+	return s
+}
+
+// poke signals ch without blocking; one pending signal is enough.
+func (s *server) poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// supervise connects, serves and reconnects until ctx ends.
+func (s *server) supervise(ctx context.Context) {
+	log := s.m.log.With("mcp_server", s.cfg.Name)
+	backoff := s.m.opts.MinBackoff
+	firstDone := sync.OnceFunc(func() { close(s.first) })
+	defer firstDone()
+	defer s.closed()
+	for ctx.Err() == nil {
+		sess, end, err := s.connect(ctx)
+		firstDone()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.failed(err)
+			log.Warn("MCP server unavailable; retrying", "err", s.redact(err.Error()), "retry_in", backoff.Round(time.Millisecond))
+			if !sleep(ctx, jitter(backoff)) {
+				return
+			}
+			backoff = min(2*backoff, s.m.opts.MaxBackoff)
+			continue
+		}
+		log.Info("MCP server connected", "tools", s.status().Tools, "protocol", sess.InitializeResult().ProtocolVersion)
+		began := time.Now()
+		reason := s.serve(ctx, sess)
+		_ = sess.Close()
+		end()
+		if ctx.Err() != nil {
+			return
+		}
+		s.failed(reason)
+		log.Warn("MCP server connection lost; reconnecting", "err", s.redact(reason.Error()))
+		if time.Since(began) > time.Minute {
+			backoff = s.m.opts.MinBackoff // it was up a while: reconnect at once
+			continue
+		}
+		// A server that keeps dropping its connection is retried ever more slowly.
+		if !sleep(ctx, jitter(backoff)) {
+			return
+		}
+		backoff = min(2*backoff, s.m.opts.MaxBackoff)
+	}
+}
+
+// serve keeps sess until it ends, a call finds it broken, or ctx ends; it says why it returned.
+func (s *server) serve(ctx context.Context, sess *mcp.ClientSession) error {
+	ended := make(chan error, 1)
+	go func() { ended <- sess.Wait() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-ended:
+			return cmpErr(err, errors.New("the server closed the connection"))
+		case b := <-s.broken:
+			if b.sess == sess {
+				return b.err
+			}
+		case <-s.relist:
+			if err := s.list(ctx, sess); err != nil {
+				s.note(err)
+			}
+		}
+	}
+}
+
+func cmpErr(err, def error) error {
+	if err == nil {
+		return def
+	}
+	return err
+}
+
+// connect makes one attempt: start or dial, initialize, list the tools. end releases what the
+// connection holds once its session is closed.
+func (s *server) connect(ctx context.Context) (*mcp.ClientSession, context.CancelFunc, error) {
+	s.mu.Lock()
+	s.attempts++
+	if s.state != StateConnected {
+		s.state = StateConnecting
+	}
+	s.mu.Unlock()
+	// The SSE transport keeps its event stream on the context it connects with, so the connection gets
+	// one that lasts until Close; only the handshake is bounded by the attempt's timeout.
+	life, end := context.WithCancel(ctx)
+	ctx, cancel := context.WithTimeout(ctx, s.m.opts.ConnectTimeout)
+	defer cancel()
+	bounded := context.AfterFunc(ctx, end)
+	sess, cmd, err := s.handshake(ctx, life)
+	if !bounded() && err == nil { // the time ran out as it succeeded
+		_ = sess.Close()
+		err = fmt.Errorf("no answer to initialize within %s", s.m.opts.ConnectTimeout)
+	}
+	if err != nil {
+		end()
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	s.state, s.sess, s.connectedAt = StateConnected, sess, time.Now()
+	if cmd != nil && cmd.Process != nil {
+		s.pid = cmd.Process.Pid
+	}
+	close(s.ready)
+	s.mu.Unlock()
+	return sess, end, nil
+}
+
+// handshake starts or dials the server on a connection that lasts as long as life, initializes it and
+// lists its tools.
+func (s *server) handshake(ctx, life context.Context) (*mcp.ClientSession, *exec.Cmd, error) {
+	t, cmd, err := s.transport()
+	if err != nil {
+		return nil, nil, err
+	}
+	sess, err := s.client.Connect(ctx, lastingTransport{t, life}, nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("no answer to initialize within %s", s.m.opts.ConnectTimeout)
+		}
+		return nil, nil, s.withStderr(fmt.Errorf("connect: %w", err))
+	}
+	if err := s.list(ctx, sess); err != nil {
+		_ = sess.Close()
+		return nil, nil, err
+	}
+	return sess, cmd, nil
+}
+
+// lastingTransport connects its transport with life instead of the handshake's context.
+type lastingTransport struct {
+	mcp.Transport
+	life context.Context
+}
+
+func (t lastingTransport) Connect(context.Context) (mcp.Connection, error) {
+	return t.Transport.Connect(t.life)
+}
+
+// transport builds the SDK transport of the server's kind.
+func (s *server) transport() (mcp.Transport, *exec.Cmd, error) {
+	switch s.cfg.Transport {
+	case TransportHTTP:
+		return &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: s.httpClient(), MaxRetries: 3}, nil, nil
+	case TransportSSE:
+		return &mcp.SSEClientTransport{Endpoint: s.cfg.URL, HTTPClient: s.httpClient()}, nil, nil
+	}
+	cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
+	cmd.Dir = s.cfg.Cwd
+	cmd.Env = s.env()
+	s.mu.Lock()
+	s.stderr = &tail{max: 2048}
+	cmd.Stderr = s.stderr
+	s.mu.Unlock()
+	// A grandchild holding stderr open must not keep Wait (and Close) waiting.
+	cmd.WaitDelay = 2 * time.Second
+	return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, cmd, nil
+}
+
+// env is a stdio child's whole environment: PATH and HOME, then what the file names for it.
+func (s *server) env() []string {
+	env := make([]string, 0, len(s.cfg.Env)+2)
+	if get := s.m.opts.Getenv; get != nil {
+		for _, k := range []string{"PATH", "HOME"} {
+			if _, named := s.cfg.Env[k]; !named && get(k) != "" {
+				env = append(env, k+"="+get(k))
+			}
+		}
+	}
+	for k, v := range s.cfg.Env {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+func (s *server) httpClient() *http.Client {
+	base := http.DefaultTransport
+	if len(s.cfg.Headers) == 0 {
+		return &http.Client{Transport: base}
+	}
+	h := make(http.Header, len(s.cfg.Headers))
+	for k, v := range s.cfg.Headers {
+		h.Set(k, v)
+	}
+	return &http.Client{Transport: headerTransport{base: base, header: h}}
+}
+
+// headerTransport adds the configured headers to every request.
+type headerTransport struct {
+	base   http.RoundTripper
+	header http.Header
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.header {
+		r.Header[k] = v
+	}
+	return t.base.RoundTrip(r)
+}
+
+// list reads every page of the server's tools into the registry.
+func (s *server) list(ctx context.Context, sess *mcp.ClientSession) error {
+	ctx, cancel := context.WithTimeout(ctx, s.m.opts.ConnectTimeout)
+	defer cancel()
+	var tools []tool.Tool
+	names := map[string]string{}
+	for t, err := range sess.Tools(ctx, nil) {
+		if err != nil {
+			return fmt.Errorf("tools/list: %w", err)
+		}
+		if len(tools) == s.m.opts.MaxTools {
+			s.m.log.Warn("MCP server lists more tools than chatd takes; the rest are left out",
+				"mcp_server", s.cfg.Name, "max_tools", s.m.opts.MaxTools)
+			break
+		}
+		mt, err := s.newTool(t)
+		if err != nil {
+			s.m.log.Warn("MCP tool left out", "mcp_server", s.cfg.Name, "tool", t.Name, "err", err)
+			continue
+		}
+		if other, dup := names[mt.info.Name]; dup {
+			s.m.log.Warn("MCP tools with one exposed name; the second is left out", "mcp_server", s.cfg.Name,
+				"tool", t.Name, "other", other, "name", mt.info.Name)
+			continue
+		}
+		names[mt.info.Name] = t.Name
+		tools = append(tools, mt)
+	}
+	err := s.m.opts.Registry.Replace(s.source, tools)
+	if err != nil {
+		s.m.log.Warn("MCP tools left out", "mcp_server", s.cfg.Name, "err", err)
+	}
+	n := 0
+	for _, info := range s.m.opts.Registry.List() {
+		if info.Source == s.source {
+			n++
+		}
+	}
+	s.mu.Lock()
+	s.tools = n
+	s.mu.Unlock()
+	return nil
+}
+
+// session returns the connected session, or waits for the attempt under way until ctx ends. A server
+// whose last attempt failed is down until its backoff has passed: the call fails at once, unless it is
+// a retry, which waits for the reconnect.
+func (s *server) session(ctx context.Context, retry bool) (*mcp.ClientSession, error) {
+	for {
+		s.mu.Lock()
+		sess, ready, state, last := s.sess, s.ready, s.state, s.lastErr
+		s.mu.Unlock()
+		if sess != nil {
+			return sess, nil
+		}
+		if state == StateClosed || state == StateDisabled {
+			return nil, fmt.Errorf("MCP server %s is %s", s.cfg.Name, state)
+		}
+		if state == StateFailed && !retry {
+			return nil, fmt.Errorf("MCP server %s is unavailable (%s): %s", s.cfg.Name, state, last)
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			if last == "" {
+				return nil, fmt.Errorf("MCP server %s is not connected yet", s.cfg.Name)
+			}
+			return nil, fmt.Errorf("MCP server %s is unavailable (%s): %s", s.cfg.Name, state, last)
+		}
+	}
+}
+
+// lost marks sess broken (a call failed on it), so that the supervisor reconnects.
+func (s *server) lost(sess *mcp.ClientSession, err error) {
+	s.mu.Lock()
+	if s.sess == sess {
+		s.sess, s.state, s.ready = nil, StateConnecting, make(chan struct{})
+		s.lastErr, s.lastErrAt = s.redact(err.Error()), time.Now()
+	}
+	s.mu.Unlock()
+	for { // a stale breakage waiting in the channel gives way to this one
+		select {
+		case s.broken <- breakage{sess, err}:
+			return
+		default:
+		}
+		select {
+		case <-s.broken:
+		default:
+		}
+	}
+}
+
+// breakage is a session a call found broken, and how.
+type breakage struct {
+	sess *mcp.ClientSession
+	err  error
+}
+
+// failed records an attempt or a connection that failed.
+func (s *server) failed(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sess != nil {
+		s.sess, s.ready = nil, make(chan struct{})
+	}
+	s.state, s.pid = StateFailed, 0
+	s.lastErr, s.lastErrAt = s.redact(err.Error()), time.Now()
+}
+
+// note records an error that did not end the connection.
+func (s *server) note(err error) {
+	s.mu.Lock()
+	s.lastErr, s.lastErrAt = s.redact(err.Error()), time.Now()
+	s.mu.Unlock()
+}
+
+func (s *server) closed() {
+	s.mu.Lock()
+	s.state, s.sess, s.pid = StateClosed, nil, 0
+	select {
+	case <-s.ready:
+	default:
+		close(s.ready) // wake waiting calls: they fail at once
+	}
+	s.mu.Unlock()
+}
+
+func (s *server) status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Status{Name: s.cfg.Name, Transport: s.cfg.Transport, State: s.state, Tools: s.tools,
+		LastError: s.lastErr, Attempts: s.attempts, PID: s.pid}
+	if !s.lastErrAt.IsZero() {
+		t := s.lastErrAt.UTC()
+		st.LastErrorAt = &t
+	}
+	if s.sess != nil {
+		t := s.connectedAt.UTC()
+		st.ConnectedAt = &t
+		if r := s.sess.InitializeResult(); r != nil {
+			st.Protocol = r.ProtocolVersion
+		}
+	}
+	return st
+}
+
+func (s *server) redact(msg string) string {
+	return redact(msg, s.secrets)
+}
+
+// withStderr adds what a stdio child last wrote to its stderr, which usually says why it failed.
+func (s *server) withStderr(err error) error {
+	s.mu.Lock()
+	t := s.stderr
+	s.mu.Unlock()
+	if t == nil {
+		return err
+	}
+	if msg := strings.TrimSpace(t.String()); msg != "" {
+		return fmt.Errorf("%w; stderr: %s", err, msg)
+	}
+	return err
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.ToValidUTF8(string(t.buf), "")
+}
+
+// sleep waits d or until ctx ends; it reports whether the wait was whole.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// jitter spreads d by ±20%, so that servers failing together do not retry together.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
+}
