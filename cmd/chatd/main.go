@@ -112,7 +112,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			return err
 		}
 	}
-	mcps, err := startMCP(ctx, cfg.MCPConfig, tools, getenv, log)
+	mcps, err := startMCP(ctx, cfg.MCPConfig, cfg.MCPConnectTimeout, tools, getenv, log)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func shutdown(srv *http.Server, chats *chat.Service, drainTimeout time.Duration,
 // startMCP starts the MCP servers of the mcpServers file at path ("": none). Servers connect in
 // parallel; start-up waits for them at most the connect timeout, and a server that fails is retried in
 // the background.
-func startMCP(ctx context.Context, path string, tools *tool.Registry, getenv func(string) string, log *slog.Logger) (*mcpclient.Manager, error) {
+func startMCP(ctx context.Context, path string, connectTimeout time.Duration, tools *tool.Registry, getenv func(string) string, log *slog.Logger) (*mcpclient.Manager, error) {
 	var servers []mcpclient.ServerConfig
 	if path != "" {
 		var err error
@@ -181,7 +181,8 @@ func startMCP(ctx context.Context, path string, tools *tool.Registry, getenv fun
 			return nil, err
 		}
 	}
-	m := mcpclient.New(servers, mcpclient.Options{Registry: tools, Logger: log, Getenv: getenv, Version: version})
+	m := mcpclient.New(servers, mcpclient.Options{Registry: tools, Logger: log, Getenv: getenv, Version: version,
+		ConnectTimeout: connectTimeout})
 	if len(servers) > 0 {
 		log.Info("starting MCP servers", "count", len(servers), "file", path)
 		m.Start(ctx)

@@ -55,6 +55,9 @@ type Config struct {
 	// MCPConfig is the path of the MCP servers file in the common {"mcpServers":{…}} shape
 	// (--mcp-config, CHATD_MCP_CONFIG or mcp_config); "" runs no MCP server.
 	MCPConfig string
+	// MCPConnectTimeout bounds one attempt to start or reach an MCP server, and so how long start-up
+	// waits for the servers (CHATD_MCP_CONNECT_TIMEOUT or mcp_connect_timeout; default 20s).
+	MCPConnectTimeout time.Duration
 	// FetchURL configures the built-in fetch_url tool, off unless enabled.
 	FetchURL FetchURL
 	// ToolScopes bind tools to the request context's page, tab and subtab, for agents without their own.
@@ -130,9 +133,10 @@ type file struct {
 	CompactAt          float64        `yaml:"compact_at"`
 	ContextWindows     map[string]int `yaml:"context_windows"`
 
-	MCPConfig  string       `yaml:"mcp_config"`
-	FetchURL   FetchURL     `yaml:"fetch_url"`
-	ToolScopes *tool.Scopes `yaml:"tool_scopes"`
+	MCPConfig         string        `yaml:"mcp_config"`
+	MCPConnectTimeout time.Duration `yaml:"mcp_connect_timeout"`
+	FetchURL          FetchURL      `yaml:"fetch_url"`
+	ToolScopes        *tool.Scopes  `yaml:"tool_scopes"`
 }
 
 type fileProvider struct {
@@ -176,6 +180,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		return nil, err
 	}
 	if c.ToolTimeout, err = duration("CHATD_TOOL_TIMEOUT", getenv("CHATD_TOOL_TIMEOUT"), f.ToolTimeout, 0); err != nil {
+		return nil, err
+	}
+	if c.MCPConnectTimeout, err = duration("CHATD_MCP_CONNECT_TIMEOUT", getenv("CHATD_MCP_CONNECT_TIMEOUT"), f.MCPConnectTimeout, 20*time.Second); err != nil {
 		return nil, err
 	}
 	if c.DrainTimeout, err = duration("CHATD_DRAIN_TIMEOUT", getenv("CHATD_DRAIN_TIMEOUT"), f.DrainTimeout, DefaultDrainTimeout); err != nil {
