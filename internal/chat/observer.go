@@ -60,7 +60,7 @@ func (o *observer) ToolComplete(call llm.ToolCall, res agent.ToolResult) {
 		Success: res.Success, Content: res.Content, DurationMS: res.Duration.Milliseconds(), Payload: res.Payload}))
 }
 
-// ToolProgress runs on the call's goroutine, like ToolComplete.
+// ToolProgress runs on whatever goroutine the tool reports from (an MCP client's reader); emit locks.
 func (o *observer) ToolProgress(callID string, p tool.Progress) {
 	o.run.emit(EventToolProgress, mustJSON(toolProgressData{ToolCallID: callID, Progress: p.Progress, Total: p.Total, Message: p.Message}))
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
@@ -146,17 +147,33 @@ func (ts *toolSet) withProgress(f func(callID string, p tool.Progress)) *toolSet
 	return &c
 }
 
+// Progress limits per call: a chatty or hostile server must not grow a run's event log without bound.
+const (
+	progressEvery = 200 * time.Millisecond // at most about five reports a second are passed on
+	maxProgress   = 500                    // reports passed on per call
+)
+
 // withProgress gives one call a progress reporter; stop, called once the call has returned, makes it
 // drop every later report (an MCP server may send progress after the result, or after a cancel).
+// Reports closer together than progressEvery are dropped, except one that completes the total.
 func withProgress(ctx context.Context, callID string, f func(string, tool.Progress)) (context.Context, func()) {
-	var mu sync.Mutex
-	stopped := false
+	var (
+		mu      sync.Mutex
+		stopped bool
+		last    time.Time
+		sent    int
+	)
 	report := func(p tool.Progress) {
 		mu.Lock()
 		defer mu.Unlock()
-		if !stopped {
-			f(callID, p)
+		now := time.Now()
+		final := p.Total > 0 && p.Progress >= p.Total
+		if stopped || sent == maxProgress || (!final && now.Sub(last) < progressEvery) {
+			return
 		}
+		last = now
+		sent++
+		f(callID, p)
 	}
 	return tool.WithProgress(ctx, report), func() {
 		mu.Lock()
