@@ -84,7 +84,7 @@ func (t *mcpTool) Call(ctx context.Context, args json.RawMessage) (tool.Result, 
 			return tool.Result{}, ctx.Err() // the registry says whether it timed out or was cancelled
 		}
 		var rpc *jsonrpc.Error
-		if errors.As(err, &rpc) {
+		if errors.As(err, &rpc) && answered(rpc) {
 			// The server answered with an error (unknown tool, bad params): the connection is fine.
 			return tool.Result{IsError: true, Content: t.s.redact(fmt.Sprintf("MCP server %s refused the call: %s", t.s.cfg.Name, rpc.Message))}, nil
 		}
@@ -93,6 +93,24 @@ func (t *mcpTool) Call(ctx context.Context, args json.RawMessage) (tool.Result, 
 			t.s.cfg.Name, t.s.redact(err.Error()))
 	}
 	return convert(res), nil
+}
+
+// Codes of the SDK's own errors, which are JSON-RPC errors too: the transport did not deliver the call
+// (a refused connection, an HTTP 5xx), or one side is closing. None of them is the server's answer.
+const (
+	codeClientClosing = -32003
+	codeServerClosing = -32004
+	codeRejected      = -32005
+)
+
+// answered reports whether rpc is the server's answer to a call, rather than the SDK's word that the
+// call did not get through.
+func answered(rpc *jsonrpc.Error) bool {
+	switch rpc.Code {
+	case codeClientClosing, codeServerClosing, codeRejected:
+		return false
+	}
+	return true
 }
 
 // call sends tools/call with a progress token, so that the server's progress reaches the call's

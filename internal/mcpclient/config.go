@@ -65,10 +65,13 @@ type fileServer struct {
 	} `json:"tools"`
 }
 
-// duration reads a JSON number of seconds or a Go duration string ("90s", "2m").
+// duration reads a JSON number of seconds or a Go duration string ("90s", "2m"); null leaves it unset.
 type duration time.Duration
 
 func (d *duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err == nil {
 		v, err := time.ParseDuration(s)

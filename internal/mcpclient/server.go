@@ -34,6 +34,7 @@ type server struct {
 	state       string
 	sess        *mcp.ClientSession
 	ready       chan struct{} // closed when a session is up, or when the manager closes
+	down        chan struct{} // closed when the attempt under way, or the session, fails
 	tools       int
 	pid         int
 	attempts    int
@@ -46,7 +47,7 @@ type server struct {
 func newServer(m *Manager, sc ServerConfig) *server {
 	s := &server{m: m, cfg: sc, source: "mcp:" + sc.Name, secrets: sc.secrets(),
 		first: make(chan struct{}), relist: make(chan struct{}, 1), broken: make(chan breakage, 1),
-		state: StateConnecting, ready: make(chan struct{})}
+		state: StateConnecting, ready: make(chan struct{}), down: make(chan struct{})}
 	if !sc.Enabled {
 		s.state = StateDisabled
 	}
@@ -143,6 +144,7 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, context.Cance
 	if s.state != StateConnected {
 		s.state = StateConnecting
 	}
+	s.down = make(chan struct{})
 	s.mu.Unlock()
 	// The SSE transport keeps its event stream on the context it connects with, so the connection gets
 	// one that lasts until Close; only the handshake is bounded by the attempt's timeout.
@@ -312,7 +314,7 @@ func (s *server) list(ctx context.Context, sess *mcp.ClientSession) error {
 func (s *server) session(ctx context.Context, retry bool) (*mcp.ClientSession, error) {
 	for {
 		s.mu.Lock()
-		sess, ready, state, last := s.sess, s.ready, s.state, s.lastErr
+		sess, ready, down, state, last := s.sess, s.ready, s.down, s.state, s.lastErr
 		s.mu.Unlock()
 		if sess != nil {
 			return sess, nil
@@ -323,8 +325,12 @@ func (s *server) session(ctx context.Context, retry bool) (*mcp.ClientSession, e
 		if state == StateFailed && !retry {
 			return nil, fmt.Errorf("MCP server %s is unavailable (%s): %s", s.cfg.Name, state, last)
 		}
+		if state == StateFailed {
+			down = nil // a retry waits for the reconnect
+		}
 		select {
 		case <-ready:
+		case <-down:
 		case <-ctx.Done():
 			if last == "" {
 				return nil, fmt.Errorf("MCP server %s is not connected yet", s.cfg.Name)
@@ -370,6 +376,11 @@ func (s *server) failed(err error) {
 	}
 	s.state, s.pid = StateFailed, 0
 	s.lastErr, s.lastErrAt = s.redact(err.Error()), time.Now()
+	select {
+	case <-s.down:
+	default:
+		close(s.down) // wake waiting calls: they fail at once
+	}
 }
 
 // note records an error that did not end the connection.
