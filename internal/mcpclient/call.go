@@ -26,6 +26,8 @@ type mcpTool struct {
 	s    *server
 	name string // the server's name for it
 	info tool.Info
+	// repeatable: the server says a second call does no harm (readOnlyHint or idempotentHint).
+	repeatable bool
 }
 
 func (s *server) newTool(t *mcp.Tool) (*mcpTool, error) {
@@ -50,7 +52,8 @@ func (s *server) newTool(t *mcp.Tool) (*mcpTool, error) {
 	if d, ok := s.cfg.ToolTimeouts[t.Name]; ok {
 		timeout = d
 	}
-	return &mcpTool{s: s, name: t.Name, info: tool.Info{
+	ann := t.Annotations
+	return &mcpTool{s: s, name: t.Name, repeatable: ann != nil && (ann.ReadOnlyHint || ann.IdempotentHint), info: tool.Info{
 		Name:        ToolName(s.cfg.Name, t.Name),
 		Description: desc,
 		InputSchema: schema,
@@ -71,28 +74,48 @@ func (t *mcpTool) Call(ctx context.Context, args json.RawMessage) (tool.Result, 
 	}
 	res, err := t.s.call(ctx, sess, t.name, args)
 	if errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
-		// HTTP 404: the server forgot the session (it restarted, or expired it) and ran nothing.
-		// Re-initialize and send the call once more.
+		// HTTP 404: the server forgot the session (it restarted, or expired it). A call whose own
+		// request got the 404 did not run, but the SDK fails every call in flight on the session with
+		// the same error, and those may have run: only a tool the server calls repeatable is sent again.
 		t.s.lost(sess, err)
+		if !t.repeatable {
+			return tool.Result{}, fmt.Errorf("MCP server %s lost its session (HTTP 404) during the call, which may or may not have run; "+
+				"chatd does not send it again on its own and is reconnecting", t.s.cfg.Name)
+		}
 		if sess, err = t.s.session(ctx, true); err != nil {
 			return tool.Result{}, err
 		}
 		res, err = t.s.call(ctx, sess, t.name, args)
 	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return tool.Result{}, ctx.Err() // the registry says whether it timed out or was cancelled
-		}
-		var rpc *jsonrpc.Error
-		if errors.As(err, &rpc) && answered(rpc) {
-			// The server answered with an error (unknown tool, bad params): the connection is fine.
-			return tool.Result{IsError: true, Content: t.s.redact(fmt.Sprintf("MCP server %s refused the call: %s", t.s.cfg.Name, rpc.Message))}, nil
-		}
-		t.s.lost(sess, err)
-		return tool.Result{}, fmt.Errorf("MCP server %s: the call failed and was not completed: %s; chatd is reconnecting",
-			t.s.cfg.Name, t.s.redact(err.Error()))
+	if err == nil {
+		return convert(res), nil
 	}
-	return convert(res), nil
+	if ctx.Err() != nil {
+		return tool.Result{}, ctx.Err() // the registry says whether it timed out or was cancelled
+	}
+	var rpc *jsonrpc.Error
+	isRPC := errors.As(err, &rpc)
+	msg := t.s.redact(err.Error())
+	switch {
+	case isRPC && answered(rpc):
+		// The server answered with an error (unknown tool, bad params): the connection is fine.
+		return tool.Result{IsError: true, Content: t.s.redact(fmt.Sprintf("MCP server %s refused the call: %s", t.s.cfg.Name, rpc.Message))}, nil
+	case errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) ||
+		isRPC && (rpc.Code == codeClientClosing || rpc.Code == codeServerClosing):
+		t.s.lost(sess, err)
+		return tool.Result{}, fmt.Errorf("MCP server %s: the connection broke during the call, which may or may not have run: %s; chatd is reconnecting",
+			t.s.cfg.Name, msg)
+	case isRPC && rpc.Code == codeRejected:
+		// The transport could not deliver it (a refused connection, an HTTP 5xx or 429): the call did
+		// not reach the server. The session may be fine (a busy server), so it is checked, not dropped.
+		t.s.poke(t.s.check)
+		return tool.Result{}, fmt.Errorf("MCP server %s could not be reached; the call did not run: %s", t.s.cfg.Name, msg)
+	default:
+		// Something else — a reply chatd cannot read, for one — which says nothing sure about the
+		// connection: it is checked with a ping.
+		t.s.poke(t.s.check)
+		return tool.Result{}, fmt.Errorf("MCP server %s: the call failed, and may or may not have run: %s", t.s.cfg.Name, msg)
+	}
 }
 
 // Codes of the SDK's own errors, which are JSON-RPC errors too: the transport did not deliver the call

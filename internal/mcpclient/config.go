@@ -22,6 +22,9 @@ const (
 	TransportSSE   = "sse"  // the 2024-11-05 HTTP+SSE transport
 )
 
+// maxServerName bounds a server's name, so that its tools' names keep it whole within 64 characters.
+const maxServerName = 32
+
 // maxConfigBytes bounds the servers file.
 const maxConfigBytes = 1 << 20
 
@@ -43,6 +46,9 @@ type ServerConfig struct {
 	Timeout      time.Duration
 	ToolTimeouts map[string]time.Duration
 	Enabled      bool
+
+	// expanded are the values ${VAR} stood for: secrets by intent, whatever their length.
+	expanded []string
 }
 
 // fileServer is a server as written in the file. The shape is the one Claude Desktop, Cursor, VS Code
@@ -146,10 +152,16 @@ func ParseConfig(data []byte, getenv func(string) string) ([]ServerConfig, error
 }
 
 func (fs *fileServer) server(name string, getenv func(string) string) (ServerConfig, error) {
-	if strings.TrimSpace(name) == "" || len(name) > 64 {
-		return ServerConfig{}, errors.New("a server name is 1 to 64 characters")
+	if strings.TrimSpace(name) == "" || len(name) > maxServerName {
+		return ServerConfig{}, fmt.Errorf("a server name is 1 to %d characters", maxServerName)
 	}
-	sc := ServerConfig{Name: name, Command: fs.Command, Args: fs.Args, Cwd: fs.Cwd, URL: expand(fs.URL, getenv),
+	if p := prefix(name); strings.Contains(p, "__") || strings.HasSuffix(p, "_") {
+		// Its tools' names would run into the "__" that ends the prefix: "a_" would be matched by a__*.
+		return ServerConfig{}, fmt.Errorf("the name is %s in tool names, which must not hold \"__\" or end in \"_\"", p)
+	}
+	var expanded []string
+	u := expand(fs.URL, getenv, &expanded)
+	sc := ServerConfig{Name: name, Command: fs.Command, Args: fs.Args, Cwd: fs.Cwd, URL: u, expanded: expanded,
 		Timeout: time.Duration(fs.Timeout), Enabled: !fs.Disabled && (fs.Enabled == nil || *fs.Enabled)}
 	if fs.Transport != "" && fs.Type != "" && !strings.EqualFold(fs.Transport, fs.Type) {
 		return sc, fmt.Errorf("transport %q and type %q disagree", fs.Transport, fs.Type)
@@ -186,13 +198,13 @@ func (fs *fileServer) server(name string, getenv func(string) string) (ServerCon
 			if k == "" || strings.ContainsAny(k, "=\x00") {
 				return sc, fmt.Errorf("env name %q is not valid", k)
 			}
-			sc.Env[k] = expand(v, getenv)
+			sc.Env[k] = expand(v, getenv, &sc.expanded)
 		}
 	}
 	if len(fs.Headers) > 0 {
 		sc.Headers = make(map[string]string, len(fs.Headers))
 		for k, v := range fs.Headers {
-			v = expand(v, getenv)
+			v = expand(v, getenv, &sc.expanded)
 			if k == "" || strings.ContainsAny(k+v, "\r\n") {
 				return sc, fmt.Errorf("header %q is not valid", k)
 			}
@@ -210,8 +222,9 @@ func (fs *fileServer) server(name string, getenv func(string) string) (ServerCon
 	return sc, nil
 }
 
-// expand replaces ${VAR} with getenv("VAR"); a lone $ stays as it is.
-func expand(s string, getenv func(string) string) string {
+// expand replaces ${VAR} with getenv("VAR"); a lone $ stays as it is. Each value put in is added to
+// *put.
+func expand(s string, getenv func(string) string, put *[]string) string {
 	if getenv == nil || !strings.Contains(s, "${") {
 		return s
 	}
@@ -226,21 +239,38 @@ func expand(s string, getenv func(string) string) string {
 			break
 		}
 		b.WriteString(s[:i])
-		b.WriteString(getenv(s[i+2 : i+j]))
+		v := getenv(s[i+2 : i+j])
+		b.WriteString(v)
+		if v != "" && put != nil {
+			*put = append(*put, v)
+		}
 		s = s[i+j+1:]
 	}
 	b.WriteString(s)
 	return b.String()
 }
 
-// secrets lists the values of sc that must never reach a log, an event or a status: env and header
-// values long enough to be keys.
+// secrets lists the values of sc that must never reach a log, an event or a status: what ${VAR} stood
+// for, and env and header values (and each word of a header value, the token of "Bearer …") long enough
+// to be keys.
 func (sc *ServerConfig) secrets() []string {
 	var out []string
+	for _, v := range sc.expanded {
+		if len(v) >= 4 {
+			out = append(out, v)
+		}
+	}
 	for _, m := range []map[string]string{sc.Env, sc.Headers} {
 		for _, v := range m {
 			if len(v) >= 6 {
 				out = append(out, v)
+			}
+		}
+	}
+	for _, v := range sc.Headers {
+		for _, w := range strings.Fields(v) {
+			if len(w) >= 6 && w != v {
+				out = append(out, w)
 			}
 		}
 	}
@@ -286,8 +316,9 @@ func clean(s string) string {
 }
 
 // ToolName is the name a model sees for a server's tool: <server>__<tool>, characters outside
-// [A-Za-z0-9_-] replaced by '_', at most 64 characters. A longer name keeps its start and ends in a hash
-// of the whole, so that two long names stay apart.
+// [A-Za-z0-9_-] replaced by '_', at most 64 characters. A longer name keeps its start — the server's
+// part whole, as names are at most 32 characters — and ends in a hash of the whole, so that two long
+// names stay apart.
 func ToolName(server, tool string) string {
 	name := prefix(server) + "__" + clean(tool)
 	if len(name) <= 64 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // fakeEnv is a getenv over m.
@@ -51,7 +52,7 @@ func TestParseConfig(t *testing.T) {
 		{Name: "web", URL: "https://mcp.example.com/mcp?k=k-123456", Transport: TransportHTTP, Timeout: 90 * time.Second,
 			Headers: map[string]string{"Authorization": "Bearer t-abcdef"}, Enabled: true},
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(ServerConfig{})); diff != "" {
 		t.Errorf("ParseConfig (-want +got):\n%s", diff)
 	}
 }
@@ -90,8 +91,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"header with newline", `{"mcpServers":{"a":{"url":"http://h","headers":{"X-Key":"a\nb"}}}}`, `header "X-Key" is not valid`},
 		{"header with newline from env", `{"mcpServers":{"a":{"url":"http://h","headers":{"X-Key":"${NL}"}}}}`, `header "X-Key" is not valid`},
 		{"colliding prefixes", `{"mcpServers":{"a.b":{"command":"x"},"a_b":{"command":"y"}}}`, `both name their tools a_b__…; rename one`},
-		{"empty name", `{"mcpServers":{" ":{"command":"x"}}}`, "a server name is 1 to 64 characters"},
-		{"long name", `{"mcpServers":{"` + strings.Repeat("n", 65) + `":{"command":"x"}}}`, "a server name is 1 to 64 characters"},
+		{"empty name", `{"mcpServers":{" ":{"command":"x"}}}`, "a server name is 1 to 32 characters"},
+		{"long name", `{"mcpServers":{"` + strings.Repeat("n", 65) + `":{"command":"x"}}}`, "a server name is 1 to 32 characters"},
+		{"name ending in _", `{"mcpServers":{"a_":{"command":"x"}}}`, `the name is a_ in tool names, which must not hold "__" or end in "_"`},
+		{"name holding __", `{"mcpServers":{"a__b":{"command":"x"}}}`, `must not hold "__"`},
+		{"name cleaned into __", `{"mcpServers":{"a.:b":{"command":"x"}}}`, `the name is a__b in tool names`},
 		{"bad timeout string", `{"mcpServers":{"a":{"command":"x","timeout":"soon"}}}`, `timeout "soon" is not a duration such as "30s"`},
 		{"negative timeout", `{"mcpServers":{"a":{"command":"x","timeout":-1}}}`, "timeout -1 is neither seconds"},
 		{"bad tool timeout", `{"mcpServers":{"a":{"command":"x","tools":{"t":{"timeout":"-1s"}}}}}`, `timeout "-1s" is not a duration`},
@@ -186,6 +190,18 @@ func TestSecretsAndRedact(t *testing.T) {
 	got := redact(msg, secrets)
 	want := "Post https://user:[redacted]@h/mcp?token=[redacted]&short=abc: header [redacted], env [redacted], 12345"
 	if got != want {
+		t.Errorf("redact:\n got %s\nwant %s", got, want)
+	}
+
+	// What ${VAR} stood for is a secret at any length from 4 bytes, in a URL path too; and the token of
+	// a "Bearer …" header is redacted on its own.
+	env := fakeEnv(map[string]string{"PATHTOKEN": "p4th", "TOKEN": "tok-9876543"})
+	servers, err := ParseConfig([]byte(`{"mcpServers":{"a":{"url":"http://h/${PATHTOKEN}/mcp","headers":{"Authorization":"Bearer ${TOKEN}"}}}}`), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = redact(`Post "http://h/p4th/mcp": 401, token tok-9876543 refused`, servers[0].secrets())
+	if want := `Post "http://h/[redacted]/mcp": 401, token [redacted] refused`; got != want {
 		t.Errorf("redact:\n got %s\nwant %s", got, want)
 	}
 }

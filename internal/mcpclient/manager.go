@@ -98,14 +98,16 @@ func New(servers []ServerConfig, opts Options) *Manager {
 // or StartupWait has passed, whichever is first. A server that fails does not fail Start: it is reported
 // failed and retried with backoff until Close.
 func (m *Manager) Start(ctx context.Context) {
-	ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	// The servers live until Close; ctx only bounds the wait (a Ctrl-C during start-up ends it).
+	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
 	deadline := time.NewTimer(m.opts.StartupWait)
 	defer deadline.Stop()
 	for _, s := range m.servers {
 		if !s.cfg.Enabled {
 			continue
 		}
-		m.wg.Go(func() { s.supervise(ctx) })
+		m.wg.Go(func() { s.supervise(life) })
 	}
 	for _, s := range m.servers {
 		if !s.cfg.Enabled {

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -27,6 +29,7 @@ type server struct {
 	first   chan struct{} // closed when the first attempt has ended
 	relist  chan struct{} // tools/list_changed arrived
 	broken  chan breakage
+	check   chan struct{} // a call failed oddly: ping the server
 	tokens  atomic.Uint64
 	calls   sync.Map // progress token → the call's context
 
@@ -46,7 +49,7 @@ type server struct {
 
 func newServer(m *Manager, sc ServerConfig) *server {
 	s := &server{m: m, cfg: sc, source: "mcp:" + sc.Name, secrets: sc.secrets(),
-		first: make(chan struct{}), relist: make(chan struct{}, 1), broken: make(chan breakage, 1),
+		first: make(chan struct{}), relist: make(chan struct{}, 1), broken: make(chan breakage, 1), check: make(chan struct{}, 1),
 		state: StateConnecting, ready: make(chan struct{}), down: make(chan struct{})}
 	if !sc.Enabled {
 		s.state = StateDisabled
@@ -71,7 +74,7 @@ func (s *server) supervise(ctx context.Context) {
 	defer firstDone()
 	defer s.closed()
 	for ctx.Err() == nil {
-		sess, end, err := s.connect(ctx)
+		sess, cmd, end, err := s.connect(ctx)
 		firstDone()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -88,24 +91,34 @@ func (s *server) supervise(ctx context.Context) {
 		log.Info("MCP server connected", "tools", s.status().Tools, "protocol", sess.InitializeResult().ProtocolVersion)
 		began := time.Now()
 		reason := s.serve(ctx, sess)
-		_ = sess.Close()
-		end()
+		// New calls must not go to a session being closed, which takes a while (a stdio child gets its
+		// stdin closed, then SIGTERM, then SIGKILL): detach it first, close it in the background.
+		s.detach(sess, reason)
+		s.m.wg.Go(func() {
+			_ = sess.Close()
+			end()
+			killGroup(cmd)
+		})
 		if ctx.Err() != nil {
 			return
 		}
-		s.failed(reason)
 		log.Warn("MCP server connection lost; reconnecting", "err", s.redact(reason.Error()))
-		if time.Since(began) > time.Minute {
-			backoff = s.m.opts.MinBackoff // it was up a while: reconnect at once
+		if time.Since(began) > stableFor || errors.Is(reason, mcp.ErrSessionMissing) {
+			// It was up a while, or the server forgot the session: reconnect at once, calls waiting.
+			backoff = s.m.opts.MinBackoff
 			continue
 		}
 		// A server that keeps dropping its connection is retried ever more slowly.
+		s.failed(reason)
 		if !sleep(ctx, jitter(backoff)) {
 			return
 		}
 		backoff = min(2*backoff, s.m.opts.MaxBackoff)
 	}
 }
+
+// stableFor is how long a connection must have lasted for its loss to be retried at once.
+const stableFor = 10 * time.Second
 
 // serve keeps sess until it ends, a call finds it broken, or ctx ends; it says why it returned.
 func (s *server) serve(ctx context.Context, sess *mcp.ClientSession) error {
@@ -121,6 +134,14 @@ func (s *server) serve(ctx context.Context, sess *mcp.ClientSession) error {
 			if b.sess == sess {
 				return b.err
 			}
+		case <-s.check:
+			// A call failed in a way that may or may not mean the connection is gone: ask the server.
+			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+			err := sess.Ping(pctx, nil)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("no answer to ping after a failed call: %w", err)
+			}
 		case <-s.relist:
 			if err := s.list(ctx, sess); err != nil {
 				s.note(err)
@@ -128,6 +149,9 @@ func (s *server) serve(ctx context.Context, sess *mcp.ClientSession) error {
 		}
 	}
 }
+
+// pingTimeout bounds the ping that checks a connection after a failed call.
+const pingTimeout = 5 * time.Second
 
 func cmpErr(err, def error) error {
 	if err == nil {
@@ -138,7 +162,7 @@ func cmpErr(err, def error) error {
 
 // connect makes one attempt: start or dial, initialize, list the tools. end releases what the
 // connection holds once its session is closed.
-func (s *server) connect(ctx context.Context) (*mcp.ClientSession, context.CancelFunc, error) {
+func (s *server) connect(ctx context.Context) (*mcp.ClientSession, *exec.Cmd, context.CancelFunc, error) {
 	s.mu.Lock()
 	s.attempts++
 	if s.state != StateConnected {
@@ -155,11 +179,12 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, context.Cance
 	sess, cmd, err := s.handshake(ctx, life)
 	if !bounded() && err == nil { // the time ran out as it succeeded
 		_ = sess.Close()
+		killGroup(cmd)
 		err = fmt.Errorf("no answer to initialize within %s", s.m.opts.ConnectTimeout)
 	}
 	if err != nil {
 		end()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	s.mu.Lock()
 	s.state, s.sess, s.connectedAt = StateConnected, sess, time.Now()
@@ -168,7 +193,7 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, context.Cance
 	}
 	close(s.ready)
 	s.mu.Unlock()
-	return sess, end, nil
+	return sess, cmd, end, nil
 }
 
 // handshake starts or dials the server on a connection that lasts as long as life, initializes it and
@@ -183,10 +208,12 @@ func (s *server) handshake(ctx, life context.Context) (*mcp.ClientSession, *exec
 		if ctx.Err() != nil {
 			err = fmt.Errorf("no answer to initialize within %s", s.m.opts.ConnectTimeout)
 		}
+		killGroup(cmd) // the SDK stopped the child; this stops what it started
 		return nil, nil, s.withStderr(fmt.Errorf("connect: %w", err))
 	}
 	if err := s.list(ctx, sess); err != nil {
 		_ = sess.Close()
+		killGroup(cmd)
 		return nil, nil, err
 	}
 	return sess, cmd, nil
@@ -217,9 +244,18 @@ func (s *server) transport() (mcp.Transport, *exec.Cmd, error) {
 	s.stderr = &tail{max: 2048}
 	cmd.Stderr = s.stderr
 	s.mu.Unlock()
-	// A grandchild holding stderr open must not keep Wait (and Close) waiting.
+	// A grandchild holding stderr open must not keep Wait (and Close) waiting; and the child gets a
+	// process group of its own, so that what it starts (npx → node) is stopped with it.
 	cmd.WaitDelay = 2 * time.Second
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, cmd, nil
+}
+
+// killGroup kills what is left of a stdio child's process group once the child has been stopped.
+func killGroup(cmd *exec.Cmd) {
+	if cmd != nil && cmd.Process != nil && cmd.Process.Pid > 0 {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 }
 
 // env is a stdio child's whole environment: PATH and HOME, then what the file names for it.
@@ -247,16 +283,22 @@ func (s *server) httpClient() *http.Client {
 	for k, v := range s.cfg.Headers {
 		h.Set(k, v)
 	}
-	return &http.Client{Transport: headerTransport{base: base, header: h}}
+	u, _ := url.Parse(s.cfg.URL) // checked by ParseConfig
+	return &http.Client{Transport: headerTransport{base: base, header: h, host: u.Host}}
 }
 
-// headerTransport adds the configured headers to every request.
+// headerTransport adds the configured headers to the requests for the configured host — not to a host
+// a redirect points at, which must not get the server's credentials.
 type headerTransport struct {
 	base   http.RoundTripper
 	header http.Header
+	host   string
 }
 
 func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Host != t.host {
+		return t.base.RoundTrip(r)
+	}
 	r = r.Clone(r.Context())
 	for k, v := range t.header {
 		r.Header[k] = v
@@ -340,14 +382,19 @@ func (s *server) session(ctx context.Context, retry bool) (*mcp.ClientSession, e
 	}
 }
 
-// lost marks sess broken (a call failed on it), so that the supervisor reconnects.
+// lost marks sess broken (a call failed on it), so that the supervisor reconnects; a session already
+// replaced is left alone.
 func (s *server) lost(sess *mcp.ClientSession, err error) {
 	s.mu.Lock()
-	if s.sess == sess {
+	current := s.sess == sess
+	if current {
 		s.sess, s.state, s.ready = nil, StateConnecting, make(chan struct{})
 		s.lastErr, s.lastErrAt = s.redact(err.Error()), time.Now()
 	}
 	s.mu.Unlock()
+	if !current {
+		return
+	}
 	for { // a stale breakage waiting in the channel gives way to this one
 		select {
 		case s.broken <- breakage{sess, err}:
@@ -358,6 +405,20 @@ func (s *server) lost(sess *mcp.ClientSession, err error) {
 		case <-s.broken:
 		default:
 		}
+	}
+}
+
+// detach takes sess out of use: calls from now on wait for the next session.
+func (s *server) detach(sess *mcp.ClientSession, reason error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pid = 0
+	if s.sess == sess {
+		s.sess, s.ready = nil, make(chan struct{})
+		s.lastErr, s.lastErrAt = s.redact(reason.Error()), time.Now()
+	}
+	if s.state == StateConnected {
+		s.state = StateConnecting
 	}
 }
 

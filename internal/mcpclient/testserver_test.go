@@ -104,7 +104,8 @@ type sleepArgs struct {
 }
 
 func (ts *testServer) addTools() {
-	mcp.AddTool(ts.Server, &mcp.Tool{Name: "echo", Description: "Echoes text."},
+	// echo says it is idempotent, so that a call cut by a 404 is sent again; count says nothing.
+	mcp.AddTool(ts.Server, &mcp.Tool{Name: "echo", Description: "Echoes text.", Annotations: &mcp.ToolAnnotations{IdempotentHint: true}},
 		func(_ context.Context, _ *mcp.CallToolRequest, in echoArgs) (*mcp.CallToolResult, any, error) {
 			return text(in.Text), nil, nil
 		})
@@ -152,6 +153,10 @@ func (ts *testServer) addTools() {
 		})
 	ts.raw("count", func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return text(strconv.FormatInt(ts.counted.Add(1), 10)), nil
+	})
+	ts.AddTool(&mcp.Tool{Name: "count_idem", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{IdempotentHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return text(strconv.FormatInt(ts.counted.Add(1), 10)), nil
 	})
 	ts.raw("seen", func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return text(fmt.Sprintf("cancelled=%d notified=%d late=%d", ts.cancelled.Load(), ts.notified.Load(), ts.late.Load())), nil
