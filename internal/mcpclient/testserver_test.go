@@ -157,7 +157,7 @@ func (ts *testServer) addTools() {
 	ts.AddTool(&mcp.Tool{Name: "count_idem", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{IdempotentHint: true}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return text(strconv.FormatInt(ts.counted.Add(1), 10)), nil
-	})
+		})
 	ts.raw("seen", func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return text(fmt.Sprintf("cancelled=%d notified=%d late=%d", ts.cancelled.Load(), ts.notified.Load(), ts.late.Load())), nil
 	})
