@@ -74,16 +74,23 @@ func start(t *testing.T, name string, port int, env []string, args ...string) (*
 	return nil, nil
 }
 
-func TestChatAgainstAimock(t *testing.T) {
+// startAimock runs aimock on a free port with the fixtures file (and flags such as --strict) until the
+// test ends, and returns its port.
+func startAimock(t *testing.T, fixtures string, flags ...string) int {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	require(t, err == nil, "node is not installed")
 	cli, _ := filepath.Abs("node_modules/@copilotkit/aimock/dist/cli.js")
 	_, err = os.Stat(cli)
 	require(t, err == nil, "@copilotkit/aimock is not installed in e2e/node_modules")
+	port := freePort(t)
+	args := append([]string{node, cli, "-p", strconv.Itoa(port), "-h", "127.0.0.1", "-f", fixtures, "--validate-on-load"}, flags...)
+	start(t, "aimock", port, nil, args...)
+	return port
+}
 
-	mockPort := freePort(t)
-	start(t, "aimock", mockPort, nil, node, cli, "-p", strconv.Itoa(mockPort), "-h", "127.0.0.1",
-		"-f", "testdata/aimock-fixtures.json", "--validate-on-load")
+func TestChatAgainstAimock(t *testing.T) {
+	mockPort := startAimock(t, "testdata/aimock-fixtures.json")
 
 	dir := t.TempDir()
 	port := freePort(t)

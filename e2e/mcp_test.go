@@ -57,13 +57,7 @@ func newMCPPeers(t *testing.T) *mcpPeers {
 		_, err := os.Stat(*f.path)
 		require(t, err == nil, f.rel+" is missing")
 	}
-	cli, _ := filepath.Abs("node_modules/@copilotkit/aimock/dist/cli.js")
-	_, err = os.Stat(cli)
-	require(t, err == nil, "@copilotkit/aimock is not installed in e2e/node_modules")
-
-	mockPort := freePort(t)
-	start(t, "aimock", mockPort, nil, node, cli, "-p", strconv.Itoa(mockPort), "-h", "127.0.0.1",
-		"-f", "testdata/mcp-fixtures.json", "--validate-on-load", "--strict")
+	mockPort := startAimock(t, "testdata/mcp-fixtures.json", "--strict")
 	m.mock = fmt.Sprintf("http://127.0.0.1:%d", mockPort)
 	m.bin = buildChatd(t)
 	return m

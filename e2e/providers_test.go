@@ -21,7 +21,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -67,17 +66,9 @@ type providerCase struct {
 }
 
 func TestProvidersAgainstAimock(t *testing.T) {
-	node, err := exec.LookPath("node")
-	require(t, err == nil, "node is not installed")
-	cli, _ := filepath.Abs("node_modules/@copilotkit/aimock/dist/cli.js")
-	_, err = os.Stat(cli)
-	require(t, err == nil, "@copilotkit/aimock is not installed in e2e/node_modules")
-
 	// --strict: a request no fixture matches is an error, and so is a thinking turn continued without
 	// its signed thinking block first (aimock checks Anthropic's rule for that).
-	mockPort := freePort(t)
-	start(t, "aimock", mockPort, nil, node, cli, "-p", strconv.Itoa(mockPort), "-h", "127.0.0.1",
-		"-f", "testdata/aimock-providers.json", "--validate-on-load", "--strict")
+	mockPort := startAimock(t, "testdata/aimock-providers.json", "--strict")
 	mock := fmt.Sprintf("http://127.0.0.1:%d", mockPort)
 	up := newUpstreamRecorder(t, mock)
 
