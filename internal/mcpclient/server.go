@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"chatd/internal/tool"
@@ -94,17 +96,13 @@ func (s *server) supervise(ctx context.Context) {
 		// New calls must not go to a session being closed, which takes a while (a stdio child gets its
 		// stdin closed, then SIGTERM, then SIGKILL): detach it first, close it in the background.
 		s.detach(sess, reason)
-		s.m.wg.Go(func() {
-			_ = sess.Close()
-			end()
-			killGroup(cmd)
-		})
+		s.m.wg.Go(func() { s.shut(sess, cmd, end) })
 		if ctx.Err() != nil {
 			return
 		}
 		log.Warn("MCP server connection lost; reconnecting", "err", s.redact(reason.Error()))
-		if time.Since(began) > stableFor || errors.Is(reason, mcp.ErrSessionMissing) {
-			// It was up a while, or the server forgot the session: reconnect at once, calls waiting.
+		if time.Since(began) > stableFor {
+			// It was up a while: reconnect at once, calls waiting.
 			backoff = s.m.opts.MinBackoff
 			continue
 		}
@@ -119,6 +117,34 @@ func (s *server) supervise(ctx context.Context) {
 
 // stableFor is how long a connection must have lasted for its loss to be retried at once.
 const stableFor = 10 * time.Second
+
+// closeGrace bounds the orderly close of a session (a stdio child: stdin closed, SIGTERM, SIGKILL).
+// A child that stopped reading its stdin can block the SDK's close behind a write: then its process
+// group is killed and the connection's context ended, which unblocks it.
+const closeGrace = 8 * time.Second
+
+// shut closes a detached session and releases what it held.
+func (s *server) shut(sess *mcp.ClientSession, cmd *exec.Cmd, end context.CancelFunc) {
+	done := make(chan struct{})
+	go func() {
+		_ = sess.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeGrace):
+		s.m.log.Warn("MCP server session did not close in time; killing it", "mcp_server", s.cfg.Name)
+		killGroup(cmd)
+		end()
+		select {
+		case <-done:
+		case <-time.After(closeGrace):
+			s.m.log.Error("MCP server session still not closed; leaving it", "mcp_server", s.cfg.Name)
+		}
+	}
+	end()
+	killGroup(cmd)
+}
 
 // serve keeps sess until it ends, a call finds it broken, or ctx ends; it says why it returned.
 func (s *server) serve(ctx context.Context, sess *mcp.ClientSession) error {
@@ -136,11 +162,8 @@ func (s *server) serve(ctx context.Context, sess *mcp.ClientSession) error {
 			}
 		case <-s.check:
 			// A call failed in a way that may or may not mean the connection is gone: ask the server.
-			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-			err := sess.Ping(pctx, nil)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				return fmt.Errorf("no answer to ping after a failed call: %w", err)
+			if err := s.ping(ctx, sess); err != nil {
+				return err
 			}
 		case <-s.relist:
 			if err := s.list(ctx, sess); err != nil {
@@ -152,6 +175,33 @@ func (s *server) serve(ctx context.Context, sess *mcp.ClientSession) error {
 
 // pingTimeout bounds the ping that checks a connection after a failed call.
 const pingTimeout = 5 * time.Second
+
+// ping checks that sess is alive: an error means it is not. A server that answers — even with an error,
+// or with a 429 or 5xx its transport reports as a rejection — is alive. The ping runs in its own
+// goroutine, bounded by a timer, as a stdio write to a child that stopped reading ignores its context.
+func (s *server) ping(ctx context.Context, sess *mcp.ClientSession) error {
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- sess.Ping(pctx, nil) }()
+	var err error
+	select {
+	case err = <-res:
+	case <-time.After(pingTimeout + time.Second):
+		return fmt.Errorf("no answer to a ping within %s after a failed call", pingTimeout)
+	}
+	var rpc *jsonrpc.Error
+	var netErr net.Error
+	switch {
+	case err == nil, ctx.Err() != nil:
+		return nil
+	case errors.As(err, &netErr):
+		// The request did not reach the server (a refused connection): fall through, it is gone.
+	case errors.As(err, &rpc) && (answered(rpc) || rpc.Code == codeRejected):
+		return nil
+	}
+	return fmt.Errorf("no answer to a ping after a failed call: %w", err)
+}
 
 func cmpErr(err, def error) error {
 	if err == nil {
@@ -168,7 +218,11 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, *exec.Cmd, co
 	if s.state != StateConnected {
 		s.state = StateConnecting
 	}
-	s.down = make(chan struct{})
+	select {
+	case <-s.down: // the last attempt's: a new one for this attempt
+		s.down = make(chan struct{})
+	default: // still open: calls waiting on it are woken if this attempt fails
+	}
 	s.mu.Unlock()
 	// The SSE transport keeps its event stream on the context it connects with, so the connection gets
 	// one that lasts until Close; only the handshake is bounded by the attempt's timeout.
@@ -284,7 +338,7 @@ func (s *server) httpClient() *http.Client {
 		h.Set(k, v)
 	}
 	u, _ := url.Parse(s.cfg.URL) // checked by ParseConfig
-	return &http.Client{Transport: headerTransport{base: base, header: h, host: u.Host}}
+	return &http.Client{Transport: headerTransport{base: base, header: h, host: u.Host, scheme: u.Scheme}}
 }
 
 // headerTransport adds the configured headers to the requests for the configured host — not to a host
@@ -293,10 +347,11 @@ type headerTransport struct {
 	base   http.RoundTripper
 	header http.Header
 	host   string
+	scheme string // https to http on one host must not carry them either
 }
 
 func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.URL.Host != t.host {
+	if r.URL.Host != t.host || r.URL.Scheme != t.scheme {
 		return t.base.RoundTrip(r)
 	}
 	r = r.Clone(r.Context())
@@ -374,6 +429,9 @@ func (s *server) session(ctx context.Context, retry bool) (*mcp.ClientSession, e
 		case <-ready:
 		case <-down:
 		case <-ctx.Done():
+			s.mu.Lock()
+			state, last = s.state, s.lastErr
+			s.mu.Unlock()
 			if last == "" {
 				return nil, fmt.Errorf("MCP server %s is not connected yet", s.cfg.Name)
 			}
@@ -388,7 +446,7 @@ func (s *server) lost(sess *mcp.ClientSession, err error) {
 	s.mu.Lock()
 	current := s.sess == sess
 	if current {
-		s.sess, s.state, s.ready = nil, StateConnecting, make(chan struct{})
+		s.sess, s.state, s.ready, s.pid = nil, StateConnecting, make(chan struct{}), 0
 		s.lastErr, s.lastErrAt = s.redact(err.Error()), time.Now()
 	}
 	s.mu.Unlock()
