@@ -20,6 +20,11 @@ const bodyTimeout = time.Minute
 // decode reads a JSON object body into v, within the body limit. A body declared as anything but JSON
 // is refused: browsers send text/plain and form types cross-site without asking first.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	return s.decodeLimit(w, r, v, s.MaxBodyBytes)
+}
+
+// decodeLimit is decode with a body limit of its own.
+func (s *server) decodeLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
@@ -30,7 +35,7 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	// The server has no read timeout (streams outlive any), so the body gets its own deadline.
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(bodyTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {

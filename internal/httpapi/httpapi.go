@@ -88,6 +88,8 @@ func (s *server) routes() *http.ServeMux {
 	mux.Handle("GET /v1/sessions/{id}/messages", s.handle(s.listMessages))
 	mux.Handle("GET /v1/tools", s.handle(s.listTools))
 	mux.Handle("GET /v1/mcp/servers", s.handle(s.listMCPServers))
+	mux.Handle("POST /v1/ui/chat", s.handle(s.uiChat))
+	mux.Handle("GET /v1/ui/chat/{id}/stream", s.handle(s.uiResume))
 	mux.Handle("GET /v1/models", s.handle(s.listModels))
 	mux.Handle("GET /healthz", s.handle(s.health))
 	mux.Handle("/v1/", s.handle(s.notFound))
