@@ -451,7 +451,9 @@ func (c *uiConverter) event(ev chat.Event) {
 	case chat.EventUsage:
 		c.closeText()
 		c.called = c.step
-		c.chunk(map[string]any{"type": "message-metadata", "messageMetadata": map[string]json.RawMessage{"usage": ev.Data}})
+		// One model call's usage, under a key of its own: the metadata chunks merge, and usage is the
+		// run's total, sent with finish.
+		c.chunk(map[string]any{"type": "message-metadata", "messageMetadata": map[string]json.RawMessage{"step_usage": ev.Data}})
 	case chat.EventComplete:
 		var d struct {
 			FinishReason     string            `json:"finish_reason"`
