@@ -204,6 +204,7 @@ func (s *server) uiStream(w http.ResponseWriter, r *http.Request, runID string) 
 		if err != nil {
 			return nil // the client went away; the run goes on
 		}
+		wrote := false
 		for len(events) > 0 {
 			batch := events[:min(len(events), maxBatch)]
 			events = events[len(batch):]
@@ -221,18 +222,25 @@ func (s *server) uiStream(w http.ResponseWriter, r *http.Request, runID string) 
 			if err := rc.Flush(); err != nil {
 				return nil
 			}
+			wrote = true
+			ping.Reset(s.PingInterval)
 		}
 		if end {
 			return nil
 		}
+		if wrote {
+			continue // more may have come while we wrote: read again before waiting
+		}
 		select {
+		case <-f.Wait():
 		case <-ping.C:
 			rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
 			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
 				return nil
 			}
 			rc.Flush()
-		default:
+		case <-ctx.Done():
+			return nil
 		}
 	}
 }
