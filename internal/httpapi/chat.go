@@ -101,11 +101,27 @@ func (s *server) chatStream(w http.ResponseWriter, r *http.Request) error {
 // on what a subscriber holds that its client has not taken.
 const maxBatch = 256
 
-// streamEvents writes the run's events after seq after as SSE until the run has ended and every event is
-// written, or the client goes away (the run goes on). The events are read from the run's shared log, so
-// a reader costs no copy of them; a reader that cannot take a batch within the write timeout is
-// disconnected (it resumes with Last-Event-ID) and never slows the run or other readers.
+// streamEvents writes the run's events after seq after as SSE, as they are, until the run has ended and
+// every event is written, or the client goes away (the run goes on).
 func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, runID string, after int64) error {
+	return s.follow(w, r, runID, after, func(out *sse.Writer, batch []chat.Event) error {
+		for _, ev := range batch {
+			if err := out.WriteNumbered(ev.Seq, ev.Type, ev.Data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// follow streams the run's events after seq after to the client, a batch at a time through write,
+// until the run has ended and every event is written, or the client goes away (the run goes on). The
+// events are read from the run's shared log, so a reader costs no copy of them; a reader that cannot
+// take a batch within the write timeout is disconnected (it resumes with Last-Event-ID) and never slows
+// the run or other readers. An idle stream gets a ": ping" comment. Headers the caller set before are
+// sent with the stream's own.
+func (s *server) follow(w http.ResponseWriter, r *http.Request, runID string, after int64,
+	write func(out *sse.Writer, batch []chat.Event) error) error {
 	ctx := r.Context()
 	f, err := s.Chat.Follow(ctx, user(ctx), runID, after)
 	if err != nil {
@@ -133,11 +149,9 @@ func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, runID stri
 			batch := events[:min(len(events), maxBatch)]
 			events = events[len(batch):]
 			rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
-			for _, ev := range batch {
-				if err := out.WriteNumbered(ev.Seq, ev.Type, ev.Data); err != nil {
-					s.log.Debug("stream client gone or too slow", "run", runID, "seq", ev.Seq, "err", err)
-					return nil
-				}
+			if err := write(out, batch); err != nil {
+				s.log.Debug("stream client gone or too slow", "run", runID, "seq", batch[0].Seq, "err", err)
+				return nil
 			}
 			ping.Reset(s.PingInterval)
 		}

@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"chatd/internal/chat"
+	"chatd/internal/sse"
 	"chatd/internal/store"
 )
 
@@ -181,68 +181,20 @@ func dataURL(p uiPart) (store.Attachment, error) {
 	return store.Attachment{MediaType: mt, Name: p.Filename, Data: b}, nil
 }
 
-// uiStream writes the run's events after its start as UI message chunks until the run has ended.
+// uiStream writes the run's events from its start as UI message chunks until the run has ended.
 func (s *server) uiStream(w http.ResponseWriter, r *http.Request, runID string) error {
-	ctx := r.Context()
-	f, err := s.Chat.Follow(ctx, user(ctx), runID, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache, no-transform")
-	h.Set("X-Accel-Buffering", "no")
-	h.Set("X-Vercel-Ai-Ui-Message-Stream", "v1")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
+	w.Header().Set("X-Vercel-Ai-Ui-Message-Stream", "v1")
 	c := uiConverter{messageID: "msg_" + runID}
-	ping := time.NewTicker(s.PingInterval)
-	defer ping.Stop()
-	for {
-		events, end, err := f.Read(ctx)
-		if err != nil {
-			return nil // the client went away; the run goes on
+	return s.follow(w, r, runID, 0, func(out *sse.Writer, batch []chat.Event) error {
+		c.buf = c.buf[:0]
+		for _, ev := range batch {
+			c.event(ev)
 		}
-		wrote := false
-		for len(events) > 0 {
-			batch := events[:min(len(events), maxBatch)]
-			events = events[len(batch):]
-			c.buf = c.buf[:0]
-			for _, ev := range batch {
-				c.event(ev)
-			}
-			if len(c.buf) == 0 {
-				continue
-			}
-			rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
-			if _, err := w.Write(c.buf); err != nil {
-				return nil
-			}
-			if err := rc.Flush(); err != nil {
-				return nil
-			}
-			wrote = true
-			ping.Reset(s.PingInterval)
-		}
-		if end {
+		if len(c.buf) == 0 {
 			return nil
 		}
-		if wrote {
-			continue // more may have come while we wrote: read again before waiting
-		}
-		select {
-		case <-f.Wait():
-		case <-ping.C:
-			rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
-			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
-				return nil
-			}
-			rc.Flush()
-		case <-ctx.Done():
-			return nil
-		}
-	}
+		return out.WriteEncoded(c.buf)
+	})
 }
 
 // uiConverter turns run events into UI message chunks. A run is one assistant message; each model call
@@ -331,15 +283,8 @@ func (c *uiConverter) delta(kind string, open *string, data []byte) {
 		return
 	}
 	c.startStep()
-	other := &c.reasoning
-	if kind == "reasoning" {
-		other = &c.text
-	}
-	if *other != "" {
-		c.chunk(map[string]string{"type": map[string]string{"text": "reasoning", "reasoning": "text"}[kind] + "-end", "id": *other})
-		*other = ""
-	}
 	if *open == "" {
+		c.closeText() // the other kind's part, if one is open
 		*open = c.nextID(kind[:1])
 		c.chunk(map[string]string{"type": kind + "-start", "id": *open})
 	}

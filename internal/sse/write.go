@@ -94,11 +94,21 @@ func (w *Writer) Comment(text string) error {
 	return w.send(append(b, '\n', '\n'))
 }
 
+// WriteEncoded writes b, whole events already encoded as text/event-stream (a batch of `data:` frames,
+// say), in a single Write, and flushes. b is not kept.
+func (w *Writer) WriteEncoded(b []byte) error {
+	return w.write(b)
+}
+
 // send writes one encoded event in a single Write, so it is never interleaved on the wire, and flushes.
 func (w *Writer) send(b []byte) error {
 	if cap(b) <= keepBuf {
 		w.buf = b[:0]
 	}
+	return w.write(b)
+}
+
+func (w *Writer) write(b []byte) error {
 	if _, err := w.w.Write(b); err != nil {
 		return fmt.Errorf("sse: write: %w", err)
 	}
