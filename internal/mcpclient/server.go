@@ -1,6 +1,7 @@
 package mcpclient
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -155,7 +156,7 @@ func (s *server) serve(ctx context.Context, sess *mcp.ClientSession) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case err := <-ended:
-			return cmpErr(err, errors.New("the server closed the connection"))
+			return cmp.Or(err, errClosedByServer)
 		case b := <-s.broken:
 			if b.sess == sess {
 				return b.err
@@ -203,12 +204,8 @@ func (s *server) ping(ctx context.Context, sess *mcp.ClientSession) error {
 	return fmt.Errorf("no answer to a ping after a failed call: %w", err)
 }
 
-func cmpErr(err, def error) error {
-	if err == nil {
-		return def
-	}
-	return err
-}
+// errClosedByServer is why a session ended without an error of its own.
+var errClosedByServer = errors.New("the server closed the connection")
 
 // connect makes one attempt: start or dial, initialize, list the tools. end releases what the
 // connection holds once its session is closed.
