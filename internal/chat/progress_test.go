@@ -37,13 +37,16 @@ func (p progressTool) Call(ctx context.Context, _ json.RawMessage) (tool.Result,
 // attachments of its stored record.
 func TestToolProgressAndAttachments(t *testing.T) {
 	late := make(chan func(), 1)
-	f := newFixture(t, setup{Tools: []tool.Tool{progressTool{late: late}}, Turns: []llmtest.Turn{
-		{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "render", Arguments: `{}`}}},
-		{Text: "Here is the chart."},
+	f := newFixture(t, setup{Tools: []tool.Tool{progressTool{late: late}}, Respond: func(n int, _ llmtest.Request) llmtest.Turn {
+		if n == 0 {
+			return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "render", Arguments: `{}`}}}
+		}
+		// The call has returned and the run goes on: a report now must go nowhere.
+		(<-late)()
+		return llmtest.Turn{Text: "Here is the chart."}
 	}})
 	started := f.send(t, chat.Request{Message: "chart please"}, chat.StartOptions{})
 	f.wait(t, started.RunID)
-	(<-late)() // the run has ended: this report must go nowhere
 
 	type progress struct {
 		ToolCallID string  `json:"tool_call_id"`
