@@ -221,15 +221,53 @@ func TestUIStreamWithAISDK(t *testing.T) {
 		checkDone(t, s)
 	})
 
-	t.Run("regenerate is refused", func(t *testing.T) {
-		body := `{"id":"ui-regenerate-chat","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"hi"}]}],"trigger":"regenerate-message","messageId":"m1"}`
+	t.Run("regenerate", func(t *testing.T) {
+		const answer = "Regenerated or not, this is the answer."
+		s := runUIValidate(t, node, p.base, "regenerate", "ui-regenerate: answer me twice")
+		checkUICommon(t, s, defaultModel, "stop")
+		checkNoStreamErrors(t, s)
+		if s.Regenerate == nil {
+			t.Fatal("no regenerate in the summary")
+		}
+		if s.Regenerate.Message.ID == s.Message.ID || s.Regenerate.Message.joined("text") != answer {
+			t.Errorf("regenerated message %s %q; want a new message (not %s) with %q", s.Regenerate.Message.ID,
+				s.Regenerate.Message.joined("text"), s.Message.ID, answer)
+		}
+		if len(s.Regenerate.StreamErrors) > 0 {
+			t.Errorf("regenerate stream errors: %q", s.Regenerate.StreamErrors)
+		}
+		// The model was asked twice, and the second time without the first answer.
+		var asked [][]string
+		for _, e := range upstreamRequests(t, fmt.Sprintf("http://127.0.0.1:%d", mockPort), "ui-regenerate: answer me twice") {
+			var roles []string
+			for _, m := range e.Body.Messages {
+				roles = append(roles, m.Role)
+			}
+			asked = append(asked, roles)
+		}
+		if len(asked) != 2 || slices.Contains(asked[1], "assistant") {
+			t.Errorf("the model was asked %d times, with roles %q; want twice, the second without the first answer", len(asked), asked)
+		}
+		// chatd's history holds one current answer; the retracted one stays stored.
+		recs := p.records(t, s.ChatID)
+		var roles []string
+		for _, r := range recs {
+			roles = append(roles, r.Role)
+		}
+		if diff := cmp.Diff([]string{"user", "assistant", "system", "assistant"}, roles); diff != "" {
+			t.Errorf("stored records (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("regenerate an unknown chat", func(t *testing.T) {
+		body := `{"id":"ui-regenerate-nothing","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"hi"}]}],"trigger":"regenerate-message","messageId":"m1"}`
 		resp, err := http.Post(p.base+"/v1/ui/chat", "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != 400 {
-			t.Errorf("regenerate-message: %d, want 400", resp.StatusCode)
+		if resp.StatusCode != 404 {
+			t.Errorf("regenerate-message of an unknown chat: %d, want 404", resp.StatusCode)
 		}
 	})
 }
@@ -254,8 +292,13 @@ type uiSummary struct {
 		Threw   bool
 		Message string
 	} `json:"terminateOnError"`
-	Message uiMessage
-	Resume  *struct {
+	Message    uiMessage
+	Regenerate *struct {
+		ChunkTypes   []string `json:"chunkTypes"`
+		StreamErrors []string `json:"streamErrors"`
+		Message      uiMessage
+	}
+	Resume *struct {
 		ChunkTypes   []string `json:"chunkTypes"`
 		StreamErrors []string `json:"streamErrors"`
 		Message      uiMessage

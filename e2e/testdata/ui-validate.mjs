@@ -9,7 +9,8 @@
 // answer with readUIMessageStream, checks [user, assistant] with validateUIMessages, then asks reconnectToStream for
 // the chat, which must answer null (204) once the run has ended. SCENARIO "resume" also reconnects while
 // the answer is still streaming: the replay must carry the same chunks and assemble the same message;
-// SCENARIO "cancel" cancels the run while the answer is streaming.
+// SCENARIO "cancel" cancels the run while the answer is streaming; SCENARIO "regenerate" then asks for
+// the answer again as useChat's regenerate() does.
 //
 // It prints one JSON summary on stdout (chunk types in order, the chunks, the assembled message, the
 // response headers, the raw SSE body, …) and exits 1 when the SDK rejects anything: the request, a
@@ -233,6 +234,32 @@ if (scenario === "cancel") {
     fail("cancel", new Error("no text-delta came, so there was no point to cancel at"));
   }
   await cancelled.catch((e) => fail("cancel", e));
+}
+
+// regenerate: ask for the answer again as useChat's regenerate() does — the messages before the
+// assistant message, trigger regenerate-message, its id as messageId.
+if (scenario === "regenerate") {
+  let s;
+  try {
+    s = await transport.sendMessages({
+      chatId: summary.chatId,
+      messages: [userMessage],
+      trigger: "regenerate-message",
+      messageId: main.message.id,
+      abortSignal: AbortSignal.timeout(timeoutMs),
+      body,
+    });
+  } catch (e) {
+    await settleRequests();
+    fail("sendMessages (regenerate)", e);
+  }
+  const r = await assemble(s).catch((e) => fail("readUIMessageStream (regenerate)", e));
+  summary.regenerate = { chunkTypes: r.chunks.map((c) => c.type), streamErrors: r.streamErrors, message: r.message };
+  if (r.protocolErrors.length > 0) {
+    await settleRequests();
+    fail("readUIMessageStream (regenerate)", r.protocolErrors);
+  }
+  await validate("validateUIMessages (regenerate)", r.message);
 }
 
 if (scenario === "resume") {

@@ -161,6 +161,9 @@ type Request struct {
 	SelectedTools []string           `json:"selected_tools,omitempty"` // nil: every tool the agent allows
 	MaxIterations int                `json:"max_iterations,omitempty"`
 	Context       map[string]any     `json:"context,omitempty"`
+	// Regenerate asks for the session's last answer again, instead of sending a message: the answer to
+	// the last user message is retracted (store.Record.Retracts) and a new run answers that message.
+	Regenerate bool `json:"regenerate,omitempty"`
 }
 
 // What a send does when its session already has a running run.
@@ -197,7 +200,14 @@ const (
 var imageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
 
 func (r *Request) validate() error {
-	if strings.TrimSpace(r.Message) == "" && len(r.Attachments) == 0 {
+	if r.Regenerate {
+		if r.Message != "" || len(r.Attachments) > 0 {
+			return invalid("invalid_regenerate", "a regeneration answers the last user message again: send it without a message or attachments")
+		}
+		if r.SessionID == "" {
+			return invalid("missing_session", "a regeneration needs the session_id of the conversation to answer again")
+		}
+	} else if strings.TrimSpace(r.Message) == "" && len(r.Attachments) == 0 {
 		return invalid("missing_message", "the request has no message: send {\"message\": \"…\"}")
 	}
 	if len(r.Message) > MaxMessageBytes {

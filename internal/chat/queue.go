@@ -123,7 +123,7 @@ func (s *Service) startQueued(run *Run) error {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	p := run.plan
-	first := &store.Record{SessionID: run.SessionID, Role: store.RoleUser, Content: p.req.Message, Attachments: p.req.Attachments}
+	first := p.first(run.SessionID)
 	if err := s.opts.Store.StartRun(context.WithoutCancel(s.base), run.user, run.ID, first); err != nil {
 		s.wg.Done()
 		return err

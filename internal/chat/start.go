@@ -37,6 +37,18 @@ type plan struct {
 	fallbacks []agent.Model
 	tools     *toolSet
 	session   *store.Session
+	// retracts is, for a regeneration, the user record whose answer the run replaces.
+	retracts string
+}
+
+// first is the record a run starts with: the user's message, or for a regeneration the marker that
+// retracts the last answer.
+func (p *plan) first(sessionID string) *store.Record {
+	if p.req.Regenerate {
+		return &store.Record{SessionID: sessionID, Role: store.RoleSystem, Retracts: p.retracts,
+			Content: "The last answer was regenerated."}
+	}
+	return &store.Record{SessionID: sessionID, Role: store.RoleUser, Content: p.req.Message, Attachments: p.req.Attachments}
 }
 
 // Start checks req, stores the user's message and starts the run — or, under OnActiveEnqueue when the
@@ -65,7 +77,7 @@ func (s *Service) Start(ctx context.Context, user string, req Request, opt Start
 			return nil, fmt.Errorf("create session: %w", err)
 		}
 		p.session, created = sess, true
-	} else if p.session.Title == "" {
+	} else if p.session.Title == "" && !p.req.Regenerate {
 		t := title(p.req.Message)
 		if _, err := s.opts.Store.UpdateSession(ctx, user, p.session.ID, store.SessionPatch{Title: &t}); err != nil {
 			return nil, fmt.Errorf("title session: %w", err)
@@ -92,6 +104,10 @@ func (s *Service) Start(ctx context.Context, user string, req Request, opt Start
 		}
 		switch cmp.Or(opt.OnActiveRun, OnActiveReject) {
 		case OnActiveEnqueue:
+			if p.req.Regenerate {
+				return nil, &Error{Kind: ErrBusy, Code: "session_busy", RunID: active.ID,
+					Message: fmt.Sprintf("session %s has an active run (%s), and a regeneration cannot wait behind it: cancel it first, or send with on_active_run=interrupt", p.session.ID, active.ID)}
+			}
 			st, err := s.enqueue(ctx, p, opt.IdempotencyKey, hash, active.ID)
 			if errors.Is(err, store.ErrDuplicate) {
 				return s.replay(ctx, user, opt.IdempotencyKey, hash)
@@ -185,6 +201,11 @@ func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, er
 			return nil, err
 		}
 		p.session = sess
+		if req.Regenerate {
+			if err := s.planRegenerate(ctx, p); err != nil {
+				return nil, err
+			}
+		}
 		switch {
 		case req.Agent == "":
 			req.Agent = sess.Agent
@@ -210,6 +231,22 @@ func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, er
 	}
 	p.tools = tools
 	return p, nil
+}
+
+// planRegenerate finds the user message whose answer a regeneration replaces: the session's last.
+func (s *Service) planRegenerate(ctx context.Context, p *plan) error {
+	recs, err := s.opts.Store.Records(ctx, p.user, p.session.ID)
+	if err != nil {
+		return err
+	}
+	recs = store.Current(recs)
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].Role == store.RoleUser {
+			p.retracts = recs[i].ID
+			return nil
+		}
+	}
+	return invalid("nothing_to_regenerate", "session %s has no message to answer again", p.session.ID)
 }
 
 func (s *Service) resolveModel(p *plan) error {
@@ -248,7 +285,7 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	if err := s.admit(run); err != nil {
 		return nil, err
 	}
-	first := &store.Record{SessionID: run.SessionID, Role: store.RoleUser, Content: p.req.Message, Attachments: p.req.Attachments}
+	first := p.first(run.SessionID)
 	err := s.opts.Store.CreateRun(ctx, p.user, &store.Run{ID: run.ID, SessionID: run.SessionID, Agent: run.Agent,
 		Model: run.Model, IdempotencyKey: key, RequestHash: hash}, first)
 	if err != nil {
@@ -289,7 +326,7 @@ func (s *Service) launch(run *Run, first *store.Record) {
 			obs.finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
 			return
 		}
-		s.execute(runCtx, run.plan, run, records)
+		s.execute(runCtx, run.plan, run, store.Current(records))
 	}()
 }
 

@@ -59,11 +59,11 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeLimit(w, r, &in, max(uiMaxBody, s.MaxBodyBytes)); err != nil {
 		return err
 	}
+	regenerate := false
 	switch in.Trigger {
 	case "", "submit-message":
 	case "regenerate-message":
-		return &apiError{status: http.StatusBadRequest, code: "unsupported_trigger",
-			message: "regenerate-message is not supported yet; send the message again"}
+		regenerate = true
 	default:
 		return &apiError{status: http.StatusBadRequest, code: "invalid_trigger",
 			message: "trigger must be submit-message or regenerate-message"}
@@ -71,13 +71,18 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 	if err := checkChatID(in.ID); err != nil {
 		return err
 	}
-	req, err := uiRequest(&in)
-	if err != nil {
+	var req chat.Request
+	var err error
+	if regenerate {
+		// The last answer of chatd's history is replaced, whatever the client holds.
+		req = chat.Request{SessionID: in.ID, Regenerate: true}
+		in.fields(&req)
+	} else if req, err = uiRequest(&in); err != nil {
 		return err
 	}
 	ctx := r.Context()
 	u := user(ctx)
-	if _, err := s.Store.Session(ctx, u, in.ID); errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Store.Session(ctx, u, in.ID); errors.Is(err, store.ErrNotFound) && !regenerate {
 		// useChat makes chat ids on the client: an id chatd has not seen starts a session under it.
 		sess := &store.Session{ID: in.ID, Agent: in.Agent}
 		if sess.Agent == "" {
@@ -89,7 +94,7 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 				return &apiError{status: http.StatusNotFound, code: "session_not_found", message: "no session " + strconv.Quote(in.ID)}
 			}
 		}
-	} else if err != nil {
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
 	st, err := s.Chat.Start(ctx, u, req, chat.StartOptions{})
@@ -130,11 +135,17 @@ func checkChatID(id string) error {
 	return nil
 }
 
+// fields copies chatd's own body fields into req.
+func (in *uiChatRequest) fields(req *chat.Request) {
+	req.Model, req.Agent, req.SelectedTools, req.Context = in.Model, in.Agent, in.SelectedTools, in.Context
+	req.MaxIterations, req.Temperature, req.MaxTokens = in.MaxIterations, in.Temperature, in.MaxTokens
+}
+
 // uiRequest takes the newest user message of the posted conversation: its text parts joined, its file
 // parts (data: URLs) as attachments.
 func uiRequest(in *uiChatRequest) (chat.Request, error) {
-	req := chat.Request{SessionID: in.ID, Model: in.Model, Agent: in.Agent, SelectedTools: in.SelectedTools,
-		Context: in.Context, MaxIterations: in.MaxIterations, Temperature: in.Temperature, MaxTokens: in.MaxTokens}
+	req := chat.Request{SessionID: in.ID}
+	in.fields(&req)
 	var last *uiMessage
 	for i := len(in.Messages) - 1; i >= 0; i-- {
 		if in.Messages[i].Role == "user" {

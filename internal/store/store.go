@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -129,6 +130,11 @@ type Record struct {
 	// SummaryThrough is, for a summary (a system record chatd writes when a conversation nears the
 	// model's context window), the id of the last record it replaces in what the model is sent.
 	SummaryThrough string `json:"summary_through,omitempty"`
+	// Retracts is, for a regeneration marker (a system record chatd writes when the last answer is
+	// asked for again), the id of the user record whose answer it retracts: the records after that one
+	// and before the marker are left out of what models are sent and of the chat UI's history (see
+	// Current). They stay stored.
+	Retracts string `json:"retracts,omitempty"`
 
 	// Replay is, for an assistant record, what the provider that wrote it needs back verbatim on later
 	// turns (thinking signatures, redacted thinking, Gemini thought signatures, OpenAI Responses
@@ -139,6 +145,28 @@ type Record struct {
 	ParentID string `json:"-"`
 	// Seq orders the records of a session: 1, 2, 3 … assigned by AppendRecord.
 	Seq int64 `json:"-"`
+}
+
+// Current returns a conversation's records as it now stands: without the answers regeneration markers
+// retracted, and without the markers. It returns records itself when there is no marker.
+func Current(records []Record) []Record {
+	if !slices.ContainsFunc(records, func(r Record) bool { return r.Retracts != "" }) {
+		return records
+	}
+	out := make([]Record, 0, len(records))
+	for _, r := range records {
+		if r.Retracts == "" {
+			out = append(out, r)
+			continue
+		}
+		for j := len(out) - 1; j >= 0; j-- {
+			if out[j].ID == r.Retracts {
+				out = out[:j+1]
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Replay is an assistant turn as its provider wrote it: its parts in order, with their signatures.

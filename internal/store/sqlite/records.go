@@ -29,16 +29,18 @@ WHERE record_id = $2 AND call_id = $3 AND session_id = $4 AND answer_id IS NULL`
 
 	insertRecordSQL = `INSERT INTO records (id, session_id, user_id, seq, run_id, role, content, attachments,
 reasoning, parent_id, tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, created_at,
-replay, summary_through)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
+replay, summary_through, retracts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`
 
 	insertToolCallSQL = `INSERT INTO tool_calls (record_id, call_id, session_id, run_id, idx, name, arguments)
 VALUES ($1, $2, $3, $4, $5, $6, $7)`
 
+	userRecordSQL = `SELECT EXISTS (SELECT 1 FROM records WHERE id = $1 AND session_id = $2 AND role = 'user')`
+
 	sessionExistsSQL = `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND user_id = $2)`
 
 	selectRecordsSQL = `SELECT id, seq, run_id, role, content, attachments, reasoning, parent_id, tool_call_id,
-name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay, summary_through
+name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay, summary_through, retracts
 FROM records WHERE session_id = $1 AND user_id = $2 ORDER BY seq`
 
 	selectToolCallsSQL = `SELECT c.record_id, c.call_id, c.name, c.arguments
@@ -76,6 +78,16 @@ func appendRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Recor
 	}
 	if err := pair(ctx, tx, rec); err != nil {
 		return err
+	}
+	if rec.Retracts != "" {
+		var ok bool
+		if err := tx.QueryRowContext(ctx, userRecordSQL, rec.Retracts, rec.SessionID).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			return conflict("record %q of session %q is not a user record; a marker retracts the answer to one",
+				rec.Retracts, rec.SessionID)
+		}
 	}
 	rec.Seq, rec.CreatedAt = seq, now
 	if err := insertRecord(ctx, tx, user, rec); err != nil {
@@ -147,7 +159,7 @@ func insertRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Recor
 	_, err := tx.ExecContext(ctx, insertRecordSQL, rec.ID, rec.SessionID, user, rec.Seq, nullable(rec.RunID),
 		rec.Role, rec.Content, attachments, rec.Reasoning, nullable(rec.ParentID), nullable(rec.ToolCallID),
 		rec.Name, rec.Success, rec.DurationMS, payload, rec.Model, rec.FinishReason, usage,
-		rec.CreatedAt.UnixMicro(), replay, nullable(rec.SummaryThrough))
+		rec.CreatedAt.UnixMicro(), replay, nullable(rec.SummaryThrough), nullable(rec.Retracts))
 	return err
 }
 
@@ -176,6 +188,9 @@ func newRecord(r *store.Record) (store.Record, error) {
 	}
 	if rec.SummaryThrough != "" && rec.Role != store.RoleSystem {
 		return rec, conflict("only a system record summarizes records")
+	}
+	if rec.Retracts != "" && (rec.Role != store.RoleSystem || rec.SummaryThrough != "") {
+		return rec, conflict("only a system record that summarizes nothing retracts an answer")
 	}
 	if rec.ID == "" {
 		rec.ID = uuid.Must(uuid.NewV7()).String()
@@ -299,17 +314,17 @@ func addToolCalls(ctx context.Context, tx *sql.Tx, user, sessionID string, recs 
 // scanRecord reads one row of selectRecordsSQL; NULL columns become nil or "".
 func scanRecord(rows *sql.Rows) (store.Record, error) {
 	var r store.Record
-	var runID, attachments, parentID, toolCallID, payload, usage, replay, through sql.NullString
+	var runID, attachments, parentID, toolCallID, payload, usage, replay, through, retracts sql.NullString
 	var success sql.NullBool
 	var duration sql.NullInt64
 	var created int64
 	err := rows.Scan(&r.ID, &r.Seq, &runID, &r.Role, &r.Content, &attachments, &r.Reasoning, &parentID,
-		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &created, &replay, &through)
+		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &created, &replay, &through, &retracts)
 	if err != nil {
 		return r, err
 	}
 	r.RunID, r.ParentID, r.ToolCallID = runID.String, parentID.String, toolCallID.String
-	r.SummaryThrough = through.String
+	r.SummaryThrough, r.Retracts = through.String, retracts.String
 	r.CreatedAt = fromMicros(created)
 	if success.Valid {
 		r.Success = &success.Bool

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -219,5 +220,40 @@ func testConcurrentAppend(t *testing.T, s store.Store) {
 			t.Fatalf("writer %s: record %q at Seq %d, want %q next", r.Name, r.Content, r.Seq, want)
 		}
 		next[r.Name]++
+	}
+}
+
+// testRetracts stores a regeneration marker: it round-trips, names a user record of its own session, and
+// store.Current leaves the retracted answer out.
+func testRetracts(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	sess := createSession(t, s, alice)
+	other := createSession(t, s, alice)
+	first := mustAppend(t, s, alice, userRecord(sess.ID, "first"))
+	answer1 := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, Role: store.RoleAssistant, Content: "one"})
+	q := mustAppend(t, s, alice, userRecord(sess.ID, "second"))
+	old := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, Role: store.RoleAssistant, Content: "old answer"})
+	foreign := mustAppend(t, s, alice, userRecord(other.ID, "elsewhere"))
+
+	wantErr(t, "a marker naming an assistant record", s.AppendRecord(ctx, alice, &store.Record{SessionID: sess.ID,
+		Role: store.RoleSystem, Retracts: old.ID}), store.ErrConflict)
+	wantErr(t, "a marker naming another session's record", s.AppendRecord(ctx, alice, &store.Record{SessionID: sess.ID,
+		Role: store.RoleSystem, Retracts: foreign.ID}), store.ErrConflict)
+	wantErr(t, "a user record that retracts", s.AppendRecord(ctx, alice, &store.Record{SessionID: sess.ID,
+		Role: store.RoleUser, Content: "x", Retracts: q.ID}), store.ErrConflict)
+
+	marker := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, Role: store.RoleSystem, Retracts: q.ID})
+	again := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, Role: store.RoleAssistant, Content: "new answer"})
+	got := records(t, s, alice, sess.ID)
+	if diff := cmp.Diff([]store.Record{first, answer1, q, old, marker, again}, got, cmpOpts); diff != "" {
+		t.Fatalf("Records (-want +got):\n%s", diff)
+	}
+	cur := store.Current(got)
+	var ids []string
+	for _, r := range cur {
+		ids = append(ids, r.Content)
+	}
+	if want := []string{"first", "one", "second", "new answer"}; !slices.Equal(ids, want) {
+		t.Errorf("Current = %q, want %q", ids, want)
 	}
 }

@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeleteCascades", testDeleteCascades},
 		{"Usage", testUsage},
 		{"ConcurrentAppend", testConcurrentAppend},
+		{"Retracts", testRetracts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
