@@ -138,6 +138,9 @@ type Config struct {
 	// the history passed to Run is ignored. Without it the loop keeps the conversation itself.
 	Context Context
 	Logger  *slog.Logger
+	// Sending, when set, is told of every model call before it is sent: the model and the request. It
+	// must not change req; it may keep it (the loop never changes a request it has sent).
+	Sending func(m Model, req *llm.Request)
 }
 
 // Context builds the conversation sent to the model.

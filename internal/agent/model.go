@@ -191,6 +191,9 @@ func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noT
 		t.model = m
 		call := *req
 		call.Model = m.Name
+		if r.cfg.Sending != nil {
+			r.cfg.Sending(m, &call)
+		}
 		err = r.streamRetrying(ctx, &call, t, noTools)
 		if err == nil || t.output || ctx.Err() != nil {
 			return err

@@ -112,6 +112,8 @@ type Service struct {
 	queues  map[string]*queue // by session id
 	closing bool
 
+	diag diagnostics // the latest request of recent runs
+
 	calibMu sync.Mutex
 	calib   map[string]*prompt.Calibration // token estimate corrections by model
 	// estimates are the token estimates of sessions' records, kept between their runs.

@@ -401,6 +401,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		Context:       obs.conv,
 		Cache:         true,
 		Logger:        s.log.With("run", run.ID),
+		Sending:       s.diag.sending(s.diag.track(run, p, system)),
 	}
 	defer func() {
 		// A bug must cost one run, not the process and every other run with it; the run still ends,

@@ -1,0 +1,112 @@
+package chat
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"sync"
+
+	"chatd/internal/agent"
+	"chatd/internal/llm"
+	"chatd/internal/store"
+)
+
+// keptDiagnostics is how many runs' diagnostics a service keeps, the most recently started.
+const keptDiagnostics = 64
+
+// Diagnostics is what a run sent its model: the settings it resolved, its system prompt and tools, and
+// the body of its latest model call as the provider encodes it. It is kept in memory for the service's
+// most recent runs only (keptDiagnostics): not across a restart, and not for another chatd instance's
+// runs.
+type Diagnostics struct {
+	RunID         string         `json:"run_id"`
+	SessionID     string         `json:"session_id"`
+	Agent         string         `json:"agent"`
+	Model         string         `json:"model"` // provider/model of the latest call (a fallback's, when one answered)
+	SystemPrompt  string         `json:"system_prompt"`
+	Tools         []string       `json:"tools"`
+	Temperature   *float64       `json:"temperature,omitempty"`
+	MaxTokens     int            `json:"max_tokens,omitempty"`
+	MaxIterations int            `json:"max_iterations,omitempty"`
+	Context       map[string]any `json:"context,omitempty"`
+	// ModelCalls counts the calls sent so far, retries and continuations included.
+	ModelCalls int `json:"model_calls"`
+	// Request is the JSON body of the latest model call; null before the first call, or when the
+	// provider cannot show its body.
+	Request json.RawMessage `json:"request"`
+}
+
+// diagnostics keeps the latest request of recent runs.
+type diagnostics struct {
+	mu    sync.Mutex
+	runs  map[string]*diagEntry
+	order []string // run ids, oldest first
+}
+
+type diagEntry struct {
+	user string
+	d    Diagnostics
+	prov llm.Provider // of the latest call
+	req  llm.Request  // the latest call; its slices are never changed once sent
+	sent bool
+}
+
+// track starts keeping a run's diagnostics, forgetting the oldest run's beyond keptDiagnostics.
+func (g *diagnostics) track(run *Run, p *plan, system string) *diagEntry {
+	e := &diagEntry{user: p.user, d: Diagnostics{RunID: run.ID, SessionID: run.SessionID, Agent: p.agentNm,
+		Model: p.model, SystemPrompt: system, Tools: make([]string, len(p.tools.specs)),
+		Temperature: cmp.Or(p.req.Temperature, p.agent.Temperature), MaxTokens: cmp.Or(p.req.MaxTokens, p.agent.MaxTokens),
+		MaxIterations: cmp.Or(p.req.MaxIterations, p.agent.MaxIterations), Context: p.req.Context}}
+	for i, t := range p.tools.specs {
+		e.d.Tools[i] = t.Name
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.runs == nil {
+		g.runs = map[string]*diagEntry{}
+	}
+	if len(g.order) >= keptDiagnostics {
+		delete(g.runs, g.order[0])
+		g.order = append(g.order[:0], g.order[1:]...)
+	}
+	g.runs[run.ID] = e
+	g.order = append(g.order, run.ID)
+	return e
+}
+
+// sending is the agent loop's Config.Sending for the entry's run.
+func (g *diagnostics) sending(e *diagEntry) func(agent.Model, *llm.Request) {
+	return func(m agent.Model, req *llm.Request) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		e.prov, e.req, e.sent = m.Provider, *req, true
+		e.d.Model = m.ProviderName + "/" + m.Name
+		e.d.ModelCalls++
+	}
+}
+
+// Diagnostics returns what one of the user's recent runs sent its model. A run this service does not
+// keep (too old, started before a restart, or not the user's) is an *Error with code
+// diagnostics_unavailable and Kind store.ErrNotFound.
+func (s *Service) Diagnostics(_ context.Context, user, runID string) (*Diagnostics, error) {
+	g := &s.diag
+	g.mu.Lock()
+	e := g.runs[runID]
+	if e == nil || e.user != user {
+		g.mu.Unlock()
+		return nil, &Error{Kind: store.ErrNotFound, Code: "diagnostics_unavailable",
+			Message: "no diagnostics for run " + runID + ": they are kept in memory for the last runs this chatd started"}
+	}
+	d, prov, req, sent := e.d, e.prov, e.req, e.sent
+	d.Tools = append([]string(nil), d.Tools...)
+	g.mu.Unlock()
+	if enc, ok := prov.(llm.Encoder); ok && sent {
+		body, err := enc.Encode(&req)
+		if err != nil {
+			s.log.Warn("encode a run's request for its diagnostics", "run", runID, "err", err)
+		} else {
+			d.Request = body
+		}
+	}
+	return &d, nil
+}

@@ -1,0 +1,202 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"chatd/internal/store"
+)
+
+// GET /v1/ui/chat/{id}: a session's stored conversation as AI SDK UIMessages, the initial messages of a
+// useChat that resumes the session. A run is one assistant message ("msg_" + run id), as it streams.
+// The records of the session's active run, its user message aside, are left out: its answer comes by
+// the resume stream, which replays the run from its start.
+
+// uiHistoryMessage is a UIMessage of the history.
+type uiHistoryMessage struct {
+	ID       string           `json:"id"`
+	Role     string           `json:"role"`
+	Metadata *uiMessageMeta   `json:"metadata,omitempty"`
+	Parts    []map[string]any `json:"parts"`
+}
+
+type uiMessageMeta struct {
+	RunID     string       `json:"run_id,omitempty"`
+	SessionID string       `json:"session_id"`
+	Model     string       `json:"model,omitempty"`
+	Usage     *store.Usage `json:"usage,omitempty"`
+}
+
+// uiHistory answers GET /v1/ui/chat/{id}.
+func (s *server) uiHistory(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := checkChatID(id); err != nil {
+		return err
+	}
+	ctx := r.Context()
+	u := user(ctx)
+	sess, err := s.Store.Session(ctx, u, id)
+	if err != nil {
+		return sessionErr(err, r)
+	}
+	recs, err := s.Store.Records(ctx, u, id)
+	if err != nil {
+		return sessionErr(err, r)
+	}
+	active := ""
+	if run, err := s.Store.ActiveRun(ctx, u, id); err == nil {
+		active = run.ID
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"id": sess.ID, "title": sess.Title,
+		"active_run_id": active, "messages": uiMessages(id, store.Current(recs), active)})
+}
+
+// uiMessages converts a conversation's current records: a user record is a user message; the
+// assistant and tool records of one run, one assistant message.
+func uiMessages(sessionID string, recs []store.Record, active string) []uiHistoryMessage {
+	out := []uiHistoryMessage{}
+	var cur *uiHistoryMessage
+	// where each call's tool part is, by assistant record id and call id
+	type callKey struct{ parent, call string }
+	calls := map[callKey]map[string]any{}
+	for i := range recs {
+		rec := &recs[i]
+		switch {
+		case rec.Role == store.RoleUser:
+			cur = nil
+			m := uiHistoryMessage{ID: rec.ID, Role: "user", Parts: []map[string]any{}}
+			if rec.Content != "" {
+				m.Parts = append(m.Parts, map[string]any{"type": "text", "text": rec.Content})
+			}
+			m.Parts = append(m.Parts, fileParts(sessionID, rec)...)
+			out = append(out, m)
+		case rec.Role == store.RoleSystem, active != "" && rec.RunID == active:
+			// Summaries and notes are not shown; the active run's answer comes by its stream.
+		case rec.Role == store.RoleAssistant:
+			if cur == nil || cur.Metadata.RunID != rec.RunID || rec.RunID == "" {
+				out = append(out, uiHistoryMessage{ID: "msg_" + cmpID(rec), Role: "assistant",
+					Metadata: &uiMessageMeta{RunID: rec.RunID, SessionID: sessionID}, Parts: []map[string]any{}})
+				cur = &out[len(out)-1]
+			}
+			cur.Metadata.Model = rec.Model
+			if rec.Usage != nil {
+				if cur.Metadata.Usage == nil {
+					cur.Metadata.Usage = &store.Usage{}
+				}
+				cur.Metadata.Usage.Add(*rec.Usage)
+			}
+			cur.Parts = append(cur.Parts, map[string]any{"type": "step-start"})
+			if rec.Reasoning != "" {
+				cur.Parts = append(cur.Parts, map[string]any{"type": "reasoning", "text": rec.Reasoning, "state": "done"})
+			}
+			if rec.Content != "" {
+				cur.Parts = append(cur.Parts, map[string]any{"type": "text", "text": rec.Content, "state": "done"})
+			}
+			for _, c := range rec.ToolCalls {
+				p := map[string]any{"type": "tool-" + c.Name, "toolCallId": c.ID, "state": "input-available",
+					"input": c.Arguments}
+				cur.Parts = append(cur.Parts, p)
+				calls[callKey{rec.ID, c.ID}] = p
+			}
+		case rec.Role == store.RoleTool:
+			p := calls[callKey{rec.ParentID, rec.ToolCallID}]
+			if p == nil || cur == nil {
+				continue
+			}
+			if rec.Success != nil && *rec.Success {
+				out := map[string]any{"content": rec.Content}
+				if rec.DurationMS != nil {
+					out["duration_ms"] = *rec.DurationMS
+				}
+				if rec.Payload != nil {
+					out["payload"] = json.RawMessage(rec.Payload)
+				}
+				p["state"], p["output"] = "output-available", out
+			} else {
+				p["state"], p["errorText"] = "output-error", rec.Content
+			}
+			cur.Parts = append(cur.Parts, fileParts(sessionID, rec)...)
+		}
+	}
+	return out
+}
+
+// cmpID is what names a run's message: the run, or for a record of no run the record itself.
+func cmpID(rec *store.Record) string {
+	if rec.RunID != "" {
+		return rec.RunID
+	}
+	return rec.ID
+}
+
+// fileParts are a record's attachments as file parts that link to GET
+// /v1/sessions/{id}/records/{record}/attachments/{n}, so that the history stays small and useChat does not
+// post images back.
+func fileParts(sessionID string, rec *store.Record) []map[string]any {
+	var parts []map[string]any
+	for i, a := range rec.Attachments {
+		p := map[string]any{"type": "file", "mediaType": a.MediaType,
+			"url": "/v1/sessions/" + sessionID + "/records/" + rec.ID + "/attachments/" + strconv.Itoa(i)}
+		if a.Name != "" {
+			p["filename"] = a.Name
+		}
+		parts = append(parts, p)
+	}
+	return parts
+}
+
+// safeImages are the media types an attachment is served as; any other is served as a download.
+var safeImages = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
+
+// attachment answers GET /v1/sessions/{id}/records/{record}/attachments/{n}: one attachment's bytes.
+func (s *server) attachment(w http.ResponseWriter, r *http.Request) error {
+	n, err := strconv.Atoi(r.PathValue("n"))
+	if err != nil || n < 0 {
+		return &apiError{status: http.StatusNotFound, code: "not_found", message: "no such attachment"}
+	}
+	recs, err := s.Store.Records(r.Context(), user(r.Context()), r.PathValue("id"))
+	if err != nil {
+		return sessionErr(err, r)
+	}
+	id := r.PathValue("record")
+	for i := range recs {
+		if recs[i].ID != id {
+			continue
+		}
+		if n >= len(recs[i].Attachments) {
+			break
+		}
+		a := recs[i].Attachments[n]
+		h := w.Header()
+		h.Set("Content-Type", a.MediaType)
+		if !safeImages[a.MediaType] {
+			// An SVG or anything else a tool returned could script this origin: never inline.
+			h.Set("Content-Type", "application/octet-stream")
+			h.Set("Content-Disposition", "attachment")
+		}
+		h.Set("Content-Length", strconv.Itoa(len(a.Data)))
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+		// A record never changes: its attachments may be kept, by this user's browser only.
+		h.Set("Cache-Control", "private, max-age=31536000, immutable")
+		w.WriteHeader(http.StatusOK)
+		if r.Method != http.MethodHead {
+			w.Write(a.Data)
+		}
+		return nil
+	}
+	return &apiError{status: http.StatusNotFound, code: "not_found", message: "no such attachment"}
+}
+
+// runDiagnostics answers GET /v1/runs/{id}/diagnostics.
+func (s *server) runDiagnostics(w http.ResponseWriter, r *http.Request) error {
+	d, err := s.Chat.Diagnostics(r.Context(), user(r.Context()), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, d)
+}
