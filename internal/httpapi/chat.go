@@ -24,6 +24,8 @@ type chatRequest struct {
 	MaxIterations int              `json:"max_iterations"`
 	Context       map[string]any   `json:"context"`
 	OnActiveRun   string           `json:"on_active_run"`
+	// Regenerate asks for the session's last answer again, with no message.
+	Regenerate bool `json:"regenerate"`
 }
 
 type attachmentWire struct {
@@ -54,7 +56,7 @@ func (s *server) startRun(w http.ResponseWriter, r *http.Request) (*chat.Started
 	req := chat.Request{
 		SessionID: in.SessionID, Message: in.Message, Model: in.Model, Agent: in.Agent,
 		Temperature: in.Temperature, MaxTokens: in.MaxTokens, SelectedTools: in.SelectedTools,
-		MaxIterations: in.MaxIterations, Context: in.Context,
+		MaxIterations: in.MaxIterations, Context: in.Context, Regenerate: in.Regenerate,
 	}
 	for i, a := range in.Attachments {
 		data, err := decodeBase64(a.Data)

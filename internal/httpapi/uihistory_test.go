@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"chatd/internal/httpapi"
+	"chatd/internal/llm/llmtest"
 )
 
 // TestUIHistory: a finished UI chat comes back as the UIMessages useChat starts from — one assistant
@@ -124,5 +125,41 @@ func TestUIHistory(t *testing.T) {
 	}
 	if r, _ := e.do(t, "GET", "/v1/ui/chat/a%20b", ""); r.StatusCode != http.StatusBadRequest {
 		t.Errorf("history of a bad chat id: %d, want 400", r.StatusCode)
+	}
+}
+
+// TestRegenerateOverTheAPI: /v1/chat with regenerate answers the last message again; the history shows
+// the new answer only, and the stored records keep the old one.
+func TestRegenerateOverTheAPI(t *testing.T) {
+	e := newEnv(t, httpapi.Options{}, llmtest.Turn{Text: "first try"}, llmtest.Turn{Text: "second try"})
+	var first struct {
+		SessionID string `json:"session_id"`
+	}
+	r, raw := e.do(t, "POST", "/v1/chat", `{"message":"hello"}`)
+	if err := json.Unmarshal(raw, &first); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("first: %d %s", r.StatusCode, raw)
+	}
+	r, raw = e.do(t, "POST", "/v1/chat", `{"session_id":"`+first.SessionID+`","regenerate":true}`)
+	if r.StatusCode != http.StatusOK || !strings.Contains(string(raw), "second try") {
+		t.Fatalf("regenerate: %d %s", r.StatusCode, raw)
+	}
+	if r, raw := e.do(t, "POST", "/v1/chat", `{"session_id":"`+first.SessionID+`","regenerate":true,"message":"x"}`); r.StatusCode != http.StatusBadRequest ||
+		!strings.Contains(string(raw), "invalid_regenerate") {
+		t.Errorf("regenerate with a message: %d %s", r.StatusCode, raw)
+	}
+	_, raw = e.do(t, "GET", "/v1/ui/chat/"+first.SessionID, "")
+	if strings.Contains(string(raw), "first try") || !strings.Contains(string(raw), "second try") {
+		t.Errorf("history after regenerate: %s", raw)
+	}
+	_, raw = e.do(t, "GET", "/v1/sessions/"+first.SessionID+"/messages", "")
+	if !strings.Contains(string(raw), "first try") || !strings.Contains(string(raw), `"retracts"`) {
+		t.Errorf("stored records after regenerate: %s", raw)
+	}
+	// The model was sent the question without the retracted answer.
+	reqs := e.upstream.Requests()
+	for _, m := range reqs[len(reqs)-1].Messages() {
+		if m["role"] == "assistant" {
+			t.Errorf("the regenerating call was sent an assistant message: %v", m)
+		}
 	}
 }
