@@ -1,0 +1,161 @@
+// chatd's HTTP API as the UI uses it. Everything is same-origin; errors are {"error":{"code","message"}}.
+import type { UIMessage } from 'ai'
+
+export type Usage = {
+  input_tokens?: number
+  output_tokens?: number
+  cache_read_tokens?: number
+  cache_write_tokens?: number
+  reasoning_tokens?: number
+}
+
+/** The metadata chatd puts on an assistant message: `start` carries the ids, `finish` the run's usage. */
+export type MessageMeta = {
+  run_id?: string
+  session_id?: string
+  model?: string
+  agent?: string
+  usage?: Usage
+  step_usage?: Usage
+}
+
+export type ToolProgress = { tool_call_id?: string; progress?: number; total?: number; message?: string }
+
+export type Suggestions = { values?: unknown[] | null; actions?: unknown[] | null }
+
+export type DataParts = {
+  'tool-progress': ToolProgress
+  suggestions: Suggestions
+  payload: unknown
+}
+
+export type ChatMessage = UIMessage<MessageMeta, DataParts>
+
+export type Session = {
+  id: string
+  title: string
+  agent: string
+  metadata?: unknown
+  created_at: string
+  updated_at: string
+}
+
+export type Model = { id: string; provider?: string }
+export type ModelList = { data: Model[]; default: string }
+
+export type Tool = {
+  name: string
+  description?: string
+  input_schema?: unknown
+  source?: string
+  read_only?: boolean
+}
+
+export type StoredChat = {
+  id: string
+  title: string
+  active_run_id: string
+  messages: ChatMessage[]
+}
+
+export type Diagnostics = {
+  run_id: string
+  agent?: string
+  model?: string
+  system_prompt?: string
+  tools?: string[] | null
+  temperature?: number | null
+  max_tokens?: number | null
+  max_iterations?: number | null
+  context?: unknown
+  request?: unknown
+}
+
+/** An error chatd answered, with its code and status. */
+export class ApiError extends Error {
+  readonly status: number
+  readonly code: string
+  constructor(status: number, code: string, message: string) {
+    super(message)
+    this.status = status
+    this.code = code
+  }
+}
+
+/** errorText turns what a failed request or stream left into a sentence: chatd's JSON error bodies
+ * become their message, never a raw JSON blob. */
+export function errorText(err: unknown): string {
+  if (err == null) return ''
+  const raw = err instanceof Error ? err.message : String(err)
+  const parsed = parseErrorBody(raw)
+  if (parsed) return parsed.message
+  if (/failed to fetch|networkerror|load failed/i.test(raw)) return 'Could not reach chatd. Is the server running?'
+  return raw || 'Something went wrong.'
+}
+
+function parseErrorBody(text: string): { code: string; message: string } | null {
+  const t = text.trim()
+  if (!t.startsWith('{')) return null
+  try {
+    const v = JSON.parse(t) as { error?: { code?: unknown; message?: unknown } | string; message?: unknown }
+    if (v && typeof v.error === 'object' && v.error) {
+      const message = typeof v.error.message === 'string' ? v.error.message : JSON.stringify(v.error)
+      return { code: typeof v.error.code === 'string' ? v.error.code : '', message }
+    }
+    if (v && typeof v.error === 'string') return { code: '', message: v.error }
+    if (v && typeof v.message === 'string') return { code: '', message: v.message }
+  } catch {
+    // not JSON after all
+  }
+  return null
+}
+
+async function request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  const init: RequestInit = { method, signal, headers: { Accept: 'application/json' } }
+  if (body !== undefined) {
+    init.headers = { Accept: 'application/json', 'Content-Type': 'application/json' }
+    init.body = JSON.stringify(body)
+  }
+  const res = await fetch(path, init)
+  const text = await res.text()
+  if (!res.ok) {
+    const e = parseErrorBody(text)
+    throw new ApiError(res.status, e?.code ?? '', e?.message ?? (text.trim().slice(0, 200) || `${res.status} ${res.statusText}`))
+  }
+  if (!text) return undefined as T
+  if (!(res.headers.get('Content-Type') ?? '').includes('json')) {
+    // Not chatd's API answering (a route it does not have yet, served as a page): treat as missing.
+    throw new ApiError(404, 'not_found', `no API route ${method} ${path}`)
+  }
+  return JSON.parse(text) as T
+}
+
+const enc = encodeURIComponent
+
+export const api = {
+  sessions: (cursor?: string, limit = 50) =>
+    request<{ sessions: Session[] | null; next_cursor?: string }>(
+      'GET',
+      `/v1/sessions?limit=${limit}${cursor ? `&cursor=${enc(cursor)}` : ''}`,
+    ),
+  renameSession: (id: string, title: string) => request<Session>('PATCH', `/v1/sessions/${enc(id)}`, { title }),
+  deleteSession: (id: string) => request<void>('DELETE', `/v1/sessions/${enc(id)}`),
+  models: () => request<ModelList>('GET', '/v1/models'),
+  tools: (agent?: string) =>
+    request<{ tools: Tool[] | null }>('GET', `/v1/tools${agent ? `?agent=${enc(agent)}` : ''}`),
+  chat: (id: string, signal?: AbortSignal) => request<StoredChat>('GET', `/v1/ui/chat/${enc(id)}`, undefined, signal),
+  cancelRun: (runId: string) => request<unknown>('POST', `/v1/runs/${enc(runId)}/cancel`, {}),
+  diagnostics: (runId: string, signal?: AbortSignal) =>
+    request<Diagnostics>('GET', `/v1/runs/${enc(runId)}/diagnostics`, undefined, signal),
+}
+
+/** newChatId makes a chat id; crypto.randomUUID needs a secure context, which a reverse proxy over plain
+ * HTTP is not, so there is a fallback on getRandomValues. */
+export function newChatId(): string {
+  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID()
+  const b = crypto.getRandomValues(new Uint8Array(16))
+  b[6] = (b[6] & 0x0f) | 0x40
+  b[8] = (b[8] & 0x3f) | 0x80
+  const h = Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('')
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`
+}
