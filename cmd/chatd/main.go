@@ -28,6 +28,7 @@ import (
 	"chatd/internal/provider"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
+	"chatd/internal/webui"
 )
 
 const usage = `chatd — an LLM chat backend
@@ -123,11 +124,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err := chats.Recover(ctx); err != nil {
 		return err
 	}
+	ui, err := webui.Handler()
+	if err != nil {
+		return err
+	}
 
 	srv := &http.Server{
 		Addr: cfg.Addr,
 		Handler: httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, MCP: mcps, Logger: log,
-			AllowedHosts: cfg.AllowedHosts, Models: catalog(providers), DefaultModel: cfg.Model}),
+			AllowedHosts: cfg.AllowedHosts, Models: catalog(providers), DefaultModel: cfg.Model, UI: ui}),
 		// No ReadTimeout: it would end every stream that outlives it. The API bounds the reading of each
 		// request body itself.
 		ReadHeaderTimeout: 10 * time.Second,

@@ -39,6 +39,8 @@ type Options struct {
 	WriteTimeout time.Duration
 	// MaxBodyBytes limits request bodies; default 1 MiB.
 	MaxBodyBytes int64
+	// UI serves the web chat UI at / and its client routes; nil serves a short page about the API.
+	UI http.Handler
 	// AllowedHosts are Host header values accepted besides localhost and loopback addresses, e.g. the
 	// name a reverse proxy forwards.
 	AllowedHosts []string
@@ -96,7 +98,11 @@ func (s *server) routes() *http.ServeMux {
 	mux.Handle("GET /v1/models", s.handle(s.listModels))
 	mux.Handle("GET /healthz", s.handle(s.health))
 	mux.Handle("/v1/", s.handle(s.notFound))
-	mux.Handle("GET /{$}", http.HandlerFunc(s.home))
+	if s.UI != nil {
+		mux.Handle("/", s.UI) // it answers other methods with 405 itself
+	} else {
+		mux.Handle("GET /{$}", http.HandlerFunc(s.home))
+	}
 	return mux
 }
 

@@ -163,3 +163,19 @@ func TestRegenerateOverTheAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestUIRoutes: with a UI, / and client routes go to it, and the API's routes stay the API's.
+func TestUIRoutes(t *testing.T) {
+	ui := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("the UI: " + r.URL.Path)) })
+	e := newEnv(t, httpapi.Options{UI: ui})
+	for path, want := range map[string]string{
+		"/":           "the UI: /",
+		"/c/abc":      "the UI: /c/abc",
+		"/healthz":    `{"status":"ok"}`,
+		"/v1/nothing": `"not_found"`,
+	} {
+		if _, raw := e.do(t, "GET", path, ""); !strings.Contains(string(raw), want) {
+			t.Errorf("GET %s: %s, want %s", path, raw, want)
+		}
+	}
+}
