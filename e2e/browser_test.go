@@ -381,8 +381,14 @@ func TestBrowserUI(t *testing.T) {
 		tb.do("type the new title", chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-testid="session-rename-input"]').select()`),
 			chromedp.SendKeys(chromedp.CSS(`[data-testid="session-rename-input"]`), "Renamed by the browser test\r"))
 		tb.wait("the new title", fmt.Sprintf(`document.querySelector('%s [data-testid="session-title"]')?.innerText === "Renamed by the browser test"`, item))
+		// The list shows the title while its PATCH may still be on its way.
 		var sess struct{ Title string }
-		getJSON(t, p.base+"/v1/sessions/"+second, &sess)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			getJSON(t, p.base+"/v1/sessions/"+second, &sess)
+			if sess.Title == "Renamed by the browser test" || time.Now().After(deadline) {
+				break
+			}
+		}
 		if sess.Title != "Renamed by the browser test" {
 			t.Errorf("stored title %q after the rename", sess.Title)
 		}
@@ -390,13 +396,17 @@ func TestBrowserUI(t *testing.T) {
 		tb.do("delete", chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`),
 			chromedp.Click(chromedp.CSS(gone+` [data-testid="session-delete"]`)))
 		tb.wait("the deleted chat gone", fmt.Sprintf(`!document.querySelector('%s')`, gone))
-		resp, err := http.Get(p.base + "/v1/sessions/" + first)
-		if err != nil {
-			t.Fatal(err)
+		status := 0
+		for deadline := time.Now().Add(10 * time.Second); status != http.StatusNotFound && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			resp, err := http.Get(p.base + "/v1/sessions/" + first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			status = resp.StatusCode
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNotFound {
-			t.Errorf("the deleted session answers %d, want 404", resp.StatusCode)
+		if status != http.StatusNotFound {
+			t.Errorf("the deleted session answers %d, want 404", status)
 		}
 	})
 
