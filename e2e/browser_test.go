@@ -26,8 +26,11 @@ import (
 // find elements by the UI's data-testid contract (web/README.md) and save screenshots of the main states
 // under e2e/artifacts/screenshots (CI keeps the workspace).
 
-// slowAnswer is the answer of the browser-stop and browser-reload fixtures.
+// slowAnswer is the answer of the browser-reload fixture; the browser-stop fixture's is stopAnswer, about
+// 11 s long, so that the stop lands mid-answer on a loaded machine too.
 const slowAnswer = "This answer streams slowly, a few characters at a time, so that the test can act in the middle of it: stop it, or reload the page and watch it resume where it was, then run to its very end."
+
+var stopAnswer = slowAnswer + " " + slowAnswer + " " + slowAnswer
 
 // redPixel is a 1×1 PNG.
 const redPixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
@@ -297,16 +300,21 @@ func TestBrowserUI(t *testing.T) {
 		partial := evalJS[string](tb, lastAnswerJS)
 		time.Sleep(time.Second) // the stream must not go on
 		after := evalJS[string](tb, lastAnswerJS)
-		if partial == "" || after != partial || !strings.HasPrefix(slowAnswer, strings.TrimSpace(partial)) || len(partial) >= len(slowAnswer) {
+		if partial == "" || after != partial || !strings.HasPrefix(stopAnswer, strings.TrimSpace(partial)) || len(partial) >= len(stopAnswer) {
 			t.Errorf("after stop the answer is %q, then %q; want the same beginning of the answer", partial, after)
 		}
 		// The run was cancelled on the server, and its partial answer stored.
 		id := tb.sessionID()
-		var run struct{ Status string }
 		recs := waitRecords(t, p, id, func(recs []record) bool { return len(recs) >= 2 })
 		last := recs[len(recs)-1]
-		getJSON(t, p.base+"/v1/runs/"+last.RunID, &run)
-		if run.Status != "cancelled" || last.Role != "assistant" || !strings.HasPrefix(slowAnswer, last.Content) {
+		var run struct{ Status string }
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			getJSON(t, p.base+"/v1/runs/"+last.RunID, &run) // the run ends a moment after its record is stored
+			if run.Status != "running" || time.Now().After(deadline) {
+				break
+			}
+		}
+		if run.Status != "cancelled" || last.Role != "assistant" || !strings.HasPrefix(stopAnswer, last.Content) {
 			t.Errorf("stored: run %s, last record %s %q; want a cancelled run with the partial answer", run.Status, last.Role, last.Content)
 		}
 		tb.screenshot("05-stopped")
@@ -362,8 +370,11 @@ func TestBrowserUI(t *testing.T) {
 		}
 		tb.screenshot("07-sessions")
 
-		// Regenerate the last answer: it is replaced, not added.
+		// Regenerate the last answer: it is replaced (by a message of another run), not added.
+		const lastID = `[...document.querySelectorAll('[data-testid="message"][data-role="assistant"]')].pop()?.dataset.messageId`
+		old := evalJS[string](tb, lastID)
 		tb.do("regenerate", chromedp.Click(chromedp.CSS(`[data-testid="regenerate"]`)))
+		tb.wait("a new answer", fmt.Sprintf(`%s !== %q`, lastID, old))
 		tb.waitAnswer("The answer in the second chat.")
 		if n := evalJS[int](tb, `document.querySelectorAll('[data-testid="message"][data-role="assistant"]').length`); n != 1 {
 			t.Errorf("%d assistant messages after regenerate, want 1", n)

@@ -166,6 +166,10 @@ type Request struct {
 	// Regenerate asks for the session's last answer again, instead of sending a message: the answer to
 	// the last user message is retracted (store.Record.Retracts) and a new run answers that message.
 	Regenerate bool `json:"regenerate,omitempty"`
+	// ReplacesRun, for a regeneration, is the run whose answer the caller sees as the last one (the UI's
+	// message id): when that run did not answer the session's last user message, the regeneration is
+	// refused rather than replacing an answer the caller has not seen.
+	ReplacesRun string `json:"-"`
 }
 
 // What a send does when its session already has a running run.

@@ -11,8 +11,12 @@ import (
 	"chatd/internal/store"
 )
 
-// keptDiagnostics is how many runs' diagnostics a service keeps, the most recently started.
-const keptDiagnostics = 64
+// A service keeps the diagnostics of its keptDiagnostics most recently started runs, and fewer when
+// their requests' attachments hold more than keptDiagnosticsBytes (the latest run's are always kept).
+const (
+	keptDiagnostics      = 64
+	keptDiagnosticsBytes = 64 << 20
+)
 
 // Diagnostics is what a run sent its model: the settings it resolved, its system prompt and tools, and
 // the body of its latest model call as the provider encodes it. It is kept in memory for the service's
@@ -41,14 +45,16 @@ type diagnostics struct {
 	mu    sync.Mutex
 	runs  map[string]*diagEntry
 	order []string // run ids, oldest first
+	bytes int      // the attachment bytes the kept requests hold
 }
 
 type diagEntry struct {
-	user string
-	d    Diagnostics
-	prov llm.Provider // of the latest call
-	req  llm.Request  // the latest call; its slices are never changed once sent
-	sent bool
+	user  string
+	d     Diagnostics
+	prov  llm.Provider // of the latest call
+	req   llm.Request  // the latest call; its slices are never changed once sent
+	sent  bool
+	bytes int // the attachment bytes req holds
 }
 
 // track starts keeping a run's diagnostics, forgetting the oldest run's beyond keptDiagnostics.
@@ -65,23 +71,40 @@ func (g *diagnostics) track(run *Run, p *plan, system string) *diagEntry {
 	if g.runs == nil {
 		g.runs = map[string]*diagEntry{}
 	}
-	if len(g.order) >= keptDiagnostics {
+	g.runs[run.ID] = e
+	g.order = append(g.order, run.ID)
+	g.evict()
+	return e
+}
+
+// evict forgets the oldest runs beyond the limits, never the latest. The caller holds g.mu.
+func (g *diagnostics) evict() {
+	for len(g.order) > 1 && (len(g.order) > keptDiagnostics || g.bytes > keptDiagnosticsBytes) {
+		g.bytes -= g.runs[g.order[0]].bytes
 		delete(g.runs, g.order[0])
 		g.order = append(g.order[:0], g.order[1:]...)
 	}
-	g.runs[run.ID] = e
-	g.order = append(g.order, run.ID)
-	return e
 }
 
 // sending is the agent loop's Config.Sending for the entry's run.
 func (g *diagnostics) sending(e *diagEntry) func(agent.Model, *llm.Request) {
 	return func(m agent.Model, req *llm.Request) {
+		n := 0
+		for _, msg := range req.Messages {
+			for _, p := range msg.Parts {
+				n += len(p.Data)
+			}
+		}
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		e.prov, e.req, e.sent = m.Provider, *req, true
 		e.d.Model = m.ProviderName + "/" + m.Name
 		e.d.ModelCalls++
+		if g.runs[e.d.RunID] == e { // still kept
+			g.bytes += n - e.bytes
+			e.bytes = n
+			g.evict()
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 
 	"chatd/internal/chat"
@@ -84,5 +85,67 @@ func TestRegenerateRefused(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Code != tc.code {
 			t.Errorf("%s: err = %v, want code %s", tc.name, err, tc.code)
 		}
+	}
+}
+
+// TestRegenerateNeverRetractsANewerMessage: a regeneration with interrupt, while a queued message waits
+// behind the active run. Whichever starts first, the queued message stays in the conversation: the
+// regeneration either answers the question it was asked for, or is refused as conversation_changed.
+func TestRegenerateNeverRetractsANewerMessage(t *testing.T) {
+	for range 5 {
+		var mu sync.Mutex
+		seconds := 0
+		f := newFixture(t, setup{Respond: func(n int, req llmtest.Request) llmtest.Turn {
+			mu.Lock()
+			defer mu.Unlock()
+			if m := lastUserMessage(req); m == "second" {
+				if seconds++; seconds == 1 {
+					return llmtest.Turn{Text: "partial " + m, Block: true} // until the interrupt
+				}
+			}
+			return echo(n, req)
+		}})
+		a := f.send(t, chat.Request{Message: "first"}, chat.StartOptions{})
+		f.wait(t, a.RunID)
+		b := f.send(t, chat.Request{SessionID: a.SessionID, Message: "second"}, chat.StartOptions{})
+		f.follow(t, b.RunID, 0).until(hasText(t, "partial second"))
+		q := f.send(t, chat.Request{SessionID: a.SessionID, Message: "third"}, chat.StartOptions{OnActiveRun: chat.OnActiveEnqueue})
+		r, err := f.svc.Start(t.Context(), user, chat.Request{SessionID: a.SessionID, Regenerate: true},
+			chat.StartOptions{OnActiveRun: chat.OnActiveInterrupt})
+		var ce *chat.Error
+		switch {
+		case err == nil:
+			f.wait(t, r.RunID)
+		case errors.As(err, &ce) && ce.Code == "conversation_changed":
+		default:
+			t.Fatalf("regenerate: %v", err)
+		}
+		f.wait(t, q.RunID)
+		cur := transcript(store.Current(records(t, f.db, a.SessionID)))
+		if !slices.Contains(cur, "user:third") {
+			t.Fatalf("the queued message is gone from the conversation: %q (regenerate err %v)", cur, err)
+		}
+	}
+}
+
+// TestRegenerateOfAStaleAnswer: a client that shows an older answer (another tab) cannot retract the
+// answer it has not seen.
+func TestRegenerateOfAStaleAnswer(t *testing.T) {
+	f := newFixture(t, setup{Respond: echo})
+	a := f.send(t, chat.Request{Message: "first"}, chat.StartOptions{})
+	f.wait(t, a.RunID)
+	b := f.send(t, chat.Request{SessionID: a.SessionID, Message: "second"}, chat.StartOptions{})
+	f.wait(t, b.RunID)
+	_, err := f.svc.Start(t.Context(), user, chat.Request{SessionID: a.SessionID, Regenerate: true, ReplacesRun: a.RunID}, chat.StartOptions{})
+	var ce *chat.Error
+	if !errors.As(err, &ce) || ce.Code != "conversation_changed" {
+		t.Fatalf("regenerating the first answer after a second question: %v, want conversation_changed", err)
+	}
+	r := f.send(t, chat.Request{SessionID: a.SessionID, Regenerate: true, ReplacesRun: b.RunID}, chat.StartOptions{})
+	f.wait(t, r.RunID)
+	// Again: the answer now shown is r's; b's (retracted) still names the same question.
+	for _, run := range []string{r.RunID, b.RunID} {
+		again := f.send(t, chat.Request{SessionID: a.SessionID, Regenerate: true, ReplacesRun: run}, chat.StartOptions{})
+		f.wait(t, again.RunID)
 	}
 }

@@ -239,14 +239,29 @@ func (s *Service) planRegenerate(ctx context.Context, p *plan) error {
 	if err != nil {
 		return err
 	}
-	recs = store.Current(recs)
-	for i := len(recs) - 1; i >= 0; i-- {
-		if recs[i].Role == store.RoleUser {
-			p.retracts = recs[i].ID
-			return nil
+	cur := store.Current(recs)
+	i := len(cur) - 1
+	for i >= 0 && cur[i].Role != store.RoleUser {
+		i--
+	}
+	if i < 0 {
+		return invalid("nothing_to_regenerate", "session %s has no message to answer again", p.session.ID)
+	}
+	p.retracts = cur[i].ID
+	if run := p.req.ReplacesRun; run != "" {
+		// Every stored record from the question on answers it, the retracted answers included.
+		at := slices.IndexFunc(recs, func(r store.Record) bool { return r.ID == p.retracts })
+		if !slices.ContainsFunc(recs[at:], func(r store.Record) bool { return r.RunID == run }) {
+			return conversationChanged(p.session.ID)
 		}
 	}
-	return invalid("nothing_to_regenerate", "session %s has no message to answer again", p.session.ID)
+	return nil
+}
+
+// conversationChanged refuses a regeneration whose answer is no longer the session's last.
+func conversationChanged(sessionID string) error {
+	return &Error{Kind: ErrBusy, Code: "conversation_changed",
+		Message: fmt.Sprintf("session %s has a newer message than the answer to regenerate; reload the conversation and ask again", sessionID)}
 }
 
 func (s *Service) resolveModel(p *plan) error {
@@ -291,6 +306,11 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	if err != nil {
 		s.retire(run)
 		s.wg.Done()
+		if p.req.Regenerate && errors.Is(err, store.ErrConflict) {
+			// A message came in since the plan (a queued run started, another client sent): the marker
+			// would name a user record that is no longer the last.
+			return nil, conversationChanged(run.SessionID)
+		}
 		return nil, err
 	}
 	run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))

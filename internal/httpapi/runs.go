@@ -55,3 +55,12 @@ func (s *server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, status, res)
 }
+
+// runDiagnostics answers GET /v1/runs/{id}/diagnostics.
+func (s *server) runDiagnostics(w http.ResponseWriter, r *http.Request) error {
+	d, err := s.Chat.Diagnostics(r.Context(), user(r.Context()), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, d)
+}

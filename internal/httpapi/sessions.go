@@ -190,3 +190,38 @@ func (s *server) listTools(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"tools": out})
 }
+
+// safeImages are the media types an attachment is served as; any other is served as a download.
+var safeImages = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
+
+// attachment answers GET /v1/sessions/{id}/records/{record}/attachments/{n}: one attachment's bytes.
+func (s *server) attachment(w http.ResponseWriter, r *http.Request) error {
+	n, err := strconv.Atoi(r.PathValue("n"))
+	if err != nil || n < 0 {
+		return &apiError{status: http.StatusNotFound, code: "not_found", message: "no such attachment"}
+	}
+	a, err := s.Store.Attachment(r.Context(), user(r.Context()), r.PathValue("id"), r.PathValue("record"), n)
+	if errors.Is(err, store.ErrNotFound) {
+		return &apiError{status: http.StatusNotFound, code: "not_found", message: "no such attachment"}
+	}
+	if err != nil {
+		return err
+	}
+	h := w.Header()
+	h.Set("Content-Type", a.MediaType)
+	if !safeImages[a.MediaType] {
+		// An SVG or anything else a tool returned could script this origin: never inline.
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("Content-Disposition", "attachment")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(a.Data)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	// A record never changes: its attachments may be kept, by this user's browser only.
+	h.Set("Cache-Control", "private, max-age=31536000, immutable")
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		w.Write(a.Data)
+	}
+	return nil
+}

@@ -74,8 +74,12 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 	var req chat.Request
 	var err error
 	if regenerate {
-		// The last answer of chatd's history is replaced, whatever the client holds.
+		// The last answer of chatd's history is replaced — if it is the one the client shows (a run's
+		// message id is "msg_" + its run id).
 		req = chat.Request{SessionID: in.ID, Regenerate: true}
+		if run, ok := strings.CutPrefix(in.MessageID, "msg_"); ok {
+			req.ReplacesRun = run
+		}
 		in.fields(&req)
 	} else if req, err = uiRequest(&in); err != nil {
 		return err

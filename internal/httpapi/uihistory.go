@@ -4,17 +4,16 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"chatd/internal/store"
 )
 
-// GET /v1/ui/chat/{id}: a session's stored conversation as AI SDK UIMessages, the initial messages of a
-// useChat that resumes the session. A run is one assistant message ("msg_" + run id), as it streams.
-// The records of the session's active run, its user message aside, are left out: its answer comes by
-// the resume stream, which replays the run from its start.
-
-// uiHistoryMessage is a UIMessage of the history.
+// uiHistoryMessage is a UIMessage of GET /v1/ui/chat/{id}: a session's stored conversation as AI SDK
+// UIMessages, the initial messages of a useChat that resumes the session. A run is one assistant message
+// ("msg_" + run id), as it streams. The records of the session's active run, its user message aside, are
+// left out: its answer comes by the resume stream, which replays the run from its start.
 type uiHistoryMessage struct {
 	ID       string           `json:"id"`
 	Role     string           `json:"role"`
@@ -41,18 +40,40 @@ func (s *server) uiHistory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return sessionErr(err, r)
 	}
-	recs, err := s.Store.Records(ctx, u, id)
+	// The records and the active run are two reads: a run that starts or ends between them would leave
+	// a question without its answer, or an answer cut short that no stream completes. Read the active
+	// run on both sides of the records until it is the same.
+	active, err := s.activeRun(r, id)
+	for attempt := 0; ; attempt++ {
+		if err != nil {
+			return err
+		}
+		recs, err := s.Store.Records(ctx, u, id)
+		if err != nil {
+			return sessionErr(err, r)
+		}
+		after, err := s.activeRun(r, id)
+		if err != nil {
+			return err
+		}
+		if after == active || attempt == 4 {
+			return writeJSON(w, http.StatusOK, map[string]any{"id": sess.ID, "title": sess.Title,
+				"active_run_id": after, "messages": uiMessages(id, store.Current(recs), after)})
+		}
+		active = after
+	}
+}
+
+// activeRun is the id of the session's running run, or "".
+func (s *server) activeRun(r *http.Request, sessionID string) (string, error) {
+	run, err := s.Store.ActiveRun(r.Context(), user(r.Context()), sessionID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
 	if err != nil {
-		return sessionErr(err, r)
+		return "", err
 	}
-	active := ""
-	if run, err := s.Store.ActiveRun(ctx, u, id); err == nil {
-		active = run.ID
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, map[string]any{"id": sess.ID, "title": sess.Title,
-		"active_run_id": active, "messages": uiMessages(id, store.Current(recs), active)})
+	return run.ID, nil
 }
 
 // uiMessages converts a conversation's current records: a user record is a user message; the
@@ -78,7 +99,7 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 			// Summaries and notes are not shown; the active run's answer comes by its stream.
 		case rec.Role == store.RoleAssistant:
 			if cur == nil || cur.Metadata.RunID != rec.RunID || rec.RunID == "" {
-				out = append(out, uiHistoryMessage{ID: "msg_" + cmpID(rec), Role: "assistant",
+				out = append(out, uiHistoryMessage{ID: "msg_" + messageKey(rec), Role: "assistant",
 					Metadata: &uiMessageMeta{RunID: rec.RunID, SessionID: sessionID}, Parts: []map[string]any{}})
 				cur = &out[len(out)-1]
 			}
@@ -125,8 +146,8 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 	return out
 }
 
-// cmpID is what names a run's message: the run, or for a record of no run the record itself.
-func cmpID(rec *store.Record) string {
+// messageKey is what names a run's message: the run, or for a record of no run the record itself.
+func messageKey(rec *store.Record) string {
 	if rec.RunID != "" {
 		return rec.RunID
 	}
@@ -140,63 +161,11 @@ func fileParts(sessionID string, rec *store.Record) []map[string]any {
 	var parts []map[string]any
 	for i, a := range rec.Attachments {
 		p := map[string]any{"type": "file", "mediaType": a.MediaType,
-			"url": "/v1/sessions/" + sessionID + "/records/" + rec.ID + "/attachments/" + strconv.Itoa(i)}
+			"url": "/v1/sessions/" + url.PathEscape(sessionID) + "/records/" + url.PathEscape(rec.ID) + "/attachments/" + strconv.Itoa(i)}
 		if a.Name != "" {
 			p["filename"] = a.Name
 		}
 		parts = append(parts, p)
 	}
 	return parts
-}
-
-// safeImages are the media types an attachment is served as; any other is served as a download.
-var safeImages = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
-
-// attachment answers GET /v1/sessions/{id}/records/{record}/attachments/{n}: one attachment's bytes.
-func (s *server) attachment(w http.ResponseWriter, r *http.Request) error {
-	n, err := strconv.Atoi(r.PathValue("n"))
-	if err != nil || n < 0 {
-		return &apiError{status: http.StatusNotFound, code: "not_found", message: "no such attachment"}
-	}
-	recs, err := s.Store.Records(r.Context(), user(r.Context()), r.PathValue("id"))
-	if err != nil {
-		return sessionErr(err, r)
-	}
-	id := r.PathValue("record")
-	for i := range recs {
-		if recs[i].ID != id {
-			continue
-		}
-		if n >= len(recs[i].Attachments) {
-			break
-		}
-		a := recs[i].Attachments[n]
-		h := w.Header()
-		h.Set("Content-Type", a.MediaType)
-		if !safeImages[a.MediaType] {
-			// An SVG or anything else a tool returned could script this origin: never inline.
-			h.Set("Content-Type", "application/octet-stream")
-			h.Set("Content-Disposition", "attachment")
-		}
-		h.Set("Content-Length", strconv.Itoa(len(a.Data)))
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
-		// A record never changes: its attachments may be kept, by this user's browser only.
-		h.Set("Cache-Control", "private, max-age=31536000, immutable")
-		w.WriteHeader(http.StatusOK)
-		if r.Method != http.MethodHead {
-			w.Write(a.Data)
-		}
-		return nil
-	}
-	return &apiError{status: http.StatusNotFound, code: "not_found", message: "no such attachment"}
-}
-
-// runDiagnostics answers GET /v1/runs/{id}/diagnostics.
-func (s *server) runDiagnostics(w http.ResponseWriter, r *http.Request) error {
-	d, err := s.Chat.Diagnostics(r.Context(), user(r.Context()), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, d)
 }

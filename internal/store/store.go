@@ -148,7 +148,9 @@ type Record struct {
 }
 
 // Current returns a conversation's records as it now stands: without the answers regeneration markers
-// retracted, and without the markers. It returns records itself when there is no marker.
+// retracted, and without the markers. A summary written while a retracted answer ran is kept when all it
+// replaces comes before the retracted answer's question: what it says still holds. It returns records
+// itself when there is no marker.
 func Current(records []Record) []Record {
 	if !slices.ContainsFunc(records, func(r Record) bool { return r.Retracts != "" }) {
 		return records
@@ -159,12 +161,20 @@ func Current(records []Record) []Record {
 			out = append(out, r)
 			continue
 		}
-		for j := len(out) - 1; j >= 0; j-- {
-			if out[j].ID == r.Retracts {
-				out = out[:j+1]
-				break
+		j := len(out) - 1
+		for j >= 0 && out[j].ID != r.Retracts {
+			j--
+		}
+		if j < 0 {
+			continue // names nothing kept: the store refuses such a marker
+		}
+		kept := out[:j+1]
+		for _, s := range out[j+1:] {
+			if s.SummaryThrough != "" && slices.ContainsFunc(kept[:j], func(k Record) bool { return k.ID == s.SummaryThrough }) {
+				kept = append(kept, s)
 			}
 		}
+		out = kept
 	}
 	return out
 }
@@ -277,6 +287,8 @@ type Store interface {
 
 	// Records returns the session's records, oldest first.
 	Records(ctx context.Context, user, sessionID string) ([]Record, error)
+	// Attachment returns attachment n (from 0) of one record of the session, or ErrNotFound.
+	Attachment(ctx context.Context, user, sessionID, recordID string, n int) (*Attachment, error)
 	// AppendRecord stores r at the end of its session, assigning ID (when empty), Seq and CreatedAt, and
 	// touches the session's UpdatedAt. A tool record must name its ParentID and a ToolCallID that record
 	// holds and has not answered; any other record is refused while a tool call of the session is open.

@@ -25,6 +25,12 @@ func TestCurrent(t *testing.T) {
 		{"earlier turns kept", []store.Record{rec("u1", "user", ""), rec("a1", "assistant", ""),
 			rec("u2", "user", ""), rec("a2", "assistant", ""), rec("t2", "tool", ""),
 			rec("m1", "system", "u2")}, []string{"u1", "a1", "u2"}},
+		{"a summary of what came before the question is kept", []store.Record{rec("u1", "user", ""), rec("a1", "assistant", ""),
+			rec("u2", "user", ""), {ID: "s1", Role: "system", SummaryThrough: "a1"}, rec("a2", "assistant", ""),
+			rec("m1", "system", "u2"), rec("a3", "assistant", "")}, []string{"u1", "a1", "u2", "s1", "a3"}},
+		{"a summary that reaches into the retracted answer is not", []store.Record{rec("u1", "user", ""),
+			rec("a1", "assistant", ""), {ID: "s1", Role: "system", SummaryThrough: "a1"}, rec("m1", "system", "u1"),
+			rec("a2", "assistant", "")}, []string{"u1", "a2"}},
 		{"marker naming nothing known", []store.Record{rec("u1", "user", ""), rec("m1", "system", "gone")},
 			[]string{"u1"}},
 	}

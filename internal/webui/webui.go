@@ -95,12 +95,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
 	f := h.files[name]
 	switch {
-	case f != nil && name != "index.html":
-	case name == "" || name == "index.html" || path.Ext(name) == "":
-		f = h.index // a client route
-	default:
+	case f != nil:
+	case strings.HasPrefix(name, "assets/") || staticFile[path.Ext(name)]:
+		// A file the build does not have (an asset of an older build): not a page.
 		http.NotFound(w, r)
 		return
+	default:
+		f = h.index // a client route
 	}
 	hd := w.Header()
 	hd.Set("Content-Type", f.contentType)
@@ -110,21 +111,25 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hd.Set("Cache-Control", "public, max-age=31536000, immutable")
 	} else {
 		hd.Set("Cache-Control", "no-cache")
-		hd.Set("ETag", f.etag)
 	}
 	if f == h.index {
 		hd.Set("Content-Security-Policy", contentSecurity)
 		hd.Set("Referrer-Policy", "no-referrer")
 		hd.Set("X-Frame-Options", "DENY")
 	}
-	if !f.immutable && etagMatch(r.Header.Get("If-None-Match"), f.etag) {
-		w.WriteHeader(http.StatusNotModified)
-		return
-	}
-	body := f.body
+	body, etag := f.body, f.etag
 	if f.gz != nil && acceptsGzip(r.Header.Get("Accept-Encoding")) {
-		body = f.gz
+		// Each encoding is a representation of its own, with its own strong validator.
+		body, etag = f.gz, f.etag[:len(f.etag)-1]+`-gz"`
 		hd.Set("Content-Encoding", "gzip")
+	}
+	if !f.immutable {
+		hd.Set("ETag", etag)
+		if etagMatch(r.Header.Get("If-None-Match"), etag) {
+			hd.Del("Content-Encoding")
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
 	}
 	hd.Set("Content-Length", strconv.Itoa(len(body)))
 	if r.Method == http.MethodHead {
@@ -162,18 +167,30 @@ func compressible(contentType string) bool {
 		strings.HasPrefix(contentType, "image/svg")
 }
 
-// acceptsGzip reports whether an Accept-Encoding value takes gzip (not with q=0).
+// acceptsGzip reports whether an Accept-Encoding value takes gzip: named without q=0, or through "*"
+// when gzip is not named.
 func acceptsGzip(header string) bool {
+	star := false
 	for part := range strings.SplitSeq(header, ",") {
 		enc, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if !strings.EqualFold(strings.TrimSpace(enc), "gzip") && strings.TrimSpace(enc) != "*" {
-			continue
-		}
+		enc = strings.TrimSpace(enc)
 		q := strings.ReplaceAll(params, " ", "")
-		return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		ok := q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		switch {
+		case strings.EqualFold(enc, "gzip"):
+			return ok
+		case enc == "*":
+			star = ok
+		}
 	}
-	return false
+	return star
 }
+
+// staticFile are the extensions of files a build holds: a path with one that the build does not have is
+// a 404, not a client route.
+var staticFile = map[string]bool{".js": true, ".mjs": true, ".css": true, ".map": true, ".html": true,
+	".svg": true, ".png": true, ".jpg": true, ".ico": true, ".webp": true, ".woff": true, ".woff2": true,
+	".json": true, ".webmanifest": true, ".txt": true}
 
 // etagMatch reports whether an If-None-Match value names etag.
 func etagMatch(header, etag string) bool {

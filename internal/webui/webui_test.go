@@ -16,7 +16,8 @@ func testHandler(t *testing.T) *handler {
 	t.Helper()
 	js := "console.log(" + strings.Repeat(`"chatd",`, 200) + ");"
 	h, err := newHandler(fstest.MapFS{
-		"index.html":                {Data: []byte(`<!doctype html><div id="root"></div><script type="module" src="/assets/index-AbC123.js"></script>`)},
+		"index.html": {Data: []byte(`<!doctype html><div id="root"></div><script type="module" src="/assets/index-AbC123.js"></script>` +
+			"<!--" + strings.Repeat(" padding", 100) + " -->")},
 		"assets/index-AbC123.js":    {Data: []byte(js)},
 		"assets/index-Zz9.css":      {Data: []byte("body{margin:0}")},
 		"favicon.svg":               {Data: []byte(`<svg xmlns="http://www.w3.org/2000/svg"/>`)},
@@ -58,6 +59,8 @@ func TestServe(t *testing.T) {
 		{"/robots.txt", "404", "", "", false},
 		{"/../../etc/passwd", "200", "text/html; charset=utf-8", "no-cache", true}, // cleaned: a client route
 		{"/../../etc/hosts.txt", "404", "", "", false},
+		{"/c/my.chat", "200", "text/html; charset=utf-8", "no-cache", true}, // a chat id with a dot
+		{"/assets/chunk-x", "404", "", "", false},
 		{"/assets/../index.html", "200", "text/html; charset=utf-8", "no-cache", true},
 	}
 	for _, tc := range tests {
@@ -95,8 +98,22 @@ func TestGzipAndRevalidation(t *testing.T) {
 	if !bytes.Equal(got, plain.Body.Bytes()) {
 		t.Error("the gzip body does not decompress to the file")
 	}
-	if w := get(h, "GET", "/assets/index-AbC123.js", "Accept-Encoding", "gzip;q=0"); w.Header().Get("Content-Encoding") != "" {
-		t.Error("gzip sent to a client that refuses it")
+	for _, ae := range []string{"gzip;q=0", "*;q=0, gzip;q=0", "br", ""} {
+		if w := get(h, "GET", "/assets/index-AbC123.js", "Accept-Encoding", ae); w.Header().Get("Content-Encoding") != "" {
+			t.Errorf("gzip sent for Accept-Encoding %q", ae)
+		}
+	}
+	for _, ae := range []string{"*", "*;q=0, gzip", "deflate, GZIP;q=0.5"} {
+		if w := get(h, "GET", "/assets/index-AbC123.js", "Accept-Encoding", ae); w.Header().Get("Content-Encoding") != "gzip" {
+			t.Errorf("no gzip for Accept-Encoding %q", ae)
+		}
+	}
+	plainIdx, gzIdx := get(h, "GET", "/"), get(h, "GET", "/", "Accept-Encoding", "gzip")
+	if a, b := plainIdx.Header().Get("ETag"), gzIdx.Header().Get("ETag"); a == b || gzIdx.Header().Get("Content-Encoding") != "gzip" {
+		t.Errorf("the plain and gzip index pages share the ETag %q (gzip ETag %q, encoding %q)", a, b, gzIdx.Header().Get("Content-Encoding"))
+	}
+	if w := get(h, "GET", "/", "Accept-Encoding", "gzip", "If-None-Match", gzIdx.Header().Get("ETag")); w.Code != http.StatusNotModified {
+		t.Errorf("revalidating the gzip index page: %d, want 304", w.Code)
 	}
 	if w.Header().Get("Vary") != "Accept-Encoding" {
 		t.Errorf("Vary = %q", w.Header().Get("Vary"))

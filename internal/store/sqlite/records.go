@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,13 +36,18 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 	insertToolCallSQL = `INSERT INTO tool_calls (record_id, call_id, session_id, run_id, idx, name, arguments)
 VALUES ($1, $2, $3, $4, $5, $6, $7)`
 
-	userRecordSQL = `SELECT EXISTS (SELECT 1 FROM records WHERE id = $1 AND session_id = $2 AND role = 'user')`
+	// lastUserRecordSQL finds whether a record is the session's last user record: a marker retracts only
+	// the answer to that one (an older one would take the newer messages with it).
+	lastUserRecordSQL = `SELECT EXISTS (SELECT 1 FROM records r WHERE r.id = $1 AND r.session_id = $2 AND r.role = 'user'
+AND NOT EXISTS (SELECT 1 FROM records n WHERE n.session_id = r.session_id AND n.role = 'user' AND n.seq > r.seq))`
 
 	sessionExistsSQL = `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND user_id = $2)`
 
 	selectRecordsSQL = `SELECT id, seq, run_id, role, content, attachments, reasoning, parent_id, tool_call_id,
 name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay, summary_through, retracts
 FROM records WHERE session_id = $1 AND user_id = $2 ORDER BY seq`
+
+	selectAttachmentsSQL = `SELECT attachments FROM records WHERE id = $1 AND session_id = $2 AND user_id = $3`
 
 	selectToolCallsSQL = `SELECT c.record_id, c.call_id, c.name, c.arguments
 FROM records r JOIN tool_calls c ON c.record_id = r.id
@@ -81,11 +87,11 @@ func appendRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Recor
 	}
 	if rec.Retracts != "" {
 		var ok bool
-		if err := tx.QueryRowContext(ctx, userRecordSQL, rec.Retracts, rec.SessionID).Scan(&ok); err != nil {
+		if err := tx.QueryRowContext(ctx, lastUserRecordSQL, rec.Retracts, rec.SessionID).Scan(&ok); err != nil {
 			return err
 		}
 		if !ok {
-			return conflict("record %q of session %q is not a user record; a marker retracts the answer to one",
+			return conflict("record %q is not the last user record of session %q; a marker retracts the answer to that one",
 				rec.Retracts, rec.SessionID)
 		}
 	}
@@ -243,6 +249,30 @@ func toolCalls(calls []store.ToolCall) ([]store.ToolCall, error) {
 		out[i] = c
 	}
 	return out, nil
+}
+
+// Attachment returns attachment n of one record, reading that record's attachments only.
+func (db *DB) Attachment(ctx context.Context, user, sessionID, recordID string, n int) (*store.Attachment, error) {
+	var raw sql.NullString
+	err := db.read(ctx, "attachment", func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, selectAttachmentsSQL, recordID, sessionID, user).Scan(&raw)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("record", recordID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var all []store.Attachment
+	if raw.Valid {
+		if err := json.Unmarshal([]byte(raw.String), &all); err != nil {
+			return nil, fmt.Errorf("sqlite: attachments of record %s: %w", recordID, err)
+		}
+	}
+	if n < 0 || n >= len(all) {
+		return nil, notFound("attachment", strconv.Itoa(n))
+	}
+	return &all[n], nil
 }
 
 // Records returns the session's records, oldest first, read from one snapshot.

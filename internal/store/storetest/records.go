@@ -177,6 +177,18 @@ func testRoundTrip(t *testing.T, s store.Store) {
 	if *got[3].Success || *got[3].DurationMS != 0 {
 		t.Errorf("success false / duration 0 came back as %v / %v", *got[3].Success, *got[3].DurationMS)
 	}
+	a, err := s.Attachment(t.Context(), alice, sess.ID, ok.ID, 0)
+	if err != nil || a.MediaType != "image/jpeg" || string(a.Data) != "\xff\xd8\x00" {
+		t.Errorf("Attachment(ok, 0) = %+v, %v", a, err)
+	}
+	for _, c := range []struct {
+		user, session, record string
+		n                     int
+	}{{alice, sess.ID, ok.ID, 1}, {alice, sess.ID, ok.ID, -1}, {alice, sess.ID, asst.ID, 0},
+		{alice, sess.ID, "nope", 0}, {newUser("bob"), sess.ID, ok.ID, 0}} {
+		_, err := s.Attachment(t.Context(), c.user, c.session, c.record, c.n)
+		wantErr(t, "Attachment of nothing", err, store.ErrNotFound)
+	}
 	wantErr(t, "a user record with a replay", s.AppendRecord(t.Context(), alice, &store.Record{SessionID: sess.ID,
 		Role: store.RoleUser, Content: "x", Replay: &store.Replay{Model: "p/m"}}), store.ErrConflict)
 	wantErr(t, "a user record that summarizes", s.AppendRecord(t.Context(), alice, &store.Record{SessionID: sess.ID,
@@ -241,6 +253,9 @@ func testRetracts(t *testing.T, s store.Store) {
 		Role: store.RoleSystem, Retracts: foreign.ID}), store.ErrConflict)
 	wantErr(t, "a user record that retracts", s.AppendRecord(ctx, alice, &store.Record{SessionID: sess.ID,
 		Role: store.RoleUser, Content: "x", Retracts: q.ID}), store.ErrConflict)
+
+	wantErr(t, "a marker naming an older user record", s.AppendRecord(ctx, alice, &store.Record{SessionID: sess.ID,
+		Role: store.RoleSystem, Retracts: first.ID}), store.ErrConflict)
 
 	marker := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, Role: store.RoleSystem, Retracts: q.ID})
 	again := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, Role: store.RoleAssistant, Content: "new answer"})
