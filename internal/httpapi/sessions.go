@@ -197,8 +197,8 @@ var safeImages = map[string]bool{"image/png": true, "image/jpeg": true, "image/g
 // attachment answers GET /v1/sessions/{id}/records/{record}/attachments/{n}: one attachment's bytes.
 func (s *server) attachment(w http.ResponseWriter, r *http.Request) error {
 	n, err := strconv.Atoi(r.PathValue("n"))
-	if err != nil || n < 0 {
-		return &apiError{status: http.StatusNotFound, code: "not_found", message: "no such attachment"}
+	if err != nil {
+		n = -1 // not a number: no such attachment
 	}
 	a, err := s.Store.Attachment(r.Context(), user(r.Context()), r.PathValue("id"), r.PathValue("record"), n)
 	if errors.Is(err, store.ErrNotFound) {

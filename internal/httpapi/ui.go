@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -20,6 +22,9 @@ import (
 // message chunks, one `data: {json}` frame each, ending with `data: [DONE]`; GET /v1/ui/chat/{id}/stream
 // resumes the session's active run (204 when there is none). chatd's stored history is the source of
 // truth: only the newest user message is taken from the posted messages.
+
+// uiMessagePrefix starts the id of a run's assistant message: "msg_" + the run id, streamed or stored.
+const uiMessagePrefix = "msg_"
 
 // uiMaxBody bounds a POST /v1/ui/chat body: useChat posts the whole conversation, images included.
 const uiMaxBody = 32 << 20
@@ -74,10 +79,9 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 	var req chat.Request
 	var err error
 	if regenerate {
-		// The last answer of chatd's history is replaced — if it is the one the client shows (a run's
-		// message id is "msg_" + its run id).
+		// The last answer of chatd's history is replaced — if it is the one the client shows.
 		req = chat.Request{SessionID: in.ID, Regenerate: true}
-		if run, ok := strings.CutPrefix(in.MessageID, "msg_"); ok {
+		if run, ok := strings.CutPrefix(in.MessageID, uiMessagePrefix); ok {
 			req.ReplacesRun = run
 		}
 		in.fields(&req)
@@ -86,20 +90,10 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx := r.Context()
 	u := user(ctx)
-	if _, err := s.Store.Session(ctx, u, in.ID); errors.Is(err, store.ErrNotFound) && !regenerate {
-		// useChat makes chat ids on the client: an id chatd has not seen starts a session under it.
-		sess := &store.Session{ID: in.ID, Agent: in.Agent}
-		if sess.Agent == "" {
-			sess.Agent = "default"
+	if !regenerate {
+		if err := s.ensureSession(ctx, u, &in); err != nil {
+			return err
 		}
-		if err := s.Store.CreateSession(ctx, u, sess); err != nil {
-			if _, again := s.Store.Session(ctx, u, in.ID); again != nil {
-				// Taken by another caller: as with any id of theirs, it does not exist for this one.
-				return &apiError{status: http.StatusNotFound, code: "session_not_found", message: "no session " + strconv.Quote(in.ID)}
-			}
-		}
-	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
 	}
 	st, err := s.Chat.Start(ctx, u, req, chat.StartOptions{})
 	if err != nil {
@@ -109,6 +103,23 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 	h.Set("X-Run-Id", st.RunID)
 	h.Set("X-Session-Id", st.SessionID)
 	return s.uiStream(w, r, st.RunID)
+}
+
+// ensureSession starts a session under a chat id chatd has not seen: useChat makes chat ids on the
+// client.
+func (s *server) ensureSession(ctx context.Context, u string, in *uiChatRequest) error {
+	_, err := s.Store.Session(ctx, u, in.ID)
+	if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	sess := &store.Session{ID: in.ID, Agent: cmp.Or(in.Agent, "default")}
+	if err := s.Store.CreateSession(ctx, u, sess); err != nil {
+		if _, again := s.Store.Session(ctx, u, in.ID); again != nil {
+			// Taken by another caller: as with any id of theirs, it does not exist for this one.
+			return &apiError{status: http.StatusNotFound, code: "session_not_found", message: "no session " + strconv.Quote(in.ID)}
+		}
+	}
+	return nil
 }
 
 // uiResume answers GET /v1/ui/chat/{id}/stream: the session's active run from its first event, or 204.
@@ -199,7 +210,7 @@ func dataURL(p uiPart) (store.Attachment, error) {
 // uiStream writes the run's events from its start as UI message chunks until the run has ended.
 func (s *server) uiStream(w http.ResponseWriter, r *http.Request, runID string) error {
 	w.Header().Set("X-Vercel-Ai-Ui-Message-Stream", "v1")
-	c := uiConverter{messageID: "msg_" + runID}
+	c := uiConverter{messageID: uiMessagePrefix + runID}
 	return s.follow(w, r, runID, 0, func(out *sse.Writer, batch []chat.Event) error {
 		c.buf = c.buf[:0]
 		for _, ev := range batch {

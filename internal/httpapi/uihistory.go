@@ -12,7 +12,7 @@ import (
 
 // uiHistoryMessage is a UIMessage of GET /v1/ui/chat/{id}: a session's stored conversation as AI SDK
 // UIMessages, the initial messages of a useChat that resumes the session. A run is one assistant message
-// ("msg_" + run id), as it streams. The records of the session's active run, its user message aside, are
+// (uiMessagePrefix + run id), as it streams. The records of the session's active run, its user message aside, are
 // left out: its answer comes by the resume stream, which replays the run from its start.
 type uiHistoryMessage struct {
 	ID       string           `json:"id"`
@@ -44,10 +44,10 @@ func (s *server) uiHistory(w http.ResponseWriter, r *http.Request) error {
 	// a question without its answer, or an answer cut short that no stream completes. Read the active
 	// run on both sides of the records until it is the same.
 	active, err := s.activeRun(r, id)
+	if err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
-		if err != nil {
-			return err
-		}
 		recs, err := s.Store.Records(ctx, u, id)
 		if err != nil {
 			return sessionErr(err, r)
@@ -99,7 +99,7 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 			// Summaries and notes are not shown; the active run's answer comes by its stream.
 		case rec.Role == store.RoleAssistant:
 			if cur == nil || cur.Metadata.RunID != rec.RunID || rec.RunID == "" {
-				out = append(out, uiHistoryMessage{ID: "msg_" + messageKey(rec), Role: "assistant",
+				out = append(out, uiHistoryMessage{ID: uiMessagePrefix + messageKey(rec), Role: "assistant",
 					Metadata: &uiMessageMeta{RunID: rec.RunID, SessionID: sessionID}, Parts: []map[string]any{}})
 				cur = &out[len(out)-1]
 			}
