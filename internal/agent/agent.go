@@ -7,8 +7,10 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strconv"
 	"time"
@@ -134,6 +136,8 @@ type Config struct {
 	MaxRetryWait     time.Duration // a longer retry-after fails at once; default 30s
 	// RetryWindow bounds the time spent retrying one model: no retry starts after it (default 2m).
 	RetryWindow time.Duration
+	// Limits on what the models stream; zero values are the defaults.
+	Limits Limits
 	// Context, when set, builds the conversation of every model call from what the observer stored, and
 	// the history passed to Run is ignored. Without it the loop keeps the conversation itself.
 	Context Context
@@ -151,7 +155,53 @@ type Context interface {
 	Messages(ctx context.Context, compact bool) ([]llm.Message, error)
 }
 
+// Limits bound what a run's models stream, so that a broken or hostile upstream costs a bounded amount
+// of memory, storage and time. The zero value of each is its default.
+type Limits struct {
+	// OutputBytes bounds the text, reasoning and tool-call arguments of one model call (default 4 MiB);
+	// RunOutputBytes the same over the run's calls (default 16 MiB). A model call past either fails the
+	// run (LimitError output_limit), keeping what it said up to the limit.
+	OutputBytes    int
+	RunOutputBytes int
+	// ArgumentBytes bounds one tool call's arguments (default 256 KiB), TurnArgumentBytes the arguments
+	// of one turn's calls together (default 1 MiB). A call past either is not run: its result says
+	// why, and the model goes on.
+	ArgumentBytes     int
+	TurnArgumentBytes int
+	// IdleTime bounds the wait for the next event of a model stream — text, reasoning, a call, usage —
+	// however busy the connection is with keep-alives (default 5m). A model call that goes quiet fails
+	// as a transport failure: retried before any output, failing the run after.
+	IdleTime time.Duration
+}
+
+// Defaults of Limits.
+const (
+	DefaultOutputBytes       = 4 << 20
+	DefaultRunOutputBytes    = 16 << 20
+	DefaultArgumentBytes     = 256 << 10
+	DefaultTurnArgumentBytes = 1 << 20
+	DefaultIdleTime          = 5 * time.Minute
+)
+
+func (l *Limits) defaults() {
+	l.OutputBytes = cmp.Or(max(l.OutputBytes, 0), DefaultOutputBytes)
+	l.RunOutputBytes = cmp.Or(max(l.RunOutputBytes, 0), DefaultRunOutputBytes)
+	l.ArgumentBytes = cmp.Or(max(l.ArgumentBytes, 0), DefaultArgumentBytes)
+	l.TurnArgumentBytes = cmp.Or(max(l.TurnArgumentBytes, 0), DefaultTurnArgumentBytes)
+	l.IdleTime = cmp.Or(max(l.IdleTime, 0), DefaultIdleTime)
+}
+
+// LimitError is a limit a run reached. The run fails with it and keeps what it said; Code names the
+// limit for clients (output_limit, run_timeout, event_limit …).
+type LimitError struct {
+	Code    string
+	Message string
+}
+
+func (e *LimitError) Error() string { return e.Message }
+
 func (c *Config) defaults() {
+	c.Limits.defaults()
 	if c.MaxIterations <= 0 {
 		c.MaxIterations = 10
 	}
@@ -204,6 +254,7 @@ type runner struct {
 	messages []llm.Message
 	usage    llm.Usage
 	final    *Turn
+	output   int // bytes the run's model calls streamed: text, reasoning, arguments
 }
 
 func (r *runner) run(ctx context.Context) Result {
@@ -231,10 +282,13 @@ func (r *runner) run(ctx context.Context) Result {
 	}
 }
 
-// end builds the result of a run that stops now.
+// end builds the result of a run that stops now. A run whose context was cancelled by a limit (its
+// cause a *LimitError) fails with it; any other cancel is a cancel.
 func (r *runner) end(ctx context.Context, finish string, err error) Result {
 	res := Result{Status: StatusCompleted, FinishReason: finish, Usage: r.usage, Final: r.final, Err: err}
 	switch {
+	case limitCause(ctx) != nil:
+		res.Status, res.FinishReason, res.Err = StatusFailed, "error", limitCause(ctx)
 	case ctx.Err() != nil:
 		res.Status, res.FinishReason, res.Err = StatusCancelled, "cancelled", nil
 	case err != nil:
@@ -246,9 +300,20 @@ func (r *runner) end(ctx context.Context, finish string, err error) Result {
 	return res
 }
 
+// limitCause returns the limit that cancelled ctx, or nil.
+func limitCause(ctx context.Context) *LimitError {
+	if ctx.Err() == nil {
+		return nil
+	}
+	e, _ := errors.AsType[*LimitError](context.Cause(ctx))
+	return e
+}
+
 // notRunReason is the content of the failed result of a call that will not run, or "" when calls run.
 func notRunReason(ctx context.Context, streamErr error, last bool, max int) string {
 	switch {
+	case limitCause(ctx) != nil:
+		return "Not run: " + limitCause(ctx).Message
 	case ctx.Err() != nil:
 		return "The run was cancelled before this call ran."
 	case streamErr != nil:

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"chatd/internal/llm"
@@ -33,6 +34,8 @@ type turnState struct {
 	compacted bool
 	calls     []*pendingCall
 	ids       map[string]bool
+	argBytes  int // the arguments the turn's calls hold
+	dropped   int // calls past maxTurnCalls, left out of the turn
 
 	toolCtx     context.Context
 	cancelTools context.CancelFunc
@@ -51,7 +54,16 @@ type pendingCall struct {
 	started bool
 	result  ToolResult
 	notRun  string // why the call will not run
+	// oversize: the arguments passed a limit; they were dropped and the call will not run.
+	oversize bool
 }
+
+// maxTurnCalls bounds the calls one turn stores: the deltas of any further call are dropped (a model
+// that makes this many has lost its way; the context builder would not send more).
+const maxTurnCalls = 128
+
+// maxCallName bounds a call's id and tool name as they accumulate from fragments.
+const maxCallName = 256
 
 type toolDone struct {
 	index int
@@ -234,32 +246,70 @@ func (r *runner) streamRetrying(ctx context.Context, req *llm.Request, t *turnSt
 
 // streamOnce consumes one stream. output reports whether any event reached the observer.
 // A retry or a continuation starts with no calls accumulated (it follows a call without output, or an
-// answer without calls), so the stream's indexes are the turn's.
+// answer without calls), so the stream's indexes are the turn's. The call fails when the model streams
+// more than the output limits allow, or goes quiet for longer than the idle limit.
 func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState, noTools bool) (output bool, err error) {
-	for ev, err := range t.model.Provider.Stream(ctx, req) {
+	lim := &r.cfg.Limits
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	quiet := newWatchdog(lim.IdleTime, func() { cancel(errQuiet) })
+	defer quiet.stop()
+	callOutput := 0
+	// count adds n bytes of output, or fails when they pass a limit.
+	count := func(n int) error {
+		callOutput += n
+		r.output += n
+		switch {
+		case callOutput > lim.OutputBytes:
+			return &LimitError{Code: "output_limit", Message: fmt.Sprintf("the model's answer passed chatd's limit of %s for one model call; the answer is kept up to it", byteSize(lim.OutputBytes))}
+		case r.output > lim.RunOutputBytes:
+			return &LimitError{Code: "output_limit", Message: fmt.Sprintf("the run's model calls passed chatd's limit of %s of output; the answer is kept up to it", byteSize(lim.RunOutputBytes))}
+		}
+		return nil
+	}
+	for ev, err := range t.model.Provider.Stream(callCtx, req) {
+		quiet.poke()
 		if err != nil {
+			if quiet.fired() && ctx.Err() == nil {
+				return output, r.quietError(t)
+			}
 			return output, err
 		}
 		switch ev.Kind {
-		case llm.EventText:
-			output, t.output = true, true
-			t.parts.Add(ev)
-			if ev.Text != "" {
-				r.obs.TextDelta(ev.Text)
+		case llm.EventText, llm.EventReasoning:
+			if err := count(len(ev.Text)); err != nil {
+				return output, err
 			}
-		case llm.EventReasoning:
 			output, t.output = true, true
 			t.parts.Add(ev)
-			if ev.Text != "" {
+			if ev.Text == "" {
+				break
+			}
+			if ev.Kind == llm.EventText {
+				r.obs.TextDelta(ev.Text)
+			} else {
 				r.obs.ReasoningDelta(ev.Text)
 			}
 		case llm.EventReasoningEnd:
 			output, t.output = true, true
 			t.parts.Add(ev)
 		case llm.EventToolCallDelta:
+			if err := count(len(ev.Text) + len(ev.ID) + len(ev.Name)); err != nil {
+				return output, err
+			}
 			output, t.output = true, true
+			if ev.Index >= maxTurnCalls {
+				t.dropped = max(t.dropped, ev.Index-maxTurnCalls+1)
+				break
+			}
 			pc := t.call(ev.Index)
-			pc.add(ev)
+			if pc.oversize {
+				break
+			}
+			t.add(pc, ev, lim)
+			if pc.oversize {
+				break // the arguments so far are dropped; no more of them is shown
+			}
 			r.obs.ToolCallDelta(pc.index, pc.id, pc.name, ev.Text)
 			if !noTools && endsObject(ev.Text) {
 				r.startEarly(t, pc)
@@ -276,8 +326,59 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 			t.finish = ev.FinishReason
 		}
 	}
+	if quiet.fired() && ctx.Err() == nil {
+		return output, r.quietError(t)
+	}
 	return output, ctx.Err()
 }
+
+// errQuiet cancels a model call whose stream went quiet for longer than the idle limit.
+var errQuiet = errors.New("the model stream went quiet")
+
+// quietError is the failure of a model call that went quiet: a transport failure, retried like one.
+func (r *runner) quietError(t *turnState) error {
+	return &llm.Error{Provider: t.model.ProviderName, Kind: llm.KindTransport,
+		Message: fmt.Sprintf("the model sent nothing for %s", r.cfg.Limits.IdleTime)}
+}
+
+// byteSize writes n bytes for a person: 4 MiB, 256 KiB, 100 bytes.
+func byteSize(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.Itoa(n>>20) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.Itoa(n>>10) + " KiB"
+	}
+	return strconv.Itoa(n) + " bytes"
+}
+
+// watchdog calls fire when poke has not been called for idle. poke is cheap: one clock read and one
+// atomic store, no timer reset, on the per-token path.
+type watchdog struct {
+	idle  time.Duration
+	start time.Time
+	last  atomic.Int64 // when poke was last called, as nanoseconds since start
+	timer *time.Timer
+	done  atomic.Bool
+}
+
+func newWatchdog(idle time.Duration, fire func()) *watchdog {
+	w := &watchdog{idle: idle, start: time.Now()}
+	w.timer = time.AfterFunc(idle, func() {
+		since := time.Duration(int64(time.Since(w.start)) - w.last.Load())
+		if since < w.idle {
+			w.timer.Reset(w.idle - since)
+			return
+		}
+		w.done.Store(true)
+		fire()
+	})
+	return w
+}
+
+func (w *watchdog) poke()       { w.last.Store(int64(time.Since(w.start))) }
+func (w *watchdog) fired() bool { return w.done.Load() }
+func (w *watchdog) stop()       { w.timer.Stop() }
 
 func (r *runner) backoff(err error, attempt int) (time.Duration, bool) {
 	e, ok := errors.AsType[*llm.Error](err)
@@ -300,18 +401,29 @@ func (t *turnState) call(i int) *pendingCall {
 	return t.calls[i]
 }
 
-// add accumulates a delta. Ids and names usually come once; a few servers repeat them on every delta
-// and a few split them into fragments, so a repeat is ignored and anything else appended.
-func (pc *pendingCall) add(ev llm.Event) {
-	if ev.ID != "" && ev.ID != pc.id && !pc.idFixed {
+// add accumulates a delta into pc within the argument limits. Ids and names usually come once; a few
+// servers repeat them on every delta and a few split them into fragments, so a repeat is ignored and
+// anything else appended, up to maxCallName. Arguments past a limit are dropped, with the call's
+// arguments so far: the call will not run.
+func (t *turnState) add(pc *pendingCall, ev llm.Event, lim *Limits) {
+	if ev.ID != "" && ev.ID != pc.id && !pc.idFixed && len(pc.id)+len(ev.ID) <= maxCallName {
 		pc.id += ev.ID
 	}
-	if ev.Name != "" && ev.Name != pc.name {
+	if ev.Name != "" && ev.Name != pc.name && len(pc.name)+len(ev.Name) <= maxCallName {
 		pc.name += ev.Name
 	}
 	if ev.Signature != "" {
 		pc.sig = ev.Signature
 	}
+	if len(pc.args)+len(ev.Text) > lim.ArgumentBytes || t.argBytes+len(ev.Text) > lim.TurnArgumentBytes {
+		t.argBytes -= len(pc.args)
+		pc.args, pc.oversize = nil, true
+		pc.notRun = fmt.Sprintf("Not run: the call's arguments passed chatd's limit of %s (for one call; %s for all the "+
+			"calls of one answer), so they were dropped. Call the tool again with smaller arguments.",
+			byteSize(lim.ArgumentBytes), byteSize(lim.TurnArgumentBytes))
+		return
+	}
+	t.argBytes += len(ev.Text)
 	pc.args = append(pc.args, ev.Text...)
 }
 
@@ -349,12 +461,18 @@ func (r *runner) finishTurn(ctx context.Context, t *turnState, streamErr error) 
 	}
 	t.Model, t.Origin = t.model.Name, t.model.origin()
 	switch {
+	case limitCause(ctx) != nil:
+		t.FinishReason = "error"
 	case ctx.Err() != nil:
 		t.FinishReason = "cancelled"
 	case streamErr != nil:
 		t.FinishReason = "error"
 	default:
 		t.FinishReason = string(t.finish)
+	}
+	if t.dropped > 0 {
+		r.cfg.Logger.Warn("the model made more tool calls in one answer than chatd keeps; the rest were dropped",
+			"kept", maxTurnCalls, "dropped", t.dropped)
 	}
 	for _, pc := range t.calls {
 		t.assignID(pc)
@@ -363,6 +481,7 @@ func (r *runner) finishTurn(ctx context.Context, t *turnState, streamErr error) 
 			args, ok = emptyArgs, true // a call without arguments, from a server that sends none
 		}
 		switch {
+		case pc.oversize: // notRun says why
 		case pc.name == "":
 			pc.notRun = "The call did not name a tool."
 		case !ok && t.finish == llm.FinishLength:

@@ -10,7 +10,7 @@ import (
 
 // startEarly starts a read-only call whose arguments are complete while the model still streams.
 func (r *runner) startEarly(t *turnState, pc *pendingCall) {
-	if pc.started || pc.name == "" || r.cfg.Tools == nil || pc.index >= r.cfg.MaxToolCalls || !r.cfg.Tools.ReadOnly(pc.name) {
+	if pc.started || pc.oversize || pc.name == "" || r.cfg.Tools == nil || pc.index >= r.cfg.MaxToolCalls || !r.cfg.Tools.ReadOnly(pc.name) {
 		return
 	}
 	if _, ok := pc.arguments(); !ok {

@@ -6,6 +6,8 @@
 package chat
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"chatd/internal/agent"
 	"chatd/internal/llm"
 	"chatd/internal/prompt"
 	"chatd/internal/store"
@@ -96,6 +99,45 @@ type Options struct {
 	// InterruptWait bounds how long a send with on_active_run=interrupt waits for the active run to
 	// end (default 30s).
 	InterruptWait time.Duration
+	// Limits bound what a request and a run may hold; zero values are the defaults.
+	Limits Limits
+}
+
+// Limits bound a request and the resources of a run. The zero value of each is its default; every one
+// is hard: passing it is a clear error for the caller, or ends the run with one, never a crash.
+type Limits struct {
+	MessageBytes    int // a message's text (default 256 KiB)
+	Attachments     int // attachments of one message (default 8)
+	AttachmentBytes int // one attachment, decoded (default 10 MiB)
+	// RunTime bounds a run's wall time, from its start to its end (default 15m): a run past it fails
+	// with run_timeout, keeping what it said.
+	RunTime time.Duration
+	// RunEvents bounds the events of a run (default 100,000): past it the run fails with event_limit,
+	// and its deltas are no longer kept.
+	RunEvents int
+	// DiagnosticsBytes bounds the memory the kept diagnostics hold together (default 32 MiB).
+	DiagnosticsBytes int
+	// Model bounds what the models of a run stream: output, tool-call arguments, idle time.
+	Model agent.Limits
+}
+
+// Defaults of Limits.
+const (
+	DefaultMessageBytes     = 256 << 10
+	DefaultAttachments      = 8
+	DefaultAttachmentBytes  = 10 << 20
+	DefaultRunTime          = 15 * time.Minute
+	DefaultRunEvents        = 100_000
+	DefaultDiagnosticsBytes = 32 << 20
+)
+
+func (l *Limits) defaults() {
+	l.MessageBytes = cmp.Or(max(l.MessageBytes, 0), DefaultMessageBytes)
+	l.Attachments = cmp.Or(max(l.Attachments, 0), DefaultAttachments)
+	l.AttachmentBytes = cmp.Or(max(l.AttachmentBytes, 0), DefaultAttachmentBytes)
+	l.RunTime = cmp.Or(max(l.RunTime, 0), DefaultRunTime)
+	l.RunEvents = cmp.Or(max(l.RunEvents, 0), DefaultRunEvents)
+	l.DiagnosticsBytes = cmp.Or(max(l.DiagnosticsBytes, 0), DefaultDiagnosticsBytes)
 }
 
 // Service starts and tracks runs. It is safe for concurrent use.
@@ -113,6 +155,8 @@ type Service struct {
 	closing bool
 
 	diag diagnostics // the latest request of recent runs
+	// interrupters serializes the sends that interrupt a session's run.
+	interrupters keyedMutex
 
 	calibMu sync.Mutex
 	calib   map[string]*prompt.Calibration // token estimate corrections by model
@@ -137,6 +181,7 @@ func New(opts Options) *Service {
 	if opts.InterruptWait <= 0 {
 		opts.InterruptWait = 30 * time.Second
 	}
+	opts.Limits.defaults()
 	agents := map[string]Agent{"default": {}}
 	for name, a := range opts.Agents {
 		agents[name] = a
@@ -147,6 +192,7 @@ func New(opts Options) *Service {
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)
 	}
+	s.diag.limit = opts.Limits.DiagnosticsBytes
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -170,6 +216,9 @@ type Request struct {
 	// message id): when that run did not answer the session's last user message, the regeneration is
 	// refused rather than replacing an answer the caller has not seen.
 	ReplacesRun string `json:"-"`
+	// CreateSession starts a session under SessionID when the user has none by that id (a chat id the
+	// client made, as the AI SDK's useChat does), with the run, once the request is checked.
+	CreateSession bool `json:"-"`
 }
 
 // What a send does when its session already has a running run.
@@ -195,17 +244,25 @@ type Started struct {
 	Replayed bool
 }
 
-// Limits on a request's content.
+// Limits on a request's content that are not settings.
 const (
-	MaxMessageBytes    = 256 << 10
-	MaxAttachments     = 8
 	maxTitleRunes      = 60
 	maxIterationsLimit = 50
 )
 
-var imageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
+// imageTypes are the attachment types models take, each with the bytes its files start with.
+var imageTypes = map[string]func([]byte) bool{
+	"image/png":  func(b []byte) bool { return bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) },
+	"image/jpeg": func(b []byte) bool { return bytes.HasPrefix(b, []byte{0xff, 0xd8, 0xff}) },
+	"image/gif": func(b []byte) bool {
+		return bytes.HasPrefix(b, []byte("GIF87a")) || bytes.HasPrefix(b, []byte("GIF89a"))
+	},
+	"image/webp": func(b []byte) bool {
+		return len(b) >= 12 && bytes.Equal(b[:4], []byte("RIFF")) && bytes.Equal(b[8:12], []byte("WEBP"))
+	},
+}
 
-func (r *Request) validate() error {
+func (r *Request) validate(lim *Limits) error {
 	if r.Regenerate {
 		if r.Message != "" || len(r.Attachments) > 0 {
 			return invalid("invalid_regenerate", "a regeneration answers the last user message again: send it without a message or attachments")
@@ -216,21 +273,26 @@ func (r *Request) validate() error {
 	} else if strings.TrimSpace(r.Message) == "" && len(r.Attachments) == 0 {
 		return invalid("missing_message", "the request has no message: send {\"message\": \"…\"}")
 	}
-	if len(r.Message) > MaxMessageBytes {
-		return invalid("message_too_long", "the message is %d bytes; the limit is %d", len(r.Message), MaxMessageBytes)
+	if len(r.Message) > lim.MessageBytes {
+		return invalid("message_too_long", "the message is %d bytes; the limit is %d", len(r.Message), lim.MessageBytes)
 	}
 	if !utf8.ValidString(r.Message) {
 		return invalid("invalid_message", "the message is not valid UTF-8")
 	}
-	if len(r.Attachments) > MaxAttachments {
-		return invalid("too_many_attachments", "%d attachments; the limit is %d", len(r.Attachments), MaxAttachments)
+	if len(r.Attachments) > lim.Attachments {
+		return invalid("too_many_attachments", "%d attachments; the limit is %d", len(r.Attachments), lim.Attachments)
 	}
 	for i, a := range r.Attachments {
-		if !imageTypes[a.MediaType] {
+		looksLike, ok := imageTypes[a.MediaType]
+		switch {
+		case !ok:
 			return invalid("invalid_attachment", "attachment %d has media type %q; supported: image/png, image/jpeg, image/gif, image/webp", i, a.MediaType)
-		}
-		if len(a.Data) == 0 {
+		case len(a.Data) == 0:
 			return invalid("invalid_attachment", "attachment %d has no data", i)
+		case len(a.Data) > lim.AttachmentBytes:
+			return invalid("attachment_too_large", "attachment %d is %d bytes; the limit is %d", i, len(a.Data), lim.AttachmentBytes)
+		case !looksLike(a.Data):
+			return invalid("invalid_attachment", "attachment %d is declared %s, but its bytes are not a %s file", i, a.MediaType, strings.TrimPrefix(a.MediaType, "image/"))
 		}
 	}
 	if r.MaxIterations < 0 || r.MaxIterations > maxIterationsLimit {

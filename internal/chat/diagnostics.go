@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 
 	"chatd/internal/agent"
@@ -12,11 +13,9 @@ import (
 )
 
 // A service keeps the diagnostics of its keptDiagnostics most recently started runs, and fewer when
-// their requests' attachments hold more than keptDiagnosticsBytes (the latest run's are always kept).
-const (
-	keptDiagnostics      = 64
-	keptDiagnosticsBytes = 64 << 20
-)
+// their requests hold more than its diagnostics limit (Limits.DiagnosticsBytes) together. A request
+// larger than a quarter of the limit is not kept at all: its diagnostics say so instead.
+const keptDiagnostics = 64
 
 // Diagnostics is what a run sent its model: the settings it resolved, its system prompt and tools, and
 // the body of its latest model call as the provider encodes it. It is kept in memory for the service's
@@ -35,17 +34,21 @@ type Diagnostics struct {
 	Context       map[string]any `json:"context,omitempty"`
 	// ModelCalls counts the calls sent so far, retries and continuations included.
 	ModelCalls int `json:"model_calls"`
-	// Request is the JSON body of the latest model call; null before the first call, or when the
-	// provider cannot show its body.
+	// Request is the JSON body of the latest model call; null before the first call, when the
+	// provider cannot show its body, or when it was too large to keep (RequestOmitted says so).
 	Request json.RawMessage `json:"request"`
+	// RequestOmitted says why Request is null although the run called its model.
+	RequestOmitted string `json:"request_omitted,omitempty"`
 }
 
 // diagnostics keeps the latest request of recent runs.
 type diagnostics struct {
+	limit int // bytes the kept requests may hold together
+
 	mu    sync.Mutex
 	runs  map[string]*diagEntry
 	order []string // run ids, oldest first
-	bytes int      // the attachment bytes the kept requests hold
+	bytes int      // the bytes the kept requests hold
 }
 
 type diagEntry struct {
@@ -54,7 +57,7 @@ type diagEntry struct {
 	prov  llm.Provider // of the latest call
 	req   llm.Request  // the latest call; its slices are never changed once sent
 	sent  bool
-	bytes int // the attachment bytes req holds
+	bytes int // the bytes req holds: its text, data and arguments
 }
 
 // track starts keeping a run's diagnostics, forgetting the oldest run's beyond keptDiagnostics.
@@ -79,33 +82,52 @@ func (g *diagnostics) track(run *Run, p *plan, system string) *diagEntry {
 
 // evict forgets the oldest runs beyond the limits, never the latest. The caller holds g.mu.
 func (g *diagnostics) evict() {
-	for len(g.order) > 1 && (len(g.order) > keptDiagnostics || g.bytes > keptDiagnosticsBytes) {
+	for len(g.order) > 1 && (len(g.order) > keptDiagnostics || g.bytes > g.limit) {
 		g.bytes -= g.runs[g.order[0]].bytes
 		delete(g.runs, g.order[0])
 		g.order = append(g.order[:0], g.order[1:]...)
 	}
 }
 
-// sending is the agent loop's Config.Sending for the entry's run.
+// sending is the agent loop's Config.Sending for the entry's run. A request over a quarter of the
+// limit is not kept: it would pin that much memory (a long conversation's every record) for a view.
 func (g *diagnostics) sending(e *diagEntry) func(agent.Model, *llm.Request) {
 	return func(m agent.Model, req *llm.Request) {
-		n := 0
-		for _, msg := range req.Messages {
-			for _, p := range msg.Parts {
-				n += len(p.Data)
-			}
-		}
+		n := requestBytes(req)
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		e.prov, e.req, e.sent = m.Provider, *req, true
+		e.prov, e.sent = m.Provider, true
 		e.d.Model = m.ProviderName + "/" + m.Name
 		e.d.ModelCalls++
+		if g.limit > 0 && n > g.limit/4 {
+			e.req, n = llm.Request{}, 0
+			e.d.RequestOmitted = fmt.Sprintf("the request was %d bytes; chatd keeps requests of at most %d for diagnostics", requestBytes(req), g.limit/4)
+		} else {
+			e.req, e.d.RequestOmitted = *req, ""
+		}
 		if g.runs[e.d.RunID] == e { // still kept
 			g.bytes += n - e.bytes
 			e.bytes = n
 			g.evict()
 		}
 	}
+}
+
+// requestBytes is about the memory a request holds: its texts, data, arguments and tool schemas.
+func requestBytes(req *llm.Request) int {
+	n := len(req.System)
+	for _, t := range req.Tools {
+		n += len(t.Name) + len(t.Description) + len(t.InputSchema)
+	}
+	for _, msg := range req.Messages {
+		for _, p := range msg.Parts {
+			n += len(p.Text) + len(p.Data) + len(p.Signature) + len(p.ID)
+		}
+		for _, c := range msg.ToolCalls {
+			n += len(c.ID) + len(c.Name) + len(c.Arguments) + len(c.Signature)
+		}
+	}
+	return n
 }
 
 // Diagnostics returns what one of the user's recent runs sent its model. A run this service does not
@@ -123,7 +145,7 @@ func (s *Service) Diagnostics(_ context.Context, user, runID string) (*Diagnosti
 	d, prov, req, sent := e.d, e.prov, e.req, e.sent
 	d.Tools = append([]string(nil), d.Tools...)
 	g.mu.Unlock()
-	if enc, ok := prov.(llm.Encoder); ok && sent {
+	if enc, ok := prov.(llm.Encoder); ok && sent && d.RequestOmitted == "" {
 		body, err := enc.Encode(&req)
 		if err != nil {
 			s.log.Warn("encode a run's request for its diagnostics", "run", runID, "err", err)

@@ -224,6 +224,9 @@ func closeReason(s agent.Status) string {
 
 // errorInfo describes a run's failure for clients: what happened, safely, and whether retrying may help.
 func errorInfo(err error) *ErrorInfo {
+	if e, ok := errors.AsType[*agent.LimitError](err); ok {
+		return &ErrorInfo{Code: e.Code, Message: e.Message}
+	}
 	if e, ok := errors.AsType[*llm.Error](err); ok {
 		return &ErrorInfo{Code: "upstream_" + string(e.Kind), Message: e.Public(), Retryable: e.Retryable()}
 	}

@@ -17,13 +17,14 @@ func (s *Service) enqueue(ctx context.Context, p *plan, key, hash, activeID stri
 	if err != nil {
 		return nil, fmt.Errorf("enqueue: %w", err)
 	}
-	run := newRun(newID(), p.user, p, s.events)
+	run := s.newRun(newID(), p.user, p)
 	run.status = store.RunQueued
 	if err := s.admitQueued(run); err != nil {
 		return nil, err
 	}
+	// A queued run reserves no Seq: its first events show once the event log has stored them.
 	err = s.opts.Store.CreateRun(ctx, p.user, &store.Run{ID: run.ID, SessionID: run.SessionID, Agent: run.Agent,
-		Model: run.Model, Status: store.RunQueued, IdempotencyKey: key, RequestHash: hash, Request: req}, nil)
+		Model: run.Model, Status: store.RunQueued, IdempotencyKey: key, RequestHash: hash, Request: req, Title: p.title()}, nil)
 	if err != nil {
 		s.retire(run)
 		return nil, err
@@ -124,10 +125,12 @@ func (s *Service) startQueued(run *Run) error {
 	s.mu.Unlock()
 	p := run.plan
 	first := p.first(run.SessionID)
-	if err := s.opts.Store.StartRun(context.WithoutCancel(s.base), run.user, run.ID, first); err != nil {
+	reserve := run.reservation()
+	if err := s.opts.Store.StartRun(context.WithoutCancel(s.base), run.user, run.ID, first, reserve); err != nil {
 		s.wg.Done()
 		return err
 	}
+	run.granted(reserve)
 	s.launch(run, first)
 	return nil
 }

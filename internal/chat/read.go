@@ -125,7 +125,9 @@ func (s *Service) Follow(ctx context.Context, user, id string, after int64) (*Fo
 		return nil, err
 	}
 	f.info = r
-	f.inRecovery = r.EndedAt != nil && r.RecoveredFrom > 0 && f.after >= r.RecoveredFrom
+	// A run recovered before reservations were kept (ReservedSeq 0) had its recovery's events numbered
+	// right after the stored log, over ids the dead process may have sent.
+	f.inRecovery = r.EndedAt != nil && r.RecoveredFrom > 0 && r.ReservedSeq == 0 && f.after >= r.RecoveredFrom
 	return f, nil
 }
 
@@ -161,8 +163,9 @@ func (f *Follower) Read(ctx context.Context) ([]Event, bool, error) {
 	r := f.info
 	if f.inRecovery {
 		// The ids from recovery's first event on may have named events the dead process streamed but
-		// never stored: the reader gets recovery's events in full — the partial answer, the closed
-		// calls, error and done — and learns how the run ended.
+		// never stored (a run recovered before reservations were kept): the reader gets recovery's
+		// events in full — the partial answer, the closed calls, error and done — and learns how the
+		// run ended.
 		return f.tail(ctx, r.RecoveredFrom-1)
 	}
 	events, err := f.page(ctx, f.after)

@@ -12,6 +12,9 @@ import (
 
 // Texts of a run a dead process left running.
 const (
+	// EventsLost is the code of the error event recovery writes when a client may have been sent
+	// events the dead process had not stored: the log goes on past every id it may have sent.
+	EventsLost        = "events_lost"
 	interruptedError  = "chatd stopped before the run ended; the partial answer is kept"
 	interruptedReason = "chatd stopped before this call finished."
 	// FinishInterrupted is the finish reason of an assistant record recovered from a run's event log.
@@ -55,17 +58,26 @@ func (s *Service) Recover(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// interrupt ends a run a dead process left running.
+// interrupt ends a run a dead process left running. Its events go on after the run's reservation: the
+// dead process may have sent a client any id up to it, and those ids keep naming what they named. When
+// that leaves a gap after the stored log, the first event after it says so (error, code events_lost).
 func (s *Service) interrupt(ctx context.Context, r *store.Run) error {
 	lastSeq, logged, partial, err := s.scanLog(ctx, r)
 	if err != nil {
 		return err
 	}
 	var events []store.Event
-	from := lastSeq + 1
 	add := func(typ string, data []byte) {
 		lastSeq++
 		events = append(events, store.Event{RunID: r.ID, Seq: lastSeq, Type: typ, Data: data})
+	}
+	stored := lastSeq
+	lastSeq = max(lastSeq, r.ReservedSeq)
+	from := lastSeq + 1
+	if lastSeq > stored {
+		add(EventError, mustJSON(ErrorInfo{Code: EventsLost, Message: fmt.Sprintf("chatd stopped before it stored "+
+			"events %d to %d of this run, which a client may have been sent; the stored records hold the answer as "+
+			"far as it was saved", stored+1, lastSeq)}))
 	}
 	unlogged, err := s.unlogged(ctx, r, logged)
 	if err != nil {
@@ -202,7 +214,7 @@ func (s *Service) requeue(ctx context.Context, r *store.Run) error {
 	if err != nil {
 		return s.failQueued(ctx, r, err)
 	}
-	run := newRun(r.ID, r.UserID, p, s.events)
+	run := s.newRun(r.ID, r.UserID, p)
 	run.status = store.RunQueued
 	for after := int64(0); ; {
 		events, err := s.opts.Store.Events(ctx, r.UserID, r.ID, after, 1000)
@@ -213,17 +225,20 @@ func (s *Service) requeue(ctx context.Context, r *store.Run) error {
 			break
 		}
 		for _, e := range events {
-			if e.Seq != int64(len(run.events))+1 {
-				break // a gap cannot be: keep the prefix
-			}
 			run.events = append(run.events, Event{Seq: e.Seq, Type: e.Type, Data: e.Data})
-			after = e.Seq
 		}
-		if after != events[len(events)-1].Seq {
-			break
-		}
+		after = events[len(events)-1].Seq
 	}
-	run.persisted = int64(len(run.events))
+	// The stored events show at once; new ones go after every id the dead process may have sent, and
+	// show once the event log has raised the reservation past them.
+	run.persisted = 0
+	if n := len(run.events); n > 0 {
+		run.persisted = run.events[n-1].Seq
+	}
+	run.next = max(run.persisted, r.ReservedSeq) + 1
+	if run.log != nil {
+		run.reserved = run.persisted
+	}
 	if len(run.events) == 0 {
 		run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
 	}
@@ -238,7 +253,7 @@ func (s *Service) requeue(ctx context.Context, r *store.Run) error {
 // failQueued ends a recovered queued run that can no longer start.
 func (s *Service) failQueued(ctx context.Context, r *store.Run, cause error) error {
 	s.log.Error("queued run cannot start after a restart", "run", r.ID, "err", cause)
-	last := r.LastEventSeq
+	last := max(r.LastEventSeq, r.ReservedSeq) // past every id a client may have been sent
 	msg := "the queued message could not be started after chatd restarted: " + cause.Error()
 	info := ErrorInfo{Code: "invalid_request", Message: msg}
 	if e, ok := errors.AsType[*Error](cause); ok {

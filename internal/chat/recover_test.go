@@ -49,9 +49,15 @@ type deadRun struct {
 	seq int64
 }
 
-// running stores a running run with its user message, and logs its first events as the run did.
+// running stores a running run with its user message, and logs its first events as the run did. The
+// run has no reservation, as a run stored before reservations were kept.
 func (p *deadProcess) running(sessionID, message string) *deadRun {
-	r := &deadRun{p: p, run: &store.Run{SessionID: sessionID, Agent: "default", Model: "x/m"}}
+	return p.runningReserved(sessionID, message, 0)
+}
+
+// runningReserved is running with a reservation: the Seqs a client may have been sent.
+func (p *deadProcess) runningReserved(sessionID, message string, reserved int64) *deadRun {
+	r := &deadRun{p: p, run: &store.Run{SessionID: sessionID, Agent: "default", Model: "x/m", ReservedSeq: reserved}}
 	first := &store.Record{SessionID: sessionID, Role: store.RoleUser, Content: message}
 	if err := p.db.CreateRun(p.t.Context(), user, r.run, first); err != nil {
 		p.t.Fatal(err)
@@ -84,7 +90,7 @@ func (r *deadRun) log(typ string, data any) {
 		r.p.t.Fatal(err)
 	}
 	r.seq++
-	if err := r.p.db.AppendEvents(r.p.t.Context(), []store.Event{{RunID: r.run.ID, Seq: r.seq, Type: typ, Data: b}}); err != nil {
+	if err := r.p.db.AppendEvents(r.p.t.Context(), []store.Event{{RunID: r.run.ID, Seq: r.seq, Type: typ, Data: b}}, nil); err != nil {
 		r.p.t.Fatal(err)
 	}
 }
@@ -381,4 +387,104 @@ func TestRecoverThenFollow(t *testing.T) {
 		o.Error == nil || o.Error.Code != "interrupted" {
 		t.Errorf("outcome: %+v", o)
 	}
+}
+
+// TestRecoveryNeverRewindsResumedStreams: a client of a killed process may have been sent events the
+// process never stored, under any id up to the run's reservation. Recovery numbers its events after the
+// reservation — an id a client saw never names another event — and its first event says that events
+// were lost. A client resuming from the last id it saw, in the stored log or past it, gets what the log
+// has from there on: the notice, the partial answer and done interrupted.
+func TestRecoveryNeverRewindsResumedStreams(t *testing.T) {
+	const reserved = 256
+	path := dbPath(t)
+	dead := newDeadProcess(t, path)
+	r := dead.runningReserved(dead.session(), "tell me", reserved)
+	r.text("Once upon")
+	r.text(" a time")
+	written := r.seq // the client saw up to, say, 44: the events after written died with the process
+	dead.die()
+
+	f := newFixture(t, setup{Path: path, Turns: []llmtest.Turn{}})
+	if err := f.svc.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	log := stored(t, f.db, r.run.ID)
+	recovery := log[written:]
+	if diff := cmp.Diff([]string{chat.EventError, chat.EventRecord, chat.EventError, chat.EventDone}, typeList(recovery)); diff != "" {
+		t.Fatalf("recovery's events (-want +got):\n%s", diff)
+	}
+	for i, e := range recovery {
+		if e.Seq != reserved+1+int64(i) {
+			t.Errorf("recovery's event %d has Seq %d, want %d: past every id the dead process may have sent", i, e.Seq, reserved+1+int64(i))
+		}
+	}
+	var lost chat.ErrorInfo
+	if err := json.Unmarshal(recovery[0].Data, &lost); err != nil || lost.Code != chat.EventsLost {
+		t.Errorf("the first event after the gap: %s %s; want an error with code %s", recovery[0].Type, recovery[0].Data, chat.EventsLost)
+	}
+	if run := storedRun(t, f.db, r.run.ID); run.LastEventSeq != reserved+4 || run.RecoveredFrom != reserved+1 {
+		t.Errorf("the recovered run: last event %d, recovered from %d; want %d and %d", run.LastEventSeq, run.RecoveredFrom, reserved+4, reserved+1)
+	}
+	for _, tc := range []struct {
+		after int64
+		want  []chat.Event
+	}{
+		{0, log},
+		{written - 1, log[written-1:]},
+		{written, recovery},
+		{44, recovery},
+		{reserved, recovery},
+		{reserved + 1, recovery[1:]},
+		{reserved + 3, recovery[3:]},
+		{reserved + 4, nil},
+		{reserved + 99, recovery[3:]}, // past the end: done, which says how the run ended
+	} {
+		if diff := cmp.Diff(tc.want, f.follow(t, r.run.ID, tc.after).all()); diff != "" {
+			t.Errorf("resumed after %d (-want +got):\n%s", tc.after, diff)
+		}
+	}
+	if o := f.wait(t, r.run.ID); o.Status != store.RunInterrupted || o.Message == nil || o.Message.Content != "Once upon a time" ||
+		o.Error == nil || o.Error.Code != "interrupted" {
+		t.Errorf("outcome: %+v", o)
+	}
+}
+
+// TestRecoveredQueuedRunNumbersPastItsReservation: a queued run a killed process left, whose log the
+// process had reserved further than it stored, goes on after the reservation.
+func TestRecoveredQueuedRunNumbersPastItsReservation(t *testing.T) {
+	path := dbPath(t)
+	dead := newDeadProcess(t, path)
+	q := dead.queued(dead.session(), "alone")
+	if err := dead.db.AppendEvents(t.Context(), nil, []store.Reservation{{RunID: q.run.ID, Seq: 40}}); err != nil {
+		t.Fatal(err)
+	}
+	dead.die()
+
+	f := newFixture(t, setup{Path: path, Respond: echo})
+	if err := f.svc.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if o := f.wait(t, q.run.ID); o.Status != store.RunCompleted {
+		t.Fatalf("the recovered queued run: %+v", o)
+	}
+	log := stored(t, f.db, q.run.ID)
+	if len(log) < 4 || log[0].Seq != 1 || log[1].Seq != 2 || log[2].Seq != 41 {
+		t.Fatalf("the log's Seqs: %v; want 1, 2, then 41 on", seqs(log))
+	}
+	for i := 3; i < len(log); i++ {
+		if log[i].Seq != log[i-1].Seq+1 {
+			t.Fatalf("the log's Seqs: %v; want no gap after 41", seqs(log))
+		}
+	}
+	if diff := cmp.Diff(log, f.follow(t, q.run.ID, 0).all()); diff != "" {
+		t.Errorf("followed log (-stored +followed):\n%s", diff)
+	}
+}
+
+func seqs(events []chat.Event) []int64 {
+	var out []int64
+	for _, e := range events {
+		out = append(out, e.Seq)
+	}
+	return out
 }

@@ -3,9 +3,13 @@ package chat
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
 	"sync"
 	"sync/atomic"
 
+	"chatd/internal/agent"
 	"chatd/internal/store"
 )
 
@@ -20,6 +24,12 @@ type Event struct {
 // Run is a live run — queued or running in this process. Its events are kept in order; any number of
 // readers follow them, each at its own pace, without slowing the run: appending never waits for a
 // reader, nor for the disk. The event log writes them to the store in batches.
+//
+// A reader sees an event only once its Seq is reserved in the store (store.Run.ReservedSeq): the run is
+// created with reserveAhead Seqs reserved, and the event log raises the reservation, in the batches it
+// writes anyway, well before the run reaches it. A crash loses at most the events up to the
+// reservation, so recovery numbers its events after it, and an id a client saw never names another
+// event.
 type Run struct {
 	ID        string
 	SessionID string
@@ -30,16 +40,24 @@ type Run struct {
 	plan *plan // what the run executes; for a queued run, what it will
 	log  *eventLog
 
-	mu           sync.Mutex
-	events       []Event
+	mu     sync.Mutex
+	events []Event // in Seq order; Seqs run without gaps, but for one after a restart (requeue)
+	next   int64   // the Seq of the next event
+	// reserved is the highest Seq a reader may see: the store's ReservedSeq for the run (MaxInt64 without
+	// a durable log).
+	reserved     int64
 	persisted    int64 // Seq of the last event the store holds
 	status       string
 	ended        bool
 	waiters      map[chan struct{}]struct{}
 	done         chan struct{}
 	outcome      Outcome
-	cancel       context.CancelFunc // set while running
+	cancel       context.CancelCauseFunc // set while running
 	cancelReason string
+	// maxEvents bounds the run's events (0: no bound); overLimit is set once it is reached, and the
+	// run cancelled with event_limit.
+	maxEvents int64
+	overLimit bool
 
 	// flushMu serializes the writes of this run's events: the event log's batches and the run's end,
 	// which writes the rest of the log with the run's final state.
@@ -75,16 +93,22 @@ type ErrorInfo struct {
 	Retryable bool   `json:"retryable"`
 }
 
+// reserveAhead is how many Seqs past its last event a run keeps reserved, at least: a new run starts
+// with this many, and the event log raises the reservation when a run's events come within half of it.
+const reserveAhead = 256
+
 func newRun(id, user string, p *plan, log *eventLog) *Run {
-	r := &Run{ID: id, Agent: p.agentNm, Model: p.model, user: user, plan: p, log: log,
-		status: store.RunRunning, waiters: map[chan struct{}]struct{}{}, done: make(chan struct{})}
-	if p.session != nil {
-		r.SessionID = p.session.ID
+	r := &Run{ID: id, Agent: p.agentNm, Model: p.model, user: user, plan: p, log: log, next: 1,
+		reserved: math.MaxInt64, status: store.RunRunning, waiters: map[chan struct{}]struct{}{}, done: make(chan struct{})}
+	if log != nil {
+		r.reserved = 0 // until the store says more
 	}
+	r.SessionID = p.sessionID()
 	return r
 }
 
-// emit appends an event and wakes the readers: the per-token path, so no I/O and one lock.
+// emit appends an event and wakes the readers: the per-token path, so no I/O and one lock. An event past
+// the reservation waits, unseen, for the event log to raise it, and asks it to hurry.
 func (r *Run) emit(typ string, data []byte) {
 	r.mu.Lock()
 	if r.ended {
@@ -92,12 +116,98 @@ func (r *Run) emit(typ string, data []byte) {
 		r.mu.Unlock()
 		return
 	}
-	r.events = append(r.events, Event{Seq: int64(len(r.events)) + 1, Type: typ, Data: data})
-	r.wake()
-	r.mu.Unlock()
-	if r.log != nil && r.dirty.CompareAndSwap(false, true) {
-		r.log.mark(r)
+	if r.maxEvents > 0 && r.next > r.maxEvents {
+		stop := r.limit()
+		if droppable(typ) {
+			// Past the limit only the events that structure the run are kept, while it stops.
+			r.mu.Unlock()
+			stop()
+			return
+		}
+		defer stop()
 	}
+	seq := r.next
+	r.next++
+	r.events = append(r.events, Event{Seq: seq, Type: typ, Data: data})
+	short := seq+reserveAhead/4 > r.reserved
+	if seq <= r.reserved {
+		r.wake()
+	}
+	r.mu.Unlock()
+	if r.log != nil {
+		if r.dirty.CompareAndSwap(false, true) {
+			r.log.mark(r)
+		}
+		if short {
+			r.log.hurry()
+		}
+	}
+}
+
+// errEventLimit is the failure of a run that reached its event limit.
+func errEventLimit(n int64) error {
+	return &agent.LimitError{Code: "event_limit", Message: fmt.Sprintf("the run passed chatd's limit of %d events; what it said is kept", n)}
+}
+
+// limit marks the run over its event limit and returns what stops it (once; then a no-op); r.mu is
+// held, so the caller stops it after unlocking.
+func (r *Run) limit() func() {
+	if r.overLimit || r.cancel == nil {
+		return func() {}
+	}
+	r.overLimit = true
+	cancel, n := r.cancel, r.maxEvents
+	return func() { cancel(errEventLimit(n)) }
+}
+
+// droppable reports the events a run past its event limit no longer keeps: the deltas and notes,
+// which may come in any number, unlike the records, calls and results of its turns.
+func droppable(typ string) bool {
+	switch typ {
+	case EventTextDelta, EventReasoningDelta, EventToolCallDelta, EventToolProgress, EventStatus:
+		return true
+	}
+	return false
+}
+
+// reserve raises the Seq up to which readers see events, and wakes them when it grew; r.mu is held.
+func (r *Run) reserve(seq int64) {
+	if seq > r.reserved {
+		r.reserved = seq
+		r.wake()
+	}
+}
+
+// granted raises the reservation to seq once the store holds it.
+func (r *Run) granted(seq int64) {
+	r.mu.Lock()
+	r.reserve(seq)
+	r.mu.Unlock()
+}
+
+// reservation is what a run about to start asks the store to reserve: reserveAhead Seqs past its last
+// event.
+func (r *Run) reservation() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.next - 1 + reserveAhead
+}
+
+// index returns the position of the first event after Seq after; r.mu is held.
+func (r *Run) index(after int64) int {
+	n := len(r.events)
+	if n == 0 || r.events[n-1].Seq == int64(n) { // no gap: event i has Seq i+1
+		return int(min(max(after, 0), int64(n)))
+	}
+	return sort.Search(n, func(i int) bool { return r.events[i].Seq > after })
+}
+
+// visible returns the number of events a reader may see; r.mu is held.
+func (r *Run) visible() int {
+	if r.reserved >= r.next-1 {
+		return len(r.events)
+	}
+	return r.index(r.reserved)
 }
 
 // end appends the run's last events, already stored, records the outcome and wakes the readers: a
@@ -106,8 +216,12 @@ func (r *Run) emit(typ string, data []byte) {
 func (r *Run) end(last []Event, stored bool, o Outcome) {
 	r.mu.Lock()
 	r.events = append(r.events, last...)
+	if n := len(last); n > 0 {
+		r.next = last[n-1].Seq + 1
+	}
 	if stored {
-		r.persisted = int64(len(r.events))
+		r.persisted = r.next - 1
+		r.reserved = max(r.reserved, r.persisted) // all of it is in the store
 	}
 	r.ended, r.outcome, r.status = true, o, o.Status
 	r.wake()
@@ -130,20 +244,24 @@ func (r *Run) wake() {
 func (r *Run) Events(after int64) ([]Event, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if after < 0 {
-		after = 0
-	}
-	if after >= int64(len(r.events)) {
+	n := r.visible()
+	i := r.index(after)
+	if i >= n {
+		// An ended run whose last events are not visible could not store its end: its readers stop
+		// here, and find it in the store once it is recovered.
 		return nil, r.ended
 	}
-	return r.events[after:len(r.events):len(r.events)], r.ended
+	return r.events[i:n:n], r.ended
 }
 
-// lastSeq is the Seq of the run's last event.
+// lastSeq is the Seq of the run's last event a reader may see.
 func (r *Run) lastSeq() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return int64(len(r.events))
+	if n := r.visible(); n > 0 {
+		return r.events[n-1].Seq
+	}
+	return 0
 }
 
 // Watch returns a channel that receives a signal after new events are appended (signals coalesce), and
@@ -178,13 +296,13 @@ func (r *Run) Status() string {
 }
 
 // setRunning marks a queued run running, with the function that cancels it.
-func (r *Run) setRunning(cancel context.CancelFunc) {
+func (r *Run) setRunning(cancel context.CancelCauseFunc) {
 	r.mu.Lock()
 	r.status, r.cancel = store.RunRunning, cancel
 	reason := r.cancelReason
 	r.mu.Unlock()
 	if reason != "" { // cancelled while it was starting
-		cancel()
+		cancel(nil)
 	}
 }
 
@@ -200,7 +318,7 @@ func (r *Run) requestCancel(reason string) bool {
 		r.cancelReason = reason
 	}
 	if r.cancel != nil {
-		r.cancel()
+		r.cancel(nil)
 	}
 	return true
 }

@@ -61,6 +61,7 @@ type setup struct {
 	Agents   map[string]chat.Agent
 	Context  chat.ContextOptions
 	Logger   *slog.Logger
+	Limits   chat.Limits
 }
 
 // fixture is a service wired as chatd wires it: a real SQLite store, the openai adapter talking to a
@@ -91,7 +92,8 @@ func newFixture(t *testing.T, s setup) *fixture {
 		s.FlushInterval = 5 * time.Millisecond
 	}
 	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
-		FlushInterval: s.FlushInterval, RetryBase: time.Millisecond, Agents: s.Agents, Context: s.Context, Logger: s.Logger})
+		FlushInterval: s.FlushInterval, RetryBase: time.Millisecond, Agents: s.Agents, Context: s.Context, Logger: s.Logger,
+		Limits: s.Limits})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
@@ -254,7 +256,11 @@ func stored(t *testing.T, db store.Store, runID string) []chat.Event {
 	t.Helper()
 	var out []chat.Event
 	for {
-		evs, err := db.Events(t.Context(), user, runID, int64(len(out)), 100)
+		after := int64(0)
+		if len(out) > 0 {
+			after = out[len(out)-1].Seq
+		}
+		evs, err := db.Events(t.Context(), user, runID, after, 100)
 		if err != nil {
 			t.Fatalf("stored events of %s: %v", runID, err)
 		}

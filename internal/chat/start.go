@@ -36,9 +36,31 @@ type plan struct {
 	// fallbacks are the agent's fallback models, resolved.
 	fallbacks []agent.Model
 	tools     *toolSet
-	session   *store.Session
+	// session is the run's session; newSession, instead, one to create with the run (its ID set).
+	session    *store.Session
+	newSession *store.Session
 	// retracts is, for a regeneration, the user record whose answer the run replaces.
 	retracts string
+}
+
+// sessionID is the id of the plan's session, existing or to be created.
+func (p *plan) sessionID() string {
+	switch {
+	case p.session != nil:
+		return p.session.ID
+	case p.newSession != nil:
+		return p.newSession.ID
+	}
+	return ""
+}
+
+// title is the title the run gives its session when it has none: from the message, never for a
+// regeneration.
+func (p *plan) title() string {
+	if p.req.Regenerate || (p.session != nil && p.session.Title != "") {
+		return ""
+	}
+	return title(p.req.Message)
 }
 
 // first is the record a run starts with: the user's message, or for a regeneration the marker that
@@ -52,9 +74,11 @@ func (p *plan) first(sessionID string) *store.Record {
 }
 
 // Start checks req, stores the user's message and starts the run — or, under OnActiveEnqueue when the
-// session is busy, queues it. The run belongs to the service, not to ctx: it goes on when the caller
-// goes away, and only Cancel or Close stop it. When Start returns a running run, its user message is
-// stored; a queued run keeps the request in the store and stores the message when it starts.
+// session is busy, queues it. Nothing is stored for a request it refuses: a new session is stored with
+// the run and its message, in one transaction. The run belongs to the service, not to ctx: it goes on
+// when the caller goes away, and only Cancel or Close stop it. When Start returns a running run, its
+// user message is stored; a queued run keeps the request in the store and stores the message when it
+// starts.
 func (s *Service) Start(ctx context.Context, user string, req Request, opt StartOptions) (*Started, error) {
 	if s.isClosing() {
 		return nil, errClosing()
@@ -70,28 +94,30 @@ func (s *Service) Start(ctx context.Context, user string, req Request, opt Start
 	if err != nil {
 		return nil, err
 	}
-	created := false
-	if p.session == nil {
-		sess := &store.Session{Agent: p.agentNm, Title: title(p.req.Message)}
-		if err := s.opts.Store.CreateSession(ctx, user, sess); err != nil {
-			return nil, fmt.Errorf("create session: %w", err)
+	onActive := cmp.Or(opt.OnActiveRun, OnActiveReject)
+	if onActive == OnActiveInterrupt && p.session != nil {
+		// Interrupting sends to one session take turns: each cancels the run the one before started,
+		// rather than all of them racing for the moment the session is free.
+		unlock, err := s.interrupters.lock(ctx, p.session.ID)
+		if err != nil {
+			return nil, err
 		}
-		p.session, created = sess, true
-	} else if p.session.Title == "" && !p.req.Regenerate {
-		t := title(p.req.Message)
-		if _, err := s.opts.Store.UpdateSession(ctx, user, p.session.ID, store.SessionPatch{Title: &t}); err != nil {
-			return nil, fmt.Errorf("title session: %w", err)
-		}
+		defer unlock()
 	}
+	deadline := time.Now().Add(s.opts.InterruptWait)
 	for attempt := 0; ; attempt++ {
 		st, err := s.begin(ctx, p, opt.IdempotencyKey, hash)
 		switch {
 		case errors.Is(err, store.ErrDuplicate):
 			// The same key, sent twice at once: the other send won.
-			if created {
-				s.dropSession(user, p.session.ID)
-			}
 			return s.replay(ctx, user, opt.IdempotencyKey, hash)
+		case errors.Is(err, store.ErrConflict) && p.newSession != nil:
+			// The new session's id was taken meanwhile: by this user's other send, whose session this
+			// one joins, or by another user, for whom it does not exist.
+			if err := s.joinSession(ctx, p); err != nil {
+				return nil, err
+			}
+			continue
 		case !errors.Is(err, store.ErrBusy):
 			return st, err
 		}
@@ -102,7 +128,7 @@ func (s *Service) Start(ctx context.Context, user string, req Request, opt Start
 		if aerr != nil {
 			return nil, aerr
 		}
-		switch cmp.Or(opt.OnActiveRun, OnActiveReject) {
+		switch onActive {
 		case OnActiveEnqueue:
 			if p.req.Regenerate {
 				return nil, &Error{Kind: ErrBusy, Code: "session_busy", RunID: active.ID,
@@ -114,8 +140,8 @@ func (s *Service) Start(ctx context.Context, user string, req Request, opt Start
 			}
 			return st, err
 		case OnActiveInterrupt:
-			if attempt < 3 {
-				if err := s.interruptActive(ctx, user, active.ID); err != nil {
+			if time.Now().Before(deadline) {
+				if err := s.interruptActive(ctx, user, active.ID, deadline); err != nil {
 					return nil, err
 				}
 				continue
@@ -124,6 +150,20 @@ func (s *Service) Start(ctx context.Context, user string, req Request, opt Start
 		return nil, &Error{Kind: ErrBusy, Code: "session_busy", RunID: active.ID,
 			Message: fmt.Sprintf("session %s already has an active run (%s); wait for it to end, cancel it, or send with on_active_run=enqueue or interrupt", p.session.ID, active.ID)}
 	}
+}
+
+// joinSession makes a plan whose new session's id is taken use the session under that id, when it is
+// the user's and the request fits it.
+func (s *Service) joinSession(ctx context.Context, p *plan) error {
+	req := p.req
+	req.CreateSession = false
+	req.SessionID = p.newSession.ID
+	np, err := s.plan(ctx, p.user, req)
+	if err != nil {
+		return err
+	}
+	*p = *np
+	return nil
 }
 
 // replay returns the run an earlier send with the same idempotency key started, or nil when there is
@@ -157,15 +197,8 @@ func requestHash(req Request) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// dropSession deletes a session this send created for nothing.
-func (s *Service) dropSession(user, id string) {
-	if err := s.opts.Store.DeleteSession(context.WithoutCancel(s.base), user, id); err != nil {
-		s.log.Warn("delete unused session", "session", id, "err", err)
-	}
-}
-
-// interruptActive cancels the session's running run and waits until it has ended.
-func (s *Service) interruptActive(ctx context.Context, user, runID string) error {
+// interruptActive cancels the session's running run and waits until it has ended, or until deadline.
+func (s *Service) interruptActive(ctx context.Context, user, runID string, deadline time.Time) error {
 	live := s.live(user, runID)
 	if live == nil {
 		// Not this process's run: nothing to cancel here. Only a run of another chatd on the same
@@ -173,7 +206,7 @@ func (s *Service) interruptActive(ctx context.Context, user, runID string) error
 		return nil
 	}
 	live.requestCancel("interrupted by a new message")
-	wait := time.NewTimer(s.opts.InterruptWait)
+	wait := time.NewTimer(time.Until(deadline))
 	defer wait.Stop()
 	select {
 	case <-live.Done():
@@ -188,19 +221,26 @@ func (s *Service) interruptActive(ctx context.Context, user, runID string) error
 
 // plan validates the request and resolves its agent, model, tools and session.
 func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, error) {
-	if err := req.validate(); err != nil {
+	if err := req.validate(&s.opts.Limits); err != nil {
 		return nil, err
 	}
 	p := &plan{user: user, req: req}
 	if req.SessionID != "" {
 		sess, err := s.opts.Store.Session(ctx, user, req.SessionID)
-		if err != nil {
-			if errors.Is(err, store.ErrNotFound) {
-				return nil, &Error{Kind: store.ErrNotFound, Code: "session_not_found", Message: fmt.Sprintf("no session %q", req.SessionID)}
-			}
+		switch {
+		case errors.Is(err, store.ErrNotFound) && req.CreateSession && !req.Regenerate:
+			p.newSession = &store.Session{ID: req.SessionID}
+		case errors.Is(err, store.ErrNotFound):
+			return nil, &Error{Kind: store.ErrNotFound, Code: "session_not_found", Message: fmt.Sprintf("no session %q", req.SessionID)}
+		case err != nil:
 			return nil, err
+		default:
+			p.session = sess
 		}
-		p.session = sess
+	} else {
+		p.newSession = &store.Session{ID: newID()}
+	}
+	if p.session != nil {
 		if req.Regenerate {
 			if err := s.planRegenerate(ctx, p); err != nil {
 				return nil, err
@@ -208,9 +248,9 @@ func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, er
 		}
 		switch {
 		case req.Agent == "":
-			req.Agent = sess.Agent
-		case req.Agent != sess.Agent:
-			return nil, invalid("agent_mismatch", "session %s belongs to agent %q, not %q; start a new session for another agent", sess.ID, sess.Agent, req.Agent)
+			req.Agent = p.session.Agent
+		case req.Agent != p.session.Agent:
+			return nil, invalid("agent_mismatch", "session %s belongs to agent %q, not %q; start a new session for another agent", p.session.ID, p.session.Agent, req.Agent)
 		}
 	}
 	p.agentNm = req.Agent
@@ -222,6 +262,9 @@ func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, er
 		return nil, invalid("unknown_agent", "no agent %q; configured agents: %s", p.agentNm, strings.Join(s.AgentNames(), ", "))
 	}
 	p.agent = a
+	if p.newSession != nil {
+		p.newSession.Agent, p.newSession.Title = p.agentNm, title(req.Message)
+	}
 	if err := s.resolveModel(p); err != nil {
 		return nil, err
 	}
@@ -293,16 +336,21 @@ func providerName(model string) string {
 	return name
 }
 
-// begin stores a running run with the user's message and starts it. The store refuses it with
-// store.ErrBusy while the session has a running run.
+// begin stores a running run with the user's message — and its session, when new — and starts it. The
+// store refuses it with store.ErrBusy while the session has a running run.
 func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Started, error) {
-	run := newRun(newID(), p.user, p, s.events)
+	run := s.newRun(newID(), p.user, p)
 	if err := s.admit(run); err != nil {
 		return nil, err
 	}
 	first := p.first(run.SessionID)
-	err := s.opts.Store.CreateRun(ctx, p.user, &store.Run{ID: run.ID, SessionID: run.SessionID, Agent: run.Agent,
-		Model: run.Model, IdempotencyKey: key, RequestHash: hash}, first)
+	sr := &store.Run{ID: run.ID, SessionID: run.SessionID, Agent: run.Agent, Model: run.Model,
+		IdempotencyKey: key, RequestHash: hash, NewSession: p.newSession, Title: p.title(), ReservedSeq: reserveAhead}
+	if p.newSession != nil {
+		ns := *p.newSession // the store completes it; p keeps the plan as made, for a retry
+		sr.NewSession = &ns
+	}
+	err := s.opts.Store.CreateRun(ctx, p.user, sr, first)
 	if err != nil {
 		s.retire(run)
 		s.wg.Done()
@@ -313,9 +361,20 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 		}
 		return nil, err
 	}
+	if sr.NewSession != nil {
+		p.session, p.newSession = sr.NewSession, nil
+	}
+	run.granted(reserveAhead)
 	run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
 	s.launch(run, first)
 	return &Started{RunID: run.ID, SessionID: run.SessionID, Status: store.RunRunning}, nil
+}
+
+// newRun makes a run of the service: its events go to the service's event log, within its limit.
+func (s *Service) newRun(id, user string, p *plan) *Run {
+	run := newRun(id, user, p, s.events)
+	run.maxEvents = int64(s.opts.Limits.RunEvents)
+	return run
 }
 
 // admit makes run live and counts it as running. The count is taken under the lock that checks closing,
@@ -334,12 +393,16 @@ func (s *Service) admit(run *Run) error {
 // launch runs a stored run whose user message (first) is stored: it loads the history and executes the
 // agent loop on its own goroutine. The caller counted it in s.wg.
 func (s *Service) launch(run *Run, first *store.Record) {
-	runCtx, cancel := context.WithCancel(s.base)
+	runCtx, cancel := context.WithCancelCause(s.base)
+	lim := s.opts.Limits.RunTime
+	runCtx, stop := context.WithTimeoutCause(runCtx, lim, &agent.LimitError{Code: "run_timeout",
+		Message: fmt.Sprintf("the run passed chatd's time limit of %s; what it said is kept", lim)})
 	run.setRunning(cancel)
 	run.emit(EventRecord, mustJSON(recordData{Message: first}))
 	go func() { // counted by admit or startQueued
 		defer s.wg.Done()
-		defer cancel()
+		defer cancel(nil)
+		defer stop()
 		records, err := s.opts.Store.Records(context.WithoutCancel(runCtx), run.user, run.SessionID)
 		if err != nil {
 			obs := newObserver(s, run.plan, run)
@@ -418,6 +481,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		MaxTokens:     cmp.Or(p.req.MaxTokens, p.agent.MaxTokens),
 		MaxIterations: cmp.Or(p.req.MaxIterations, p.agent.MaxIterations),
 		RetryBase:     s.opts.RetryBase,
+		Limits:        s.opts.Limits.Model,
 		Context:       obs.conv,
 		Cache:         true,
 		Logger:        s.log.With("run", run.ID),

@@ -189,7 +189,9 @@ type batchResponse struct {
 }
 
 // chatBatch starts a run and answers when it has ended. A failed run answers 502 (upstream) or 500 with
-// the error and the run's ids, since the user's message is stored either way.
+// the error and the run's ids, since the user's message is stored either way. A retried send (the same
+// Idempotency-Key) answers 200 with the run as it ended, whatever its status: sending it again cannot
+// change it.
 func (s *server) chatBatch(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.startRun(w, r)
 	if err != nil {
@@ -203,7 +205,7 @@ func (s *server) chatBatch(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	status := http.StatusOK
-	if o.Error != nil {
+	if o.Error != nil && !st.Replayed {
 		status = http.StatusInternalServerError
 		if strings.HasPrefix(o.Error.Code, "upstream_") {
 			status = http.StatusBadGateway

@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"cmp"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -89,13 +87,7 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	u := user(ctx)
-	if !regenerate {
-		if err := s.ensureSession(ctx, u, &in); err != nil {
-			return err
-		}
-	}
-	st, err := s.Chat.Start(ctx, u, req, chat.StartOptions{})
+	st, err := s.Chat.Start(ctx, user(ctx), req, chat.StartOptions{})
 	if err != nil {
 		return err
 	}
@@ -103,23 +95,6 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 	h.Set("X-Run-Id", st.RunID)
 	h.Set("X-Session-Id", st.SessionID)
 	return s.uiStream(w, r, st.RunID)
-}
-
-// ensureSession starts a session under a chat id chatd has not seen: useChat makes chat ids on the
-// client.
-func (s *server) ensureSession(ctx context.Context, u string, in *uiChatRequest) error {
-	_, err := s.Store.Session(ctx, u, in.ID)
-	if !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
-	sess := &store.Session{ID: in.ID, Agent: cmp.Or(in.Agent, "default")}
-	if err := s.Store.CreateSession(ctx, u, sess); err != nil {
-		if _, again := s.Store.Session(ctx, u, in.ID); again != nil {
-			// Taken by another caller: as with any id of theirs, it does not exist for this one.
-			return &apiError{status: http.StatusNotFound, code: "session_not_found", message: "no session " + strconv.Quote(in.ID)}
-		}
-	}
-	return nil
 }
 
 // uiResume answers GET /v1/ui/chat/{id}/stream: the session's active run from its first event, or 204.
@@ -159,7 +134,8 @@ func (in *uiChatRequest) fields(req *chat.Request) {
 // uiRequest takes the newest user message of the posted conversation: its text parts joined, its file
 // parts (data: URLs) as attachments.
 func uiRequest(in *uiChatRequest) (chat.Request, error) {
-	req := chat.Request{SessionID: in.ID}
+	// useChat makes chat ids on the client: an id chatd has not seen starts a session under it.
+	req := chat.Request{SessionID: in.ID, CreateSession: true}
 	in.fields(&req)
 	var last *uiMessage
 	for i := len(in.Messages) - 1; i >= 0; i-- {

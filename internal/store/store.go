@@ -219,9 +219,13 @@ type Run struct {
 	// LastEventSeq is the Seq of the run's last stored event (0: none).
 	LastEventSeq int64 `json:"last_event_id"`
 	// RecoveredFrom is, for a run a dead process left running, the Seq of the first event the recovery
-	// appended to its log; 0 otherwise. Clients may have seen other events under the Seqs from there on:
-	// the ones the dead process streamed but had not stored.
+	// appended to its log; 0 otherwise.
 	RecoveredFrom int64 `json:"-"`
+	// ReservedSeq bounds the Seqs a client may have been sent: the process that runs the run shows a
+	// reader only events up to it, and raises it (CreateRun, StartRun, AppendEvents) before they go
+	// further. Events a crash lost are numbered at most this high, so recovery numbers its own after it
+	// and no id a client saw ever names another event. 0 for runs stored before it was kept.
+	ReservedSeq int64 `json:"-"`
 
 	// UserID is the owner; set by UnfinishedRuns, which reads across users.
 	UserID string `json:"-"`
@@ -233,6 +237,13 @@ type Run struct {
 	// Request is the caller's request of a queued run, opaque to the store: what the chat layer needs to
 	// start it later, also after a restart.
 	Request json.RawMessage `json:"-"`
+
+	// NewSession, given to CreateRun, is a session to create in the same transaction as the run (under
+	// SessionID, or an assigned id): a send to a new conversation stores its session, run and message
+	// together or not at all. Nil when the session exists.
+	NewSession *Session `json:"-"`
+	// Title, given to CreateRun, becomes the session's title in the same transaction when it has none.
+	Title string `json:"-"`
 }
 
 // RunEnd is how a run ended.
@@ -252,6 +263,12 @@ type RunEnd struct {
 	Events []Event
 	// RecoveredFrom is stored as the run's RecoveredFrom.
 	RecoveredFrom int64
+}
+
+// Reservation raises a run's ReservedSeq to Seq (never lowers it).
+type Reservation struct {
+	RunID string
+	Seq   int64
 }
 
 // Event is one entry of a run's event log: Seq is its place in the run (1, 2, 3 … without gaps), Type
@@ -299,11 +316,14 @@ type Store interface {
 	// is RunRunning (also when empty) or RunQueued. A running run is refused with ErrBusy while the
 	// session has another running run; in the same transaction first, when not nil, is appended as by
 	// AppendRecord (with RunID set), so that a run and its user message exist together or not at all.
-	// A taken r.IdempotencyKey is ErrDuplicate.
+	// A taken r.IdempotencyKey is ErrDuplicate. With r.NewSession the session is created in the same
+	// transaction (its id taken, by this user or another, is ErrConflict, and r.SessionID is set to it);
+	// with r.Title an untitled session gets that title. r.ReservedSeq is stored as given.
 	CreateRun(ctx context.Context, user string, r *Run, first *Record) error
-	// StartRun makes a queued run running, appending first (when not nil) in the same transaction.
-	// ErrBusy while the session has another running run; ErrConflict when the run is not queued.
-	StartRun(ctx context.Context, user, runID string, first *Record) error
+	// StartRun makes a queued run running, appending first (when not nil) and raising its ReservedSeq to
+	// reserve in the same transaction. ErrBusy while the session has another running run; ErrConflict
+	// when the run is not queued.
+	StartRun(ctx context.Context, user, runID string, first *Record, reserve int64) error
 	Run(ctx context.Context, user, id string) (*Run, error)
 	// ActiveRun returns the session's running run, or ErrNotFound.
 	ActiveRun(ctx context.Context, user, sessionID string) (*Run, error)
@@ -321,10 +341,10 @@ type Store interface {
 	// that already ended is ErrConflict.
 	FinishRun(ctx context.Context, user, runID string, end RunEnd) ([]Record, error)
 
-	// AppendEvents appends events to the logs of their runs in one transaction. The caller (the chat
-	// layer, which owns the runs) assigns the sequence numbers; a Seq already stored is ErrConflict and
-	// nothing of the batch is stored.
-	AppendEvents(ctx context.Context, events []Event) error
+	// AppendEvents appends events to the logs of their runs, and raises the runs' ReservedSeq as
+	// reserved says, in one transaction. The caller (the chat layer, which owns the runs) assigns the
+	// sequence numbers; a Seq already stored is ErrConflict and nothing of the batch is stored.
+	AppendEvents(ctx context.Context, events []Event, reserved []Reservation) error
 	// Events returns up to limit events of one of the user's runs with Seq > after, in order.
 	Events(ctx context.Context, user, runID string, after int64, limit int) ([]Event, error)
 

@@ -24,6 +24,7 @@ type decoder struct {
 	finish   llm.FinishReason
 	usage    llm.Usage
 	hasUsage bool
+	answered bool // a choice came: the server said something, if only a finish reason
 }
 
 // call is the state of one streamed tool call, at the position chatd numbers it by.
@@ -42,6 +43,12 @@ func (d *decoder) run(ctx context.Context, body io.Reader, yield func(llm.Event,
 		}
 		data := bytes.TrimSpace(ev.Data)
 		if bytes.Equal(data, doneMarker) {
+			if !d.answered {
+				// [DONE] with no choice before it: nothing was answered, and an empty "completed" answer
+				// would hide it.
+				yield(llm.Event{}, &llm.Error{Provider: d.provider, Kind: llm.KindStream, Message: "the server ended the stream without an answer"})
+				return
+			}
 			d.end(yield)
 			return
 		}
@@ -86,6 +93,7 @@ func (d *decoder) chunk(data []byte, yield func(llm.Event, error) bool) bool {
 		if ch.Index != 0 {
 			continue // chatd asks for one choice
 		}
+		d.answered = true
 		if !d.delta(&ch.Delta, yield) {
 			return false
 		}

@@ -18,15 +18,18 @@ const defaultCutReason = "the run ended before this call finished"
 
 const runColumns = `id, session_id, status, agent, model, finish_reason, error, input_tokens, output_tokens,
 cache_read_tokens, cache_write_tokens, reasoning_tokens, COALESCE(idempotency_key, ''), request_hash, created_at,
-started_at, ended_at, recovered_from`
+started_at, ended_at, recovered_from, reserved_seq`
 
 const (
 	// insertRunSQL inserts nothing unless the session is the user's. The CASTs are for PostgreSQL, which
 	// types a parameter in a SELECT list as text.
 	insertRunSQL = `INSERT INTO runs (id, session_id, user_id, status, agent, model, idempotency_key, request_hash,
-request, created_at, started_at)
-SELECT $1, id, user_id, $4, $5, $6, $7, $8, $9, CAST($10 AS BIGINT), CAST($11 AS BIGINT)
+request, created_at, started_at, reserved_seq)
+SELECT $1, id, user_id, $4, $5, $6, $7, $8, $9, CAST($10 AS BIGINT), CAST($11 AS BIGINT), CAST($12 AS BIGINT)
 FROM sessions WHERE id = $2 AND user_id = $3`
+
+	// titleSessionSQL titles a session that has no title yet.
+	titleSessionSQL = `UPDATE sessions SET title = $3 WHERE id = $1 AND user_id = $2 AND title = ''`
 
 	selectRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE id = $1 AND user_id = $2`
 	activeRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE session_id = $1 AND user_id = $2 AND status = 'running'`
@@ -37,8 +40,12 @@ FROM sessions WHERE id = $2 AND user_id = $3`
 	lastEventSeqSQL = `SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = $1`
 
 	runStateSQL = `SELECT session_id, status FROM runs WHERE id = $1 AND user_id = $2`
-	startRunSQL = `UPDATE runs SET status = 'running', started_at = $3, request = NULL
+	startRunSQL = `UPDATE runs SET status = 'running', started_at = $3, request = NULL,
+reserved_seq = CASE WHEN reserved_seq < $4 THEN $4 ELSE reserved_seq END
 WHERE id = $1 AND user_id = $2 AND status = 'queued'`
+
+	// reserveSQL raises a run's reserved_seq, never lowering it.
+	reserveSQL  = `UPDATE runs SET reserved_seq = $2 WHERE id = $1 AND reserved_seq < $2`
 	runUsageSQL = `SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
 		COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(reasoning_tokens), 0)
 		FROM usage WHERE run_id = $1 AND user_id = $2`
@@ -64,8 +71,8 @@ WHERE e.run_id = $1 AND r.user_id = $2 AND e.seq > $3 ORDER BY e.seq LIMIT $4`
 	runOwnedSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND user_id = $2)`
 )
 
-// CreateRun stores r, running or queued, in one of the user's sessions, with its first record when
-// given, assigning ID (when empty) and CreatedAt.
+// CreateRun stores r, running or queued, in one of the user's sessions — or in a new one, r.NewSession —
+// with its first record when given, assigning ID (when empty) and CreatedAt.
 func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *store.Record) error {
 	run := *r
 	if run.ID == "" {
@@ -81,8 +88,22 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 	if first != nil && run.Status == store.RunQueued {
 		return fmt.Errorf("sqlite: create run: %w", conflict("a queued run stores its first record when it starts"))
 	}
+	var sess store.Session
+	if run.NewSession != nil {
+		if run.NewSession.ID == "" {
+			run.NewSession.ID = run.SessionID
+		}
+		var err error
+		if sess, err = db.newSession(run.NewSession); err != nil {
+			return fmt.Errorf("sqlite: create run: %w", err)
+		}
+		run.SessionID = sess.ID
+	}
 	var rec store.Record
 	if first != nil {
+		if first.SessionID == "" && run.NewSession != nil {
+			first.SessionID = run.SessionID
+		}
 		var err error
 		if rec, err = newRecord(first); err != nil {
 			return fmt.Errorf("sqlite: create run: %w", err)
@@ -95,6 +116,9 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 	run.FinishReason, run.Error, run.Usage, run.EndedAt, run.LastEventSeq = "", "", store.Usage{}, nil, 0
 	run.CreatedAt = db.clock()
 	run.StartedAt = nil
+	if run.NewSession != nil {
+		sess.CreatedAt, sess.UpdatedAt = run.CreatedAt, run.CreatedAt // one instant for all three rows
+	}
 	var started any
 	if run.Status == store.RunRunning {
 		run.StartedAt = &run.CreatedAt
@@ -105,6 +129,11 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 		request = string(run.Request)
 	}
 	err := db.write(ctx, "create run", func(tx *sql.Tx) error {
+		if run.NewSession != nil {
+			if err := insertSession(ctx, tx, user, &sess); err != nil {
+				return err
+			}
+		}
 		if run.IdempotencyKey != "" {
 			var taken bool
 			if err := tx.QueryRowContext(ctx, keyTakenSQL, user, run.IdempotencyKey).Scan(&taken); err != nil {
@@ -120,7 +149,7 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 			}
 		}
 		res, err := tx.ExecContext(ctx, insertRunSQL, run.ID, run.SessionID, user, run.Status, run.Agent, run.Model,
-			nullable(run.IdempotencyKey), run.RequestHash, request, run.CreatedAt.UnixMicro(), started)
+			nullable(run.IdempotencyKey), run.RequestHash, request, run.CreatedAt.UnixMicro(), started, run.ReservedSeq)
 		if err != nil {
 			return err
 		}
@@ -128,6 +157,11 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 			return err
 		} else if n == 0 {
 			return notFound("session", run.SessionID)
+		}
+		if run.Title != "" {
+			if _, err := tx.ExecContext(ctx, titleSessionSQL, run.SessionID, user, run.Title); err != nil {
+				return err
+			}
 		}
 		if first != nil {
 			return appendRecord(ctx, tx, user, &rec, run.CreatedAt)
@@ -139,6 +173,9 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 	}
 	if first != nil {
 		*first = rec
+	}
+	if run.NewSession != nil {
+		*run.NewSession = sess
 	}
 	*r = run
 	return nil
@@ -160,7 +197,7 @@ func checkIdle(ctx context.Context, tx *sql.Tx, user, sessionID string) error {
 }
 
 // StartRun makes a queued run running, with its first record.
-func (db *DB) StartRun(ctx context.Context, user, runID string, first *store.Record) error {
+func (db *DB) StartRun(ctx context.Context, user, runID string, first *store.Record, reserve int64) error {
 	var rec store.Record
 	if first != nil {
 		var err error
@@ -181,7 +218,7 @@ func (db *DB) StartRun(ctx context.Context, user, runID string, first *store.Rec
 			return err
 		}
 		now := db.clock()
-		if _, err := tx.ExecContext(ctx, startRunSQL, runID, user, now.UnixMicro()); err != nil {
+		if _, err := tx.ExecContext(ctx, startRunSQL, runID, user, now.UnixMicro(), reserve); err != nil {
 			return err
 		}
 		if first != nil {
@@ -291,7 +328,7 @@ func scanRun(row scanner, extra ...any) (*store.Run, error) {
 	u := &r.Usage
 	dest := []any{&r.ID, &r.SessionID, &r.Status, &r.Agent, &r.Model, &r.FinishReason, &r.Error,
 		&u.InputTokens, &u.OutputTokens, &u.CacheReadTokens, &u.CacheWriteTokens, &u.ReasoningTokens,
-		&r.IdempotencyKey, &r.RequestHash, &created, &started, &ended, &r.RecoveredFrom}
+		&r.IdempotencyKey, &r.RequestHash, &created, &started, &ended, &r.RecoveredFrom, &r.ReservedSeq}
 	if len(extra) > 0 {
 		dest = append(dest, &r.UserID)
 		dest = append(dest, extra...)
@@ -383,14 +420,36 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 	return added, nil
 }
 
-// AppendEvents appends a batch of events, of any runs, in one transaction.
-func (db *DB) AppendEvents(ctx context.Context, events []store.Event) error {
-	if len(events) == 0 {
+// AppendEvents appends a batch of events, of any runs, and raises the runs' reservations, in one
+// transaction.
+func (db *DB) AppendEvents(ctx context.Context, events []store.Event, reserved []store.Reservation) error {
+	if len(events) == 0 && len(reserved) == 0 {
 		return nil
 	}
 	return db.write(ctx, "append events", func(tx *sql.Tx) error {
-		return insertEvents(ctx, tx, events)
+		if err := insertEvents(ctx, tx, events); err != nil {
+			return err
+		}
+		return reserve(ctx, tx, reserved)
 	})
+}
+
+// reserve raises the runs' reserved_seq.
+func reserve(ctx context.Context, tx *sql.Tx, reserved []store.Reservation) error {
+	if len(reserved) == 0 {
+		return nil
+	}
+	stmt, err := tx.PrepareContext(ctx, reserveSQL)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, r := range reserved {
+		if _, err := stmt.ExecContext(ctx, r.RunID, r.Seq); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // eventsPerInsert is how many events one INSERT statement carries: a multi-row insert costs the driver

@@ -47,9 +47,25 @@ RETURNING ` + sessionColumns
 
 // CreateSession stores s, assigning ID (when empty), CreatedAt and UpdatedAt, and Metadata {} when nil.
 func (db *DB) CreateSession(ctx context.Context, user string, s *store.Session) error {
-	meta, err := metadata(s.Metadata)
+	created, err := db.newSession(s)
 	if err != nil {
 		return fmt.Errorf("sqlite: create session: %w", err)
+	}
+	err = db.write(ctx, "create session", func(tx *sql.Tx) error {
+		return insertSession(ctx, tx, user, &created)
+	})
+	if err != nil {
+		return err
+	}
+	*s = created
+	return nil
+}
+
+// newSession returns s as it will be stored: checked metadata ({} when nil), an ID, and the times.
+func (db *DB) newSession(s *store.Session) (store.Session, error) {
+	meta, err := metadata(s.Metadata)
+	if err != nil {
+		return store.Session{}, err
 	}
 	if meta == nil {
 		meta = json.RawMessage("{}")
@@ -61,16 +77,13 @@ func (db *DB) CreateSession(ctx context.Context, user string, s *store.Session) 
 	}
 	created.CreatedAt = db.clock()
 	created.UpdatedAt = created.CreatedAt
-	err = db.write(ctx, "create session", func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, insertSessionSQL, created.ID, user, created.Title, created.Agent,
-			string(created.Metadata), created.CreatedAt.UnixMicro())
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	*s = created
-	return nil
+	return created, nil
+}
+
+// insertSession inserts a session newSession made. An id taken (by any user) is ErrConflict.
+func insertSession(ctx context.Context, tx *sql.Tx, user string, s *store.Session) error {
+	_, err := tx.ExecContext(ctx, insertSessionSQL, s.ID, user, s.Title, s.Agent, string(s.Metadata), s.CreatedAt.UnixMicro())
+	return err
 }
 
 // Session returns one of the user's sessions.

@@ -48,7 +48,7 @@ func testEventLog(t *testing.T, s store.Store) {
 		event(run.ID, 3, "delta", `{"text":"lo \u00e9 <b>&amp;</b> \"quoted\""}`),
 		event(run.ID, 4, "delta", `{ "text" : "é, 中文, 🙂" ,"n":1.50}`),
 	}
-	if err := s.AppendEvents(ctx, batch); err != nil {
+	if err := s.AppendEvents(ctx, batch, nil); err != nil {
 		t.Fatalf("AppendEvents: %v", err)
 	}
 	want := []store.Event{batch[0], batch[1], batch[3], batch[4]}
@@ -75,7 +75,7 @@ func testEventLog(t *testing.T, s store.Store) {
 	if got := activeRun(t, s, alice, sess.ID); got.LastEventSeq != 4 {
 		t.Errorf("ActiveRun has LastEventSeq %d, want 4", got.LastEventSeq)
 	}
-	if err := s.AppendEvents(ctx, nil); err != nil {
+	if err := s.AppendEvents(ctx, nil, nil); err != nil {
 		t.Errorf("AppendEvents of no events: %v", err)
 	}
 
@@ -95,7 +95,7 @@ func testEventPages(t *testing.T, s store.Store, user, runID string, last int64)
 	for i := range int64(n) {
 		batch = append(batch, event(runID, last+1+i, "delta", fmt.Sprintf(`{"i":%d}`, i)))
 	}
-	if err := s.AppendEvents(t.Context(), batch); err != nil {
+	if err := s.AppendEvents(t.Context(), batch, nil); err != nil {
 		t.Fatalf("AppendEvents: %v", err)
 	}
 	var got []store.Event
@@ -123,7 +123,7 @@ func testAppendEventsAtomic(t *testing.T, s store.Store) {
 	sess := createSession(t, s, alice)
 	run, other := createRun(t, s, alice, sess.ID), queueRun(t, s, alice, sess.ID, `{}`)
 	stored := []store.Event{event(run.ID, 1, "run_start", `{}`), event(run.ID, 2, "delta", `{"text":"a"}`)}
-	if err := s.AppendEvents(ctx, stored); err != nil {
+	if err := s.AppendEvents(ctx, stored, nil); err != nil {
 		t.Fatalf("AppendEvents: %v", err)
 	}
 	for _, tc := range []struct {
@@ -135,9 +135,9 @@ func testAppendEventsAtomic(t *testing.T, s store.Store) {
 		{"a Seq already stored", []store.Event{event(other.ID, 1, "run_queued", `{}`), event(run.ID, 3, "delta", `{}`),
 			event(run.ID, 2, "delta", `{}`)}},
 	} {
-		wantErr(t, "AppendEvents with "+tc.name, s.AppendEvents(ctx, tc.batch), store.ErrConflict)
+		wantErr(t, "AppendEvents with "+tc.name, s.AppendEvents(ctx, tc.batch, nil), store.ErrConflict)
 	}
-	err := s.AppendEvents(ctx, []store.Event{event(run.ID, 3, "delta", `{}`), event("no-such-run", 1, "delta", `{}`)})
+	err := s.AppendEvents(ctx, []store.Event{event(run.ID, 3, "delta", `{}`), event("no-such-run", 1, "delta", `{}`)}, nil)
 	if err == nil {
 		t.Error("AppendEvents with an event of no run: stored")
 	}
@@ -157,7 +157,7 @@ func testFinishRunEvents(t *testing.T, s store.Store) {
 	ctx, alice := t.Context(), newUser("alice")
 	sess := createSession(t, s, alice)
 	run := createRun(t, s, alice, sess.ID)
-	if err := s.AppendEvents(ctx, []store.Event{event(run.ID, 1, "run_start", `{}`)}); err != nil {
+	if err := s.AppendEvents(ctx, []store.Event{event(run.ID, 1, "run_start", `{}`)}, nil); err != nil {
 		t.Fatalf("AppendEvents: %v", err)
 	}
 	mustAppend(t, s, alice, runAssistant(run, "call_1"))

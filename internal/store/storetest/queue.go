@@ -150,10 +150,10 @@ func testStartRun(t *testing.T, s store.Store) {
 	before := records(t, s, alice, sess.ID)
 
 	first := userRecord(sess.ID, "next")
-	wantErr(t, "StartRun while another runs", s.StartRun(ctx, alice, queued.ID, &first), store.ErrBusy)
-	wantErr(t, "StartRun of another user's run", s.StartRun(ctx, newUser("bob"), queued.ID, nil), store.ErrNotFound)
-	wantErr(t, "StartRun(unknown)", s.StartRun(ctx, alice, "no-such-run", nil), store.ErrNotFound)
-	wantErr(t, "StartRun of a running run", s.StartRun(ctx, alice, running.ID, nil), store.ErrConflict)
+	wantErr(t, "StartRun while another runs", s.StartRun(ctx, alice, queued.ID, &first, 0), store.ErrBusy)
+	wantErr(t, "StartRun of another user's run", s.StartRun(ctx, newUser("bob"), queued.ID, nil, 0), store.ErrNotFound)
+	wantErr(t, "StartRun(unknown)", s.StartRun(ctx, alice, "no-such-run", nil, 0), store.ErrNotFound)
+	wantErr(t, "StartRun of a running run", s.StartRun(ctx, alice, running.ID, nil, 0), store.ErrConflict)
 	if diff := cmp.Diff(before, records(t, s, alice, sess.ID), cmpOpts); diff != "" {
 		t.Errorf("refused StartRuns changed the records (-before +after):\n%s", diff)
 	}
@@ -163,9 +163,9 @@ func testStartRun(t *testing.T, s store.Store) {
 
 	mustFinish(t, s, alice, running.ID, store.RunEnd{Status: store.RunCompleted})
 	elsewhere := userRecord(other.ID, "wrong session")
-	wantErr(t, "StartRun with a first record of another session", s.StartRun(ctx, alice, queued.ID, &elsewhere),
+	wantErr(t, "StartRun with a first record of another session", s.StartRun(ctx, alice, queued.ID, &elsewhere, 0),
 		store.ErrConflict)
-	if err := s.StartRun(ctx, alice, queued.ID, &first); err != nil {
+	if err := s.StartRun(ctx, alice, queued.ID, &first, 0); err != nil {
 		t.Fatalf("StartRun: %v", err)
 	}
 	if first.ID == "" || first.RunID != queued.ID || first.Seq != int64(len(before)+1) {
@@ -182,12 +182,12 @@ func testStartRun(t *testing.T, s store.Store) {
 	if active := activeRun(t, s, alice, sess.ID); active.ID != queued.ID {
 		t.Errorf("ActiveRun = %s, want the started run %s", active.ID, queued.ID)
 	}
-	wantErr(t, "StartRun twice", s.StartRun(ctx, alice, queued.ID, nil), store.ErrConflict)
-	wantErr(t, "StartRun of the next while it runs", s.StartRun(ctx, alice, plain.ID, nil), store.ErrBusy)
+	wantErr(t, "StartRun twice", s.StartRun(ctx, alice, queued.ID, nil, 0), store.ErrConflict)
+	wantErr(t, "StartRun of the next while it runs", s.StartRun(ctx, alice, plain.ID, nil, 0), store.ErrBusy)
 
 	mustFinish(t, s, alice, queued.ID, store.RunEnd{Status: store.RunCompleted})
-	wantErr(t, "StartRun of an ended run", s.StartRun(ctx, alice, queued.ID, nil), store.ErrConflict)
-	if err := s.StartRun(ctx, alice, plain.ID, nil); err != nil {
+	wantErr(t, "StartRun of an ended run", s.StartRun(ctx, alice, queued.ID, nil, 0), store.ErrConflict)
+	if err := s.StartRun(ctx, alice, plain.ID, nil, 0); err != nil {
 		t.Fatalf("StartRun without a first record: %v", err)
 	}
 	if n := len(records(t, s, alice, sess.ID)); n != len(got) {
@@ -224,7 +224,7 @@ func testFinishQueuedRun(t *testing.T, s store.Store) {
 
 	_, err := s.FinishRun(ctx, alice, queued.ID, store.RunEnd{Status: store.RunCancelled})
 	wantErr(t, "FinishRun of a cancelled run", err, store.ErrConflict)
-	wantErr(t, "StartRun of a cancelled run", s.StartRun(ctx, alice, queued.ID, nil), store.ErrConflict)
+	wantErr(t, "StartRun of a cancelled run", s.StartRun(ctx, alice, queued.ID, nil, 0), store.ErrConflict)
 }
 
 // testIdempotencyKey: a key names at most one run of a user, whatever became of it; other users' keys

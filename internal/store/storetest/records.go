@@ -23,7 +23,7 @@ func testOtherUser(t *testing.T, s store.Store) {
 	queued := queueRun(t, s, alice, sess.ID, `{}`)
 	mustAppend(t, s, alice, userRecord(sess.ID, "hi"))
 	asst := mustAppend(t, s, alice, runAssistant(run, "call_1"))
-	if err := s.AppendEvents(ctx, []store.Event{event(run.ID, 1, "run_start", `{}`)}); err != nil {
+	if err := s.AppendEvents(ctx, []store.Event{event(run.ID, 1, "run_start", `{}`)}, nil); err != nil {
 		t.Fatalf("AppendEvents: %v", err)
 	}
 	before := records(t, s, alice, sess.ID)
@@ -53,7 +53,7 @@ func testOtherUser(t *testing.T, s store.Store) {
 	wantErr(t, "ActiveRun", err, store.ErrNotFound)
 	_, err = s.RunByKey(ctx, bob, "key")
 	wantErr(t, "RunByKey", err, store.ErrNotFound)
-	wantErr(t, "StartRun", s.StartRun(ctx, bob, queued.ID, nil), store.ErrNotFound)
+	wantErr(t, "StartRun", s.StartRun(ctx, bob, queued.ID, nil, 0), store.ErrNotFound)
 	_, err = s.CloseCalls(ctx, bob, run.ID, "mine")
 	wantErr(t, "CloseCalls", err, store.ErrNotFound)
 	_, err = s.Events(ctx, bob, run.ID, 0, 10)

@@ -206,7 +206,7 @@ func testDeleteCascades(t *testing.T, s store.Store) {
 	mustAppend(t, s, alice, toolResult(asst, "call_1"))
 	mustAppend(t, s, alice, userRecord(kept.ID, "keep me"))
 	events := []store.Event{event(run.ID, 1, "run_start", `{}`), event(keptRun.ID, 1, "run_start", `{}`)}
-	if err := s.AppendEvents(ctx, events); err != nil {
+	if err := s.AppendEvents(ctx, events, nil); err != nil {
 		t.Fatalf("AppendEvents: %v", err)
 	}
 	if err := s.AddUsage(ctx, alice, store.UsageEntry{RunID: run.ID, SessionID: sess.ID, Model: "m",
@@ -300,7 +300,7 @@ func testUnfinishedRuns(t *testing.T, s store.Store) {
 			continue
 		}
 		first := userRecord(l.run.SessionID, "and then?")
-		if err := s.StartRun(t.Context(), l.user, l.run.ID, &first); err != nil {
+		if err := s.StartRun(t.Context(), l.user, l.run.ID, &first, 0); err != nil {
 			t.Fatalf("StartRun after the running run was interrupted: %v", err)
 		}
 		mustFinish(t, s, l.user, l.run.ID, store.RunEnd{Status: store.RunCompleted})

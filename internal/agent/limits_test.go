@@ -1,0 +1,202 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"chatd/internal/agent"
+	"chatd/internal/llm"
+	"chatd/internal/llm/llmtest"
+)
+
+// TestToolArgumentsOverTheLimit: a call whose arguments pass the per-call limit, or the limit of one
+// answer's calls together, is not run: its result says why, it is stored with empty arguments, no more
+// of its arguments reach the observer, and the other calls run. The model is told and goes on.
+func TestToolArgumentsOverTheLimit(t *testing.T) {
+	big := `{"text":"` + strings.Repeat("a", 5000) + `"}`
+	mid := `{"text":"` + strings.Repeat("b", 700) + `"}`
+	srv := llmtest.NewServer(t,
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{
+			{ID: "call_big", Name: "write_note", Arguments: big},
+			{ID: "call_ok", Name: "write_note", Arguments: mid},
+			{ID: "call_turn", Name: "write_note", Arguments: mid}, // the two mids pass the answer's limit
+		}},
+		llmtest.Turn{Text: "Sorry, that note was too long."})
+	cfg := config(t, srv, fakeTools{"write_note": echo})
+	cfg.Limits = agent.Limits{ArgumentBytes: 1024, TurnArgumentBytes: 1200}
+	var shown int
+	rec := &argCounter{recorder: &recorder{}, shown: &shown}
+	res := agent.Run(t.Context(), cfg, hello, rec)
+	if res.Status != agent.StatusCompleted {
+		t.Fatalf("result = %+v", res)
+	}
+	turn := rec.turns[0]
+	for _, c := range turn.ToolCalls {
+		want := "{}"
+		if c.ID == "call_ok" {
+			want = mid
+		}
+		if string(c.Arguments) != want {
+			t.Errorf("stored call %s has arguments of %d bytes, want %d", c.ID, len(c.Arguments), len(want))
+		}
+	}
+	for _, id := range []string{"call_big", "call_turn"} {
+		r := rec.results[id]
+		if r.Success || !strings.Contains(r.Content, "limit of 1 KiB") || r.Arguments != nil {
+			t.Errorf("result of %s = %+v; want a failed result naming the limit, the call not run", id, r)
+		}
+	}
+	if r := rec.results["call_ok"]; !r.Success {
+		t.Errorf("the call within the limits: %+v", r)
+	}
+	if shown > 1024+1200 {
+		t.Errorf("the observer was shown %d bytes of arguments; the limits allow %d", shown, 1024+1200)
+	}
+	if n := len(srv.Requests()); n != 2 {
+		t.Errorf("%d model calls, want 2: the model is told and answers", n)
+	}
+}
+
+// argCounter counts the argument bytes shown to the observer.
+type argCounter struct {
+	*recorder
+	shown *int
+}
+
+func (a *argCounter) ToolCallDelta(i int, id, name, args string) {
+	*a.shown += len(args)
+	a.recorder.ToolCallDelta(i, id, name, args)
+}
+
+// TestModelOutputLimit: a model call that streams more than the output limit fails the run with
+// output_limit; the answer is kept up to the limit, and calls of that answer do not run.
+func TestModelOutputLimit(t *testing.T) {
+	srv := llmtest.NewServer(t, llmtest.Turn{Text: strings.Repeat("word ", 2000), ChunkRunes: 50})
+	cfg := config(t, srv, fakeTools{})
+	cfg.Limits = agent.Limits{OutputBytes: 4096}
+	rec := &recorder{}
+	res := agent.Run(t.Context(), cfg, hello, rec)
+	var lim *agent.LimitError
+	if res.Status != agent.StatusFailed || !errors.As(res.Err, &lim) || lim.Code != "output_limit" {
+		t.Fatalf("result = %+v; want failed with output_limit", res)
+	}
+	if len(rec.turns) != 1 || len(rec.turns[0].Text) > 4096 || !strings.HasPrefix(strings.Repeat("word ", 2000), rec.turns[0].Text) ||
+		len(rec.turns[0].Text) < 4000 {
+		t.Errorf("stored %d turns, the first with %d bytes; want the answer kept up to 4096", len(rec.turns), len(rec.turns[0].Text))
+	}
+}
+
+// TestRunOutputLimit: the output limit of a run counts every model call of it.
+func TestRunOutputLimit(t *testing.T) {
+	srv := llmtest.NewServer(t,
+		llmtest.Turn{Text: strings.Repeat("a", 3000), ChunkRunes: 100, ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "read_time", Arguments: `{}`}}},
+		llmtest.Turn{Text: strings.Repeat("b", 3000), ChunkRunes: 100})
+	cfg := config(t, srv, fakeTools{"read_time": echo})
+	cfg.Limits = agent.Limits{RunOutputBytes: 5000}
+	rec := &recorder{}
+	res := agent.Run(t.Context(), cfg, hello, rec)
+	var lim *agent.LimitError
+	if res.Status != agent.StatusFailed || !errors.As(res.Err, &lim) || lim.Code != "output_limit" {
+		t.Fatalf("result = %+v; want failed with output_limit", res)
+	}
+	if len(rec.turns) != 2 || len(rec.turns[1].Text) > 2000 {
+		t.Errorf("turns: %d, the second %d bytes; want the second cut at the run's limit", len(rec.turns), len(rec.turns[1].Text))
+	}
+}
+
+// quiet is a provider that streams its events, then sends nothing until the call is cancelled.
+type quiet struct {
+	events []llm.Event
+	calls  int
+}
+
+func (q *quiet) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
+	return func(yield func(llm.Event, error) bool) {
+		q.calls++
+		for _, ev := range q.events {
+			if !yield(ev, nil) {
+				return
+			}
+		}
+		<-ctx.Done()
+		yield(llm.Event{}, ctx.Err())
+	}
+}
+
+// TestQuietModelStream: a model stream that sends nothing for the idle limit fails as a transport
+// failure — retried before any output, failing the run after it, with what was said kept.
+func TestQuietModelStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := &quiet{events: []llm.Event{{Kind: llm.EventText, Text: "Hel"}}}
+		cfg := agent.Config{Provider: q, Model: "m", ProviderName: "p", RetryBase: time.Millisecond,
+			Limits: agent.Limits{IdleTime: time.Minute}}
+		rec := &recorder{}
+		start := time.Now()
+		res := agent.Run(t.Context(), cfg, hello, rec)
+		var e *llm.Error
+		if res.Status != agent.StatusFailed || !errors.As(res.Err, &e) || e.Kind != llm.KindTransport ||
+			!strings.Contains(e.Message, "nothing for 1m0s") {
+			t.Fatalf("result = %+v; want failed: the model sent nothing for 1m0s", res)
+		}
+		if waited := time.Since(start); waited != time.Minute {
+			t.Errorf("the run failed after %s, want the idle limit, 1m", waited)
+		}
+		if len(rec.turns) != 1 || rec.turns[0].Text != "Hel" || q.calls != 1 {
+			t.Errorf("turns %+v after %d calls; want the partial answer kept, no retry after output", rec.turns, q.calls)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		q := &quiet{}
+		cfg := agent.Config{Provider: q, Model: "m", ProviderName: "p", RetryBase: time.Millisecond, Retries: 2, RetryWindow: 10 * time.Minute,
+			Limits: agent.Limits{IdleTime: time.Minute}}
+		res := agent.Run(t.Context(), cfg, hello, &recorder{})
+		if res.Status != agent.StatusFailed || q.calls != 3 {
+			t.Errorf("result %+v after %d calls; want 3 calls (2 retries), then failed", res, q.calls)
+		}
+	})
+}
+
+// drip is a provider that streams a token a second until the call is cancelled.
+type drip struct{}
+
+func (drip) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
+	return func(yield func(llm.Event, error) bool) {
+		for {
+			select {
+			case <-ctx.Done():
+				yield(llm.Event{}, ctx.Err())
+				return
+			case <-time.After(time.Second):
+			}
+			if !yield(llm.Event{Kind: llm.EventText, Text: "."}, nil) {
+				return
+			}
+		}
+	}
+}
+
+// TestLimitCancelsTheRun: a run whose context a limit cancels (the run's wall time, its events) fails
+// with that limit, not as a cancel, and keeps what the model said; the tokens of a drip keep the idle
+// limit from firing.
+func TestLimitCancelsTheRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeoutCause(t.Context(), 10*time.Minute,
+			&agent.LimitError{Code: "run_timeout", Message: "the run passed its time limit of 10m"})
+		defer cancel()
+		cfg := agent.Config{Provider: drip{}, Model: "m", ProviderName: "p", Limits: agent.Limits{IdleTime: time.Minute}}
+		rec := &recorder{}
+		res := agent.Run(ctx, cfg, hello, rec)
+		var lim *agent.LimitError
+		if res.Status != agent.StatusFailed || !errors.As(res.Err, &lim) || lim.Code != "run_timeout" || res.FinishReason != "error" {
+			t.Fatalf("result = %+v; want failed with run_timeout", res)
+		}
+		if len(rec.turns) != 1 || len(rec.turns[0].Text) < 590 || rec.turns[0].FinishReason != "error" {
+			t.Errorf("turns: %+v; want the dripped answer kept", len(rec.turns))
+		}
+	})
+}
