@@ -62,6 +62,45 @@ type Config struct {
 	FetchURL FetchURL
 	// ToolScopes bind tools to the request context's page, tab and subtab, for agents without their own.
 	ToolScopes *tool.Scopes
+	// Limits are the hard limits on requests and runs (limits: in the file); zero values are the
+	// defaults of the packages that enforce them.
+	Limits Limits
+}
+
+// Limits are the hard, server-side limits of the limits: section. Each zero value means the default
+// the README's table gives.
+type Limits struct {
+	BodyBytes         int64         `yaml:"body_bytes"`          // a request body (1 MiB)
+	ChatBodyBytes     int64         `yaml:"chat_body_bytes"`     // a chat send's body, with its attachments (32 MiB)
+	MessageBytes      int           `yaml:"message_bytes"`       // a message's text (256 KiB)
+	Attachments       int           `yaml:"attachments"`         // attachments of one message (8)
+	AttachmentBytes   int           `yaml:"attachment_bytes"`    // one attachment, decoded (10 MiB)
+	ToolArgumentBytes int           `yaml:"tool_argument_bytes"` // one tool call's arguments (256 KiB)
+	TurnArgumentBytes int           `yaml:"turn_argument_bytes"` // the arguments of one answer's calls (1 MiB)
+	ToolResultBytes   int           `yaml:"tool_result_bytes"`   // a tool result's text, and its payload, stored (1 MiB)
+	ToolAttachBytes   int           `yaml:"tool_attachment_bytes"`
+	ModelOutputBytes  int           `yaml:"model_output_bytes"` // what one model call streams (4 MiB)
+	RunOutputBytes    int           `yaml:"run_output_bytes"`   // what a run's model calls stream (16 MiB)
+	RunTime           time.Duration `yaml:"run_time"`           // a run's wall time (15m)
+	IdleTime          time.Duration `yaml:"idle_time"`          // between two events of a model stream (5m)
+	RunEvents         int           `yaml:"run_events"`         // events of one run (100000)
+	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // memory kept for diagnostics (32 MiB)
+}
+
+// check refuses negative limits.
+func (l *Limits) check() error {
+	for name, v := range map[string]int64{"body_bytes": l.BodyBytes, "chat_body_bytes": l.ChatBodyBytes,
+		"message_bytes": int64(l.MessageBytes), "attachments": int64(l.Attachments), "attachment_bytes": int64(l.AttachmentBytes),
+		"tool_argument_bytes": int64(l.ToolArgumentBytes), "turn_argument_bytes": int64(l.TurnArgumentBytes),
+		"tool_result_bytes": int64(l.ToolResultBytes), "tool_attachment_bytes": int64(l.ToolAttachBytes),
+		"model_output_bytes": int64(l.ModelOutputBytes), "run_output_bytes": int64(l.RunOutputBytes),
+		"run_time": int64(l.RunTime), "idle_time": int64(l.IdleTime), "run_events": int64(l.RunEvents),
+		"diagnostics_bytes": int64(l.DiagnosticsBytes)} {
+		if v < 0 {
+			return fmt.Errorf("config: limits: %s must be positive (leave it out for the default)", name)
+		}
+	}
+	return nil
 }
 
 // FetchURL configures the built-in fetch_url tool.
@@ -137,6 +176,7 @@ type file struct {
 	MCPConnectTimeout time.Duration `yaml:"mcp_connect_timeout"`
 	FetchURL          FetchURL      `yaml:"fetch_url"`
 	ToolScopes        *tool.Scopes  `yaml:"tool_scopes"`
+	Limits            Limits        `yaml:"limits"`
 }
 
 type fileProvider struct {
@@ -205,7 +245,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	if c.MCPConfig != "" && f.MCPConfig == c.MCPConfig && c.File != "" && !filepath.IsAbs(c.MCPConfig) {
 		c.MCPConfig = filepath.Join(filepath.Dir(c.File), c.MCPConfig) // relative to the file naming it
 	}
-	c.FetchURL, c.ToolScopes = f.FetchURL, f.ToolScopes
+	c.FetchURL, c.ToolScopes, c.Limits = f.FetchURL, f.ToolScopes, f.Limits
 	if err := c.context(getenv, &f); err != nil {
 		return nil, err
 	}
@@ -447,6 +487,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.ToolScopes.Check(); err != nil {
 		return fmt.Errorf("config: tool_scopes: %w", err)
+	}
+	if err := c.Limits.check(); err != nil {
+		return err
 	}
 	for name, a := range c.Agents {
 		for _, p := range a.Tools {

@@ -257,3 +257,41 @@ agents:
 		}
 	}
 }
+
+// TestLimits: the limits: section is read as given, each zero left for its default; a negative or
+// unknown one is refused.
+func TestLimits(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.yaml")
+	os.WriteFile(p, []byte(`
+limits:
+  body_bytes: 2048
+  chat_body_bytes: 4096
+  tool_argument_bytes: 1000
+  run_time: 2m
+  idle_time: 30s
+  run_events: 5000
+`), 0o600)
+	c, err := Load([]string{"--config", p}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Limits{BodyBytes: 2048, ChatBodyBytes: 4096, ToolArgumentBytes: 1000, RunTime: 2 * time.Minute,
+		IdleTime: 30 * time.Second, RunEvents: 5000}
+	if diff := cmp.Diff(want, c.Limits); diff != "" {
+		t.Errorf("limits (-want +got):\n%s", diff)
+	}
+	for body, contains := range map[string]string{
+		"limits:\n  run_time: -1s\n":      "run_time must be positive",
+		"limits:\n  message_bytes: -5\n":  "message_bytes must be positive",
+		"limits:\n  output_bytes: 10\n":   "field output_bytes not found",
+		"limits:\n  run_events: many\n":   "cannot unmarshal",
+		"limits:\n  idle_time: forever\n": "time.Duration",
+	} {
+		os.WriteFile(p, []byte(body), 0o600)
+		_, err := Load([]string{"--config", p}, env(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), contains) {
+			t.Errorf("%q: error %v, want one containing %q", body, err, contains)
+		}
+	}
+}

@@ -105,6 +105,7 @@ func benchmarkStream(b *testing.B, flush time.Duration) {
 	h := httpapi.New(httpapi.Options{Chat: svc, Store: db})
 	w := &discard{h: http.Header{}}
 	req := httptest.NewRequestWithContext(b.Context(), "POST", "http://localhost/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))
+	req.Header.Set("Content-Type", "application/json")
 	b.ReportAllocs()
 	b.SetBytes(int64(len(benchChunk)))
 	b.ResetTimer()
@@ -127,7 +128,9 @@ func TestBenchmarkStreamsEveryChunk(t *testing.T) {
 	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini"})
 	defer svc.Close(t.Context())
 	rec := httptest.NewRecorder()
-	httpapi.New(httpapi.Options{Chat: svc, Store: db}).ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "POST", "http://localhost/v1/chat/stream", strings.NewReader(`{"message":"hi"}`)))
+	req := httptest.NewRequestWithContext(t.Context(), "POST", "http://localhost/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))
+	req.Header.Set("Content-Type", "application/json")
+	httpapi.New(httpapi.Options{Chat: svc, Store: db}).ServeHTTP(rec, req)
 	body := rec.Body.Bytes()
 	if n := bytes.Count(body, []byte("event: text_delta\ndata: {\"text\":\" token\"}\n\n")); n != 100 {
 		t.Fatalf("%d text_delta events, want 100", n)

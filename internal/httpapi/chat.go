@@ -44,7 +44,7 @@ func (s *server) startRun(w http.ResponseWriter, r *http.Request) (*chat.Started
 			message: fmt.Sprintf("Idempotency-Key must be at most %d printable ASCII characters", maxKeyLen)}
 	}
 	var in chatRequest
-	if err := s.decode(w, r, &in); err != nil {
+	if err := s.decodeLimit(w, r, &in, s.MaxChatBodyBytes); err != nil {
 		return nil, err
 	}
 	switch in.OnActiveRun {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,8 +38,11 @@ type Options struct {
 	// WriteTimeout bounds one write to a client (a batch of events); a reader that cannot take it in
 	// time is dropped and resumes from its last id; default 10s.
 	WriteTimeout time.Duration
-	// MaxBodyBytes limits request bodies; default 1 MiB.
-	MaxBodyBytes int64
+	// MaxBodyBytes limits request bodies; default 1 MiB. MaxChatBodyBytes limits those of the chat
+	// sends (/v1/chat, /v1/chat/stream, /v1/ui/chat), which carry attachments — and useChat's whole
+	// conversation; default 32 MiB.
+	MaxBodyBytes     int64
+	MaxChatBodyBytes int64
 	// UI serves the web chat UI at / and its client routes; nil serves a short page about the API.
 	UI http.Handler
 	// AllowedHosts are Host header values accepted besides localhost and loopback addresses, e.g. the
@@ -68,12 +72,20 @@ func New(opts Options) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
 	}
+	if opts.MaxChatBodyBytes <= 0 {
+		opts.MaxChatBodyBytes = 32 << 20
+	}
 	s := &server{Options: opts, log: opts.Logger}
 	// Without API keys every caller is the local user, so a web page the user visits must not be able to
 	// drive the API: cross-origin writes are refused (CSRF), and so are requests for another host name,
 	// which is what a DNS-rebinding page sends.
-	return s.checkHost(http.NewCrossOriginProtection().Handler(s.withUser(s.routes())))
+	csrf := http.NewCrossOriginProtection()
+	csrf.SetDenyHandler(s.handle(s.crossOrigin))
+	return s.checkHost(csrf.Handler(s.withUser(s.routes())))
 }
+
+// apiRoot is the pattern of the catch-all that answers /v1/ paths no route serves with the method asked.
+const apiRoot = "/v1/"
 
 func (s *server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
@@ -97,7 +109,7 @@ func (s *server) routes() *http.ServeMux {
 	mux.Handle("GET /v1/ui/chat/{id}", s.handle(s.uiHistory))
 	mux.Handle("GET /v1/models", s.handle(s.listModels))
 	mux.Handle("GET /healthz", s.handle(s.health))
-	mux.Handle("/v1/", s.handle(s.notFound))
+	mux.Handle(apiRoot, s.handle(func(w http.ResponseWriter, r *http.Request) error { return s.noRoute(mux, w, r) }))
 	if s.UI != nil {
 		mux.Handle("/", s.UI) // it answers other methods with 405 itself
 	} else {
@@ -158,8 +170,37 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-func (s *server) notFound(w http.ResponseWriter, r *http.Request) error {
-	return &apiError{status: http.StatusNotFound, code: "not_found", message: "no route " + r.Method + " " + r.URL.Path}
+// crossOrigin is the refusal of a write a browser sends from a page of another origin (CSRF).
+func (s *server) crossOrigin(w http.ResponseWriter, r *http.Request) error {
+	return &apiError{status: http.StatusForbidden, code: "cross_origin_request",
+		message: "a browser page from another origin may not call this API while chatd runs without API keys; " +
+			"use chatd's own web UI or a program such as curl, and behind a reverse proxy forward the original Host header"}
+}
+
+// probedMethods are the methods noRoute asks the mux about. CONNECT is left out: no route takes it, and
+// the mux matches it on a path it does not clean.
+var probedMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodOptions, http.MethodTrace}
+
+// noRoute answers a request the catch-all got: 405 with an Allow header when a route serves the path with
+// other methods, as ServeMux would without the catch-all, and 404 otherwise. The mux itself says which
+// methods a route serves, so the routes are listed once, in routes.
+func (s *server) noRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) error {
+	var allow []string
+	probe := r.Clone(r.Context())
+	for _, m := range probedMethods {
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != apiRoot {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		return &apiError{status: http.StatusNotFound, code: "not_found", message: "no route " + r.Method + " " + r.URL.Path}
+	}
+	slices.Sort(allow)
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	return &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
+		message: r.Method + " " + r.URL.Path + " is not a route; this path takes " + strings.Join(allow, ", ")}
 }
 
 const homePage = `<!doctype html>

@@ -302,8 +302,9 @@ func TestBatchUpstreamFailure(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	e := newEnv(t, httpapi.Options{})
+	e := newEnv(t, httpapi.Options{MaxChatBodyBytes: 1 << 20})
 	huge := `{"message":"` + strings.Repeat("a", 1<<20) + `"}`
+	long := `{"message":"` + strings.Repeat("a", 300<<10) + `"}`
 	tests := []struct {
 		name, method, path, body string
 		status                   int
@@ -317,6 +318,7 @@ func TestBadInput(t *testing.T) {
 		{"wrong type", "POST", "/v1/chat", `{"message": 42}`, 400, "invalid_json", `"message" must be a string`},
 		{"missing message", "POST", "/v1/chat/stream", `{"session_id":""}`, 400, "missing_message", "no message"},
 		{"too large", "POST", "/v1/chat/stream", huge, 413, "body_too_large", "1 MiB"},
+		{"message too long", "POST", "/v1/chat/stream", long, 400, "message_too_long", "the limit is 262144"},
 		{"unknown session", "POST", "/v1/chat/stream", `{"message":"hi","session_id":"nope"}`, 404, "session_not_found", "nope"},
 		{"unknown provider", "POST", "/v1/chat", `{"message":"hi","model":"mistral/large"}`, 400, "invalid_model", "unknown provider"},
 		{"unconfigured provider", "POST", "/v1/chat", `{"message":"hi","model":"ollama/llama3.2"}`, 400, "invalid_model", "set OLLAMA_HOST"},
@@ -452,6 +454,7 @@ func TestDisconnectDoesNotStopTheRun(t *testing.T) {
 	e := newEnv(t, httpapi.Options{}, llmtest.Turn{Text: "a slow but complete answer", Delay: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(t.Context())
 	req, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

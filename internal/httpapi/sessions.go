@@ -196,9 +196,10 @@ var safeImages = map[string]bool{"image/png": true, "image/jpeg": true, "image/g
 
 // attachment answers GET /v1/sessions/{id}/records/{record}/attachments/{n}: one attachment's bytes.
 func (s *server) attachment(w http.ResponseWriter, r *http.Request) error {
+	// Only the canonical decimal names an attachment: "+0" and "00" would make one attachment many URLs.
 	n, err := strconv.Atoi(r.PathValue("n"))
-	if err != nil {
-		n = -1 // not a number: no such attachment
+	if err != nil || n < 0 || strconv.Itoa(n) != r.PathValue("n") {
+		n = -1 // no such attachment
 	}
 	a, err := s.Store.Attachment(r.Context(), user(r.Context()), r.PathValue("id"), r.PathValue("record"), n)
 	if errors.Is(err, store.ErrNotFound) {

@@ -24,9 +24,6 @@ import (
 // uiMessagePrefix starts the id of a run's assistant message: "msg_" + the run id, streamed or stored.
 const uiMessagePrefix = "msg_"
 
-// uiMaxBody bounds a POST /v1/ui/chat body: useChat posts the whole conversation, images included.
-const uiMaxBody = 32 << 20
-
 // uiChatRequest is the body DefaultChatTransport posts, with chatd's own fields beside it.
 type uiChatRequest struct {
 	ID            string         `json:"id"`
@@ -59,7 +56,8 @@ type uiPart struct {
 // uiChat starts a run from the newest user message and streams it as UI message chunks.
 func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 	var in uiChatRequest
-	if err := s.decodeLimit(w, r, &in, max(uiMaxBody, s.MaxBodyBytes)); err != nil {
+	// useChat posts the whole conversation, images included.
+	if err := s.decodeLimit(w, r, &in, s.MaxChatBodyBytes); err != nil {
 		return err
 	}
 	regenerate := false

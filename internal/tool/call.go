@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // errTimedOut is the cause of a call's context when its own timeout fires,
@@ -49,21 +50,51 @@ func (r *Registry) call(ctx context.Context, name string, raw json.RawMessage) O
 }
 
 // sanitize makes a tool's result safe to store and send: a payload that is not JSON is dropped (tools
-// from MCP servers are not trusted), and text is made valid UTF-8.
+// from MCP servers are not trusted), text is made valid UTF-8, and each part is held to its limit.
 func (r *Registry) sanitize(name string, res Result) Result {
 	if p := bytes.TrimSpace(res.Payload); len(p) == 0 || string(p) == "null" {
 		res.Payload = nil
 	} else if !json.Valid(p) {
 		r.log.Warn("tool returned a payload that is not JSON; dropped", "tool", name, "bytes", len(res.Payload))
 		res.Payload = nil
+	} else if len(p) > r.maxResult {
+		r.log.Warn("tool returned a payload over the limit; dropped", "tool", name, "bytes", len(p), "limit", r.maxResult)
+		res.Payload = nil
 	} else {
 		res.Payload = p
 	}
 	res.Content = strings.ToValidUTF8(res.Content, "\uFFFD")
+	if len(res.Content) > r.maxResult {
+		res.Content = cut(res.Content, r.maxResult) + fmt.Sprintf("\n[chatd cut this result: it was %d bytes; at most %d are kept]", len(res.Content), r.maxResult)
+	}
+	total := 0
+	for i, a := range res.Attachments {
+		if total += len(a.Data); total > r.maxAttachments {
+			res.Content += fmt.Sprintf("\n[chatd dropped %d of the result's %d attachments: together they passed %d bytes]",
+				len(res.Attachments)-i, len(res.Attachments), r.maxAttachments)
+			res.Attachments = res.Attachments[:i:i]
+			break
+		}
+	}
 	return res
 }
 
+// cut returns at most n bytes of s, ending on a character boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// failure is the outcome of a call that failed, with its message held to maxErrorBytes.
 func failure(args json.RawMessage, msg string) Outcome {
+	if len(msg) > maxErrorBytes {
+		msg = cut(msg, maxErrorBytes) + "…"
+	}
 	return Outcome{Arguments: args, Content: msg}
 }
 

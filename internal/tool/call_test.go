@@ -450,3 +450,41 @@ func TestResultSanitized(t *testing.T) {
 		t.Errorf("invalid UTF-8: %q", out.Content)
 	}
 }
+
+// TestResultLimits: a result is stored within its limits whatever the tool returns: longer text is cut
+// at a character boundary with a note, a longer payload dropped, attachments past their total dropped
+// with a note, and an error message held to a sentence's size.
+func TestResultLimits(t *testing.T) {
+	r := NewRegistry(Options{MaxResultBytes: 100, MaxAttachmentBytes: 50})
+	defer r.Close()
+	for name, res := range map[string]Result{
+		"longtext":    {Content: strings.Repeat("é", 80)}, // 160 bytes
+		"bigpayload":  {Content: "ok", Payload: json.RawMessage(`{"a":"` + strings.Repeat("x", 200) + `"}`)},
+		"attachments": {Content: "ok", Attachments: []Attachment{{Data: make([]byte, 30)}, {Data: make([]byte, 30)}, {Data: make([]byte, 1)}}},
+	} {
+		if err := r.Register(fakeTool{info: Info{Name: name}, call: func(context.Context, json.RawMessage) (Result, error) { return res, nil }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Register(fakeTool{info: Info{Name: "echoerr"}, call: func(_ context.Context, args json.RawMessage) (Result, error) {
+		return Result{}, fmt.Errorf("bad input %s", args)
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	out := r.Call(t.Context(), "longtext", nil)
+	kept, note, _ := strings.Cut(out.Content, "\n")
+	if len(kept) != 100 || !strings.HasPrefix(note, "[chatd cut this result: it was 160 bytes") {
+		t.Errorf("long text kept %d bytes, note %q", len(kept), note)
+	}
+	if out := r.Call(t.Context(), "bigpayload", nil); out.Payload != nil || !out.Success {
+		t.Errorf("a payload over the limit: %+v", out)
+	}
+	out = r.Call(t.Context(), "attachments", nil)
+	if len(out.Attachments) != 1 || !strings.Contains(out.Content, "dropped 2 of the result's 3 attachments") {
+		t.Errorf("attachments: kept %d, content %q", len(out.Attachments), out.Content)
+	}
+	out = r.Call(t.Context(), "echoerr", json.RawMessage(`{"x":"`+strings.Repeat("y", 100_000)+`"}`))
+	if out.Success || len(out.Content) > maxErrorBytes+8 {
+		t.Errorf("an error echoing 100 KB of arguments came back as %d bytes", len(out.Content))
+	}
+}

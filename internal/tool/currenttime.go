@@ -85,7 +85,11 @@ func (c currentTime) Call(_ context.Context, args json.RawMessage) (Result, erro
 func loadZone(name string) (*time.Location, error) {
 	loc, err := time.LoadLocation(name)
 	if err != nil || name == "Local" {
-		return nil, fmt.Errorf("unknown time zone %q; use an IANA name such as Europe/Paris or UTC", name)
+		shown := name
+		if len(shown) > 64 {
+			shown = cut(shown, 64) + "…" // an answer names the zone, never echoes whatever was sent
+		}
+		return nil, fmt.Errorf("unknown time zone %q; use an IANA name such as Europe/Paris or UTC", shown)
 	}
 	return loc, nil
 }

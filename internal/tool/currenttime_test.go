@@ -2,6 +2,7 @@ package tool
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,5 +122,19 @@ func BenchmarkCallCurrentTime(b *testing.B) {
 		if out := r.Call(ctx, "current_time", args); !out.Success {
 			b.Fatal(out.Content)
 		}
+	}
+}
+
+// TestCurrentTimeDoesNotEchoItsArgument: an unknown zone is named in the error, not repeated whole (a
+// 100 MB argument came back in the error).
+func TestCurrentTimeDoesNotEchoItsArgument(t *testing.T) {
+	r := NewRegistry(Options{})
+	defer r.Close()
+	if err := r.Register(CurrentTime(nil)); err != nil {
+		t.Fatal(err)
+	}
+	out := r.Call(t.Context(), "current_time", json.RawMessage(`{"timezone":"`+strings.Repeat("Europe/Paris", 10_000)+`"}`))
+	if out.Success || len(out.Content) > 200 || !strings.Contains(out.Content, "unknown time zone") {
+		t.Errorf("current_time with a 120 KB zone answered %d bytes: %.120q", len(out.Content), out.Content)
 	}
 }

@@ -24,13 +24,31 @@ var objectSchema = json.RawMessage(`{"type":"object"}`)
 type Options struct {
 	DefaultTimeout time.Duration // per call, unless the tool sets its own; 0 means 30s
 	Logger         *slog.Logger  // nil discards
+	// MaxResultBytes bounds a result's text and its payload, each, as stored (default 1 MiB): longer
+	// text is cut with a note, a longer payload dropped. MaxAttachmentBytes bounds its attachments
+	// together (default 8 MiB): those past it are dropped, with a note. What the model is sent is cut
+	// further by the context builder.
+	MaxResultBytes     int
+	MaxAttachmentBytes int
 }
+
+// Defaults of Options' result limits.
+const (
+	DefaultMaxResultBytes     = 1 << 20
+	DefaultMaxAttachmentBytes = 8 << 20
+)
+
+// maxErrorBytes bounds the message of a failed call: an error is a sentence for the model, never an
+// echo of whatever the call sent.
+const maxErrorBytes = 4 << 10
 
 // Registry holds the tools the model may call and runs their calls.
 // It is safe for concurrent use.
 type Registry struct {
-	timeout time.Duration
-	log     *slog.Logger
+	timeout        time.Duration
+	log            *slog.Logger
+	maxResult      int
+	maxAttachments int
 
 	mu     sync.RWMutex
 	tools  map[string]*entry
@@ -56,10 +74,18 @@ func NewRegistry(opts Options) *Registry {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.MaxResultBytes <= 0 {
+		opts.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if opts.MaxAttachmentBytes <= 0 {
+		opts.MaxAttachmentBytes = DefaultMaxAttachmentBytes
+	}
 	return &Registry{
-		timeout: opts.DefaultTimeout,
-		log:     opts.Logger,
-		tools:   make(map[string]*entry),
+		timeout:        opts.DefaultTimeout,
+		log:            opts.Logger,
+		maxResult:      opts.MaxResultBytes,
+		maxAttachments: opts.MaxAttachmentBytes,
+		tools:          make(map[string]*entry),
 	}
 }
 
