@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -53,7 +54,8 @@ func TestCrashRecovery(t *testing.T) {
 			break // later kills would build on a broken history; this one's log says what broke
 		}
 	}
-	t.Logf("%d kills in %s; how the killed runs ended: %v", kills, time.Since(began).Round(time.Millisecond), c.outcomes)
+	t.Logf("%d kills in %s; how the killed runs ended: %v; %d killed streams resumed, %d of them after seeing %d events the crash lost, and told so",
+		kills, time.Since(began).Round(time.Millisecond), c.outcomes, c.resumes, c.told, c.lost)
 }
 
 type crashTest struct {
@@ -64,6 +66,9 @@ type crashTest struct {
 	session  string         // every iteration talks in this session
 	checked  int            // the model requests checked so far
 	outcomes map[string]int // how the killed runs ended, to see that the kills hit every phase
+	// resumes counts the clients that resumed a killed stream; told those that had seen lost events
+	// (lost, in all) and were told so.
+	resumes, told, lost int
 }
 
 // killPoint is when an iteration kills chatd: after a delay since the send, or after the client has read
@@ -247,13 +252,39 @@ func (c *crashTest) checkRetry(t *testing.T, p *process, send map[string]any, ke
 	if live.acked && !stored {
 		return "" // reported by checkStoredOnce
 	}
+	c.checkBatchRetry(t, p, send, key, got)
 	return got
 }
 
+// checkBatchRetry sends the message once more with its Idempotency-Key, to POST /v1/chat: whatever the
+// run's end (interrupted too), the answer is 200 with the run as it ended — a retry cannot change it,
+// so it must not invite another. (An interrupted run answered 500 "retryable" forever.)
+func (c *crashTest) checkBatchRetry(t *testing.T, p *process, send map[string]any, key, runID string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	resp, err := p.post(ctx, "/v1/chat", send, key)
+	if err != nil {
+		t.Errorf("retried batch send: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	var body struct {
+		RunID  string `json:"run_id"`
+		Status string `json:"status"`
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	json.Unmarshal(raw, &body)
+	run := p.run(t, runID)
+	if resp.StatusCode != 200 || body.RunID != runID || body.Status != run.Status {
+		t.Errorf("retried batch send: %d %s; want 200 with run %s, %s", resp.StatusCode, raw, runID, run.Status)
+	}
+}
+
 // checkResume resumes the stream where the killed client stopped, as an EventSource reconnecting with
-// Last-Event-ID does. The client must learn how the run ended: it gets a tail of the log ending with done
-// that holds at least the events after its id. (Events after the stored prefix that the client read
-// died with the process, and the recovery's events reuse their ids: a server may send those again too.)
+// Last-Event-ID does. The client gets exactly the log's events after its id — never an event under an id
+// it already saw — ending with done; when it had seen events the crash lost, the first it gets says so
+// (error, code events_lost). (A resume from 44 once got a stream starting at 28.)
 func (c *crashTest) checkResume(t *testing.T, p *process, runID string, streamed, log []event) {
 	t.Helper()
 	if len(streamed) == 0 || streamed[len(streamed)-1].Type == "done" {
@@ -261,19 +292,47 @@ func (c *crashTest) checkResume(t *testing.T, p *process, runID string, streamed
 	}
 	lastSeen := streamed[len(streamed)-1].seq()
 	got := p.replay(t, runID, strconv.Itoa(lastSeen))
+	var want []event
+	for _, ev := range log {
+		if ev.seq() > lastSeen {
+			want = append(want, ev)
+		}
+	}
+	if len(want) == 0 {
+		want = log[len(log)-1:] // past the end: done, which says how the run ended
+	}
+	lost := lostEvents(streamed, log)
 	var err error
-	switch tail := log[max(0, len(log)-len(got)):]; {
-	case len(got) == 0:
-		err = errors.New("no events: the client never learns that the run ended")
-	case len(got) > len(log) || !cmp.Equal(got, tail):
-		err = errors.New("the events are not the end of the run's log")
-	case len(got) < len(log)-lastSeen:
-		err = fmt.Errorf("%d events, want the %d after the client's id", len(got), len(log)-lastSeen)
+	switch {
+	case !cmp.Equal(got, want):
+		err = errors.New("the events are not the log's after the client's id")
+	case lost > 0 && (got[0].Type != "error" || got[0].Data["code"] != "events_lost"):
+		err = fmt.Errorf("the client had seen %d events the crash lost, and the first event it gets does not say so", lost)
 	}
 	if err != nil {
 		t.Errorf("resuming run %s with Last-Event-ID %d, the last id the killed client read: %v\ngot:\n%s\nthe client read:\n%s\nthe log after the restart:\n%s",
-			runID, lastSeen, err, eventList(got), eventList(streamed[max(0, len(streamed)-5):]), eventList(log[max(0, len(log)-5):]))
+			runID, lastSeen, err, eventList(got), eventList(streamed[max(0, len(streamed)-5):]), eventList(log[max(0, len(log)-8):]))
 	}
+	c.resumes++
+	if lost > 0 {
+		c.lost += lost
+		c.told++
+	}
+}
+
+// lostEvents counts the streamed events the log does not hold under their id.
+func lostEvents(streamed, log []event) int {
+	bySeq := map[int]bool{}
+	for _, ev := range log {
+		bySeq[ev.seq()] = true
+	}
+	n := 0
+	for _, ev := range streamed {
+		if !bySeq[ev.seq()] {
+			n++
+		}
+	}
+	return n
 }
 
 // checkNextMessage sends the next message of the session: the model (strict) must accept the history.
@@ -461,10 +520,10 @@ func checkRecords(recs []record) error {
 	return errors.Join(errs...)
 }
 
-// checkLog checks a run's event log as replayed: ids 1, 2, 3 … without a gap or a repeat, done last
-// with the run's status, and the run's last_event_id; an interrupted run's log ends with error (code
-// interrupted), then done. (A run killed in its first 100ms may have lost even run_start: its log is
-// only what the recovery wrote.)
+// checkLog checks a run's event log as replayed: ids increasing by one, but for one gap after a crash
+// (see checkSeq), done last with the run's status, and the run's last_event_id; an interrupted run's log
+// ends with error (code interrupted), then done. (A run killed in its first 100ms may have lost even
+// run_start: its log is only what the recovery wrote.)
 func checkLog(log []event, run runInfo) error {
 	if err := checkSeq(log); err != nil {
 		return err
@@ -473,8 +532,8 @@ func checkLog(log []event, run runInfo) error {
 	if last.Type != "done" || last.Data["status"] != run.Status {
 		return fmt.Errorf("the last event is %v; the run is %s", last, run.Status)
 	}
-	if run.LastEventID != len(log) {
-		return fmt.Errorf("the run's last_event_id is %d; the log has %d events", run.LastEventID, len(log))
+	if run.LastEventID != last.seq() {
+		return fmt.Errorf("the run's last_event_id is %d; the log ends with %d", run.LastEventID, last.seq())
 	}
 	if run.Status == "interrupted" {
 		if len(log) < 2 || log[len(log)-2].Type != "error" || log[len(log)-2].Data["code"] != "interrupted" {
@@ -487,15 +546,25 @@ func checkLog(log []event, run runInfo) error {
 	return nil
 }
 
-// checkSeq checks that events are numbered 1, 2, 3 … without a gap or a repeat and end with done, and
-// only there.
+// checkSeq checks that events are numbered 1, 2, 3 … and end with done, and only there. One gap is
+// allowed: where a crash lost events, recovery goes on past every id the dead process may have sent,
+// and its first event (an error, code events_lost) says so.
 func checkSeq(events []event) error {
 	if len(events) == 0 {
 		return errors.New("no events")
 	}
+	gap := false
 	for i, ev := range events {
-		if ev.seq() != i+1 {
-			return fmt.Errorf("event %d has id %q: ids must run 1, 2, 3 … without gaps", i+1, ev.ID)
+		want := 1
+		if i > 0 {
+			want = events[i-1].seq() + 1
+		}
+		if ev.seq() != want {
+			lost := ev.Type == "error" && ev.Data["code"] == "events_lost"
+			if gap || ev.seq() < want || !lost {
+				return fmt.Errorf("event %d has id %q after %d: ids must increase by one, but for one gap that an events_lost error follows", i+1, ev.ID, want-1)
+			}
+			gap = true
 		}
 		if ev.Type == "done" && i != len(events)-1 {
 			return fmt.Errorf("done at event %d is not the last of %d", i+1, len(events))
@@ -507,26 +576,23 @@ func checkSeq(events []event) error {
 	return nil
 }
 
-// checkLiveAgainstLog checks that the stored log is what the client streamed before the kill, up to the
-// events the kill kept from the disk, and that what follows them there is the events the recovery
-// added: records (the partial answer, the failed results of open calls), error, done.
+// checkLiveAgainstLog checks that every event the client streamed before the kill is in the log under
+// its id with the same data, or was lost with the dead process — and then that the run was recovered
+// and its log says events were lost. It returns how many were lost.
 func checkLiveAgainstLog(streamed, log []event, status string) error {
-	k := 0
-	for k < len(streamed) && k < len(log) && cmp.Equal(streamed[k], log[k]) {
-		k++
+	bySeq := map[int]event{}
+	told := false
+	for _, ev := range log {
+		bySeq[ev.seq()] = ev
+		told = told || (ev.Type == "error" && ev.Data["code"] == "events_lost")
 	}
-	if k == len(streamed) {
-		return nil // the client saw a prefix of the log
-	}
-	if k == len(log) {
-		return fmt.Errorf("the client streamed %d events; the log has %d", len(streamed), len(log))
-	}
-	if status != "interrupted" {
-		return fmt.Errorf("streamed event %v differs from the log's %v, and the run was not recovered", streamed[k], at(log, k))
-	}
-	for _, ev := range log[k:max(k, len(log)-2)] {
-		if ev.Type != "record" {
-			return fmt.Errorf("streamed event %v differs from the log's %v, which the recovery did not add", streamed[k], log[k])
+	for _, ev := range streamed {
+		stored, ok := bySeq[ev.seq()]
+		switch {
+		case ok && !cmp.Equal(ev, stored):
+			return fmt.Errorf("the client saw %v under id %s; the log holds %v there", ev, ev.ID, stored)
+		case !ok && (status != "interrupted" || !told):
+			return fmt.Errorf("the client saw %v, which the log does not hold, and the log does not say events were lost", ev)
 		}
 	}
 	return nil

@@ -89,9 +89,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	dbPath, _ := cfg.SQLitePath() // checked by config.Load
-	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{Logger: log})
+	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{Logger: log, Owner: "chatd serve on " + cfg.Addr})
+	if errors.Is(err, sqlite.ErrLocked) {
+		return fmt.Errorf("%w; stop it, or start this one with another --db", err)
+	}
 	if err != nil {
-		return fmt.Errorf("open database: %w", err)
+		return err // it says "sqlite: open PATH: …"
 	}
 	defer db.Close()
 
@@ -121,6 +124,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: agents(cfg.Agents), Scopes: cfg.ToolScopes,
 		DefaultModel: cfg.Model, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
 			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows}})
+	// Listen before the recovery, which ends the runs the database says are running: a process that
+	// cannot have its port must fail before it touches any. Nothing is served until the recovery is done.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // for the returns before Serve, which closes it itself
 	if err := chats.Recover(ctx); err != nil {
 		return err
 	}
@@ -138,10 +148,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return err
 	}
 	log.Info("chatd listening", "url", "http://"+ln.Addr().String(), "config", cfg)
 	errc := make(chan error, 1)

@@ -1,8 +1,9 @@
 // Package sqlite implements store.Store on SQLite through modernc.org/sqlite (pure Go, no cgo).
 //
-// It owns the SQLite schema (embedded migrations, applied at Open with goose) and the SQL that enforces
-// the store's pairing invariant. Of chatd it imports only store; only cmd/chatd's wiring and tests import
-// it, everything else sees a store.Store.
+// It owns the SQLite schema (embedded migrations, applied at Open with goose), the SQL that enforces the
+// store's pairing invariant, and the lock file beside a file database (<path>.lock) that keeps a second
+// process off the database while one runs on it. Of chatd it imports only store; only cmd/chatd's wiring
+// and tests import it, everything else sees a store.Store.
 //
 // A file database runs in WAL mode with two pools: one writer connection, so writes queue in Go rather
 // than fail on SQLite's single write lock, and a pool of read-only connections, so reads never wait for
@@ -33,12 +34,16 @@ import (
 type Options struct {
 	// Logger receives notes about the database, such as applied migrations. Nil discards them.
 	Logger *slog.Logger
+	// Owner says who opens the database, such as "chatd serve on 127.0.0.1:8080". It is written into the
+	// lock file, and a second process that tries to open the database while this one holds it is told.
+	Owner string
 }
 
 // DB is a store.Store on one SQLite database. It is safe for concurrent use.
 type DB struct {
-	writer *sql.DB // at most one connection; every write transaction runs on it
-	reader *sql.DB // read-only connections; the writer itself for ":memory:"
+	writer *sql.DB  // at most one connection; every write transaction runs on it
+	reader *sql.DB  // read-only connections; the writer itself for ":memory:"
+	lock   *os.File // holds the lock on the lock file; nil for ":memory:"
 	log    *slog.Logger
 	now    func() time.Time // replaced by tests that need equal timestamps
 }
@@ -74,7 +79,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if path == MemoryPath {
 		err = db.openMemory(ctx)
 	} else {
-		err = db.openFile(ctx, path)
+		err = db.openFile(ctx, path, opts.Owner)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -86,22 +91,29 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	return db, nil
 }
 
-// openFile opens the writer first: it switches the file to WAL, which the read-only readers cannot.
-func (db *DB) openFile(ctx context.Context, path string) error {
+// openFile takes the database's lock before any connection touches the file, then opens the writer
+// first: it switches the file to WAL, which the read-only readers cannot.
+func (db *DB) openFile(ctx context.Context, path, owner string) error {
 	if err := checkDir(path); err != nil {
+		return err
+	}
+	lock, err := lockFile(path, owner)
+	if err != nil {
 		return err
 	}
 	uri := "file:" + escapePath(path)
 	writer, err := openPool(ctx, uri+"?"+writerParams, 1)
 	if err != nil {
+		lock.Close()
 		return err
 	}
 	reader, err := openPool(ctx, uri+"?"+readerParams, max(4, runtime.GOMAXPROCS(0)))
 	if err != nil {
 		writer.Close()
+		lock.Close()
 		return err
 	}
-	db.writer, db.reader = writer, reader
+	db.writer, db.reader, db.lock = writer, reader, lock
 	return nil
 }
 
@@ -185,11 +197,18 @@ func (db *DB) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes both pools.
+// Close closes both pools, then releases the database's lock.
 func (db *DB) Close() error {
 	var err error
 	if db.reader != db.writer {
 		err = db.reader.Close()
 	}
-	return errors.Join(err, db.writer.Close())
+	err = errors.Join(err, db.writer.Close())
+	if db.lock != nil {
+		// A second Close is not an error, as it is not one for the pools.
+		if lerr := db.lock.Close(); !errors.Is(lerr, os.ErrClosed) {
+			err = errors.Join(err, lerr)
+		}
+	}
+	return err
 }
