@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"chatd/internal/agent"
 	"chatd/internal/chat"
 	"chatd/internal/config"
 	"chatd/internal/fetchurl"
@@ -106,7 +107,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		log.Warn("no LLM provider is configured: chats will fail until you set OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY (each with its *_BASE_URL for a compatible server) or OLLAMA_HOST, or name providers in the config file, then restart")
 	}
 	checkAgentModels(cfg.Agents, providers, log)
-	tools := tool.NewRegistry(tool.Options{DefaultTimeout: cfg.ToolTimeout, Logger: log})
+	lim := cfg.Limits
+	tools := tool.NewRegistry(tool.Options{DefaultTimeout: cfg.ToolTimeout, Logger: log,
+		MaxResultBytes: lim.ToolResultBytes, MaxAttachmentBytes: lim.ToolAttachBytes})
 	defer closeTools(tools, log)
 	if err := tools.Register(tool.CurrentTime(nil)); err != nil {
 		return err
@@ -123,7 +126,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	defer mcps.Close()
 	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: agents(cfg.Agents), Scopes: cfg.ToolScopes,
 		DefaultModel: cfg.Model, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
-			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows}})
+			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows},
+		Limits: chatLimits(lim)})
 	// Listen before the recovery, which ends the runs the database says are running: a process that
 	// cannot have its port must fail before it touches any. Nothing is served until the recovery is done.
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -142,7 +146,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	srv := &http.Server{
 		Addr: cfg.Addr,
 		Handler: httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, MCP: mcps, Logger: log,
-			AllowedHosts: cfg.AllowedHosts, Models: catalog(providers), DefaultModel: cfg.Model, UI: ui}),
+			AllowedHosts: cfg.AllowedHosts, Models: catalog(providers), DefaultModel: cfg.Model, UI: ui,
+			MaxBodyBytes: lim.BodyBytes, MaxChatBodyBytes: lim.ChatBodyBytes}),
 		// No ReadTimeout: it would end every stream that outlives it. The API bounds the reading of each
 		// request body itself.
 		ReadHeaderTimeout: 10 * time.Second,
@@ -237,6 +242,14 @@ func agents(in map[string]config.Agent) map[string]chat.Agent {
 		out[name] = ca
 	}
 	return out
+}
+
+// chatLimits are the limits the chat service enforces, from the config's limits: section.
+func chatLimits(l config.Limits) chat.Limits {
+	return chat.Limits{MessageBytes: l.MessageBytes, Attachments: l.Attachments, AttachmentBytes: l.AttachmentBytes,
+		RunTime: l.RunTime, RunEvents: l.RunEvents, DiagnosticsBytes: l.DiagnosticsBytes, QueuedRuns: l.QueuedRuns,
+		Model: agent.Limits{OutputBytes: l.ModelOutputBytes, RunOutputBytes: l.RunOutputBytes,
+			ArgumentBytes: l.ToolArgumentBytes, TurnArgumentBytes: l.TurnArgumentBytes, IdleTime: l.IdleTime}}
 }
 
 // checkAgentModels warns at start-up about agent models and fallbacks no configured provider serves:

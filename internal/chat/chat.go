@@ -117,6 +117,9 @@ type Limits struct {
 	RunEvents int
 	// DiagnosticsBytes bounds the memory the kept diagnostics hold together (default 32 MiB).
 	DiagnosticsBytes int
+	// QueuedRuns bounds the runs queued behind a session's running run (default 32): one more is
+	// refused with queue_full.
+	QueuedRuns int
 	// Model bounds what the models of a run stream: output, tool-call arguments, idle time.
 	Model agent.Limits
 }
@@ -129,6 +132,7 @@ const (
 	DefaultRunTime          = 15 * time.Minute
 	DefaultRunEvents        = 100_000
 	DefaultDiagnosticsBytes = 32 << 20
+	DefaultQueuedRuns       = 32
 )
 
 func (l *Limits) defaults() {
@@ -138,6 +142,7 @@ func (l *Limits) defaults() {
 	l.RunTime = cmp.Or(max(l.RunTime, 0), DefaultRunTime)
 	l.RunEvents = cmp.Or(max(l.RunEvents, 0), DefaultRunEvents)
 	l.DiagnosticsBytes = cmp.Or(max(l.DiagnosticsBytes, 0), DefaultDiagnosticsBytes)
+	l.QueuedRuns = cmp.Or(max(l.QueuedRuns, 0), DefaultQueuedRuns)
 }
 
 // Service starts and tracks runs. It is safe for concurrent use.

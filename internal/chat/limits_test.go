@@ -209,3 +209,31 @@ func TestStreamOfOnlyDoneFails(t *testing.T) {
 }
 
 var _ llm.Provider = (*openai.Client)(nil)
+
+// TestQueueHasALimit: a session queues at most Limits.QueuedRuns runs behind its running one; one more
+// is refused with queue_full, and nothing is stored for it.
+func TestQueueHasALimit(t *testing.T) {
+	g := newGate(t)
+	f := newFixture(t, setup{Respond: func(n int, req llmtest.Request) llmtest.Turn {
+		turn := echo(n, req)
+		turn.BeforeFinish = g.hold
+		return turn
+	}, Limits: chat.Limits{QueuedRuns: 2}})
+	first := f.send(t, chat.Request{Message: "first"}, chat.StartOptions{})
+	g.wait(t)
+	for i := range 2 {
+		f.send(t, chat.Request{SessionID: first.SessionID, Message: fmt.Sprint("queued ", i)}, chat.StartOptions{OnActiveRun: chat.OnActiveEnqueue})
+	}
+	_, err := f.svc.Start(t.Context(), user, chat.Request{SessionID: first.SessionID, Message: "one too many"},
+		chat.StartOptions{OnActiveRun: chat.OnActiveEnqueue})
+	var e *chat.Error
+	if !errors.As(err, &e) || e.Code != "queue_full" || !errors.Is(err, chat.ErrBusy) {
+		t.Fatalf("a third queued send: %v; want queue_full", err)
+	}
+	g.open()
+	f.wait(t, first.RunID)
+	eventually(t, "the queue to drain", func() bool { return f.svc.ActiveRun(user, first.SessionID) == "" })
+	if got := transcript(records(t, f.db, first.SessionID)); len(got) != 6 {
+		t.Errorf("records: %v; want the three messages answered, not the refused one", got)
+	}
+}

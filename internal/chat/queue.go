@@ -17,6 +17,10 @@ func (s *Service) enqueue(ctx context.Context, p *plan, key, hash, activeID stri
 	if err != nil {
 		return nil, fmt.Errorf("enqueue: %w", err)
 	}
+	if n := s.queued(p.sessionID()); n >= s.opts.Limits.QueuedRuns {
+		return nil, &Error{Kind: ErrBusy, Code: "queue_full", RunID: activeID,
+			Message: fmt.Sprintf("session %s already has %d messages waiting behind its active run, the limit; wait for them, or cancel some", p.sessionID(), n)}
+	}
 	run := s.newRun(newID(), p.user, p)
 	run.status = store.RunQueued
 	if err := s.admitQueued(run); err != nil {
@@ -34,6 +38,19 @@ func (s *Service) enqueue(ctx context.Context, p *plan, key, hash, activeID stri
 	s.push(run)
 	s.kick(run.SessionID)
 	return &Started{RunID: run.ID, SessionID: run.SessionID, Status: store.RunQueued}, nil
+}
+
+// queued counts the runs queued in a session.
+func (s *Service) queued(sessionID string) int {
+	s.mu.Lock()
+	q := s.queues[sessionID]
+	s.mu.Unlock()
+	if q == nil {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.runs)
 }
 
 // admitQueued makes a queued run live. It is not counted in s.wg until it starts.

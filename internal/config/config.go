@@ -85,6 +85,7 @@ type Limits struct {
 	IdleTime          time.Duration `yaml:"idle_time"`          // between two events of a model stream (5m)
 	RunEvents         int           `yaml:"run_events"`         // events of one run (100000)
 	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // memory kept for diagnostics (32 MiB)
+	QueuedRuns        int           `yaml:"queued_runs"`        // runs queued behind a session's running one (32)
 }
 
 // check refuses negative limits.
@@ -95,7 +96,7 @@ func (l *Limits) check() error {
 		"tool_result_bytes": int64(l.ToolResultBytes), "tool_attachment_bytes": int64(l.ToolAttachBytes),
 		"model_output_bytes": int64(l.ModelOutputBytes), "run_output_bytes": int64(l.RunOutputBytes),
 		"run_time": int64(l.RunTime), "idle_time": int64(l.IdleTime), "run_events": int64(l.RunEvents),
-		"diagnostics_bytes": int64(l.DiagnosticsBytes)} {
+		"diagnostics_bytes": int64(l.DiagnosticsBytes), "queued_runs": int64(l.QueuedRuns)} {
 		if v < 0 {
 			return fmt.Errorf("config: limits: %s must be positive (leave it out for the default)", name)
 		}
