@@ -134,7 +134,7 @@ func BenchmarkEmitToReader(b *testing.B) {
 			if err := db.CreateSession(b.Context(), "u", sess); err != nil {
 				b.Fatal(err)
 			}
-			sr := &store.Run{SessionID: sess.ID}
+			sr := &store.Run{SessionID: sess.ID, ReservedSeq: reserveAhead}
 			if err := db.CreateRun(b.Context(), "u", sr, nil); err != nil {
 				b.Fatal(err)
 			}
@@ -144,6 +144,7 @@ func BenchmarkEmitToReader(b *testing.B) {
 				defer l.close()
 			}
 			r := newRun(sr.ID, "u", &plan{agentNm: "default", model: "m", session: sess}, l)
+			r.granted(reserveAhead) // as Service.begin does
 			wake, stop := r.Watch()
 			defer stop()
 			ack := make(chan struct{})
