@@ -246,7 +246,7 @@ func agents(in map[string]config.Agent) map[string]chat.Agent {
 
 // chatLimits are the limits the chat service enforces, from the config's limits: section.
 func chatLimits(l config.Limits) chat.Limits {
-	return chat.Limits{MessageBytes: l.MessageBytes, Attachments: l.Attachments, AttachmentBytes: l.AttachmentBytes,
+	return chat.Limits{MessageBytes: l.MessageBytes, ContextBytes: l.ContextBytes, Attachments: l.Attachments, AttachmentBytes: l.AttachmentBytes,
 		RunTime: l.RunTime, RunEvents: l.RunEvents, DiagnosticsBytes: l.DiagnosticsBytes, QueuedRuns: l.QueuedRuns,
 		Model: agent.Limits{OutputBytes: l.ModelOutputBytes, RunOutputBytes: l.RunOutputBytes,
 			ArgumentBytes: l.ToolArgumentBytes, TurnArgumentBytes: l.TurnArgumentBytes, IdleTime: l.IdleTime}}

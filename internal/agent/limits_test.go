@@ -3,7 +3,10 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -11,6 +14,7 @@ import (
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
+	"chatd/internal/llm/anthropic"
 	"chatd/internal/llm/llmtest"
 )
 
@@ -197,6 +201,105 @@ func TestLimitCancelsTheRun(t *testing.T) {
 		}
 		if len(rec.turns) != 1 || len(rec.turns[0].Text) < 590 || rec.turns[0].FinishReason != "error" {
 			t.Errorf("turns: %+v; want the dripped answer kept", len(rec.turns))
+		}
+	})
+}
+
+// TestOpaqueOutputCountsTowardTheLimits: the opaque data a provider sends to get back later — redacted
+// thinking, signatures, encrypted reasoning — counts toward the output limits like text: an
+// Anthropic-compatible upstream streaming 4 MiB of redacted_thinking fails the run at the 4 KiB limit
+// (it once completed, storing all of it).
+func TestOpaqueOutputCountsTowardTheLimits(t *testing.T) {
+	const blocks, size = 64, 64 << 10 // 4 MiB of opaque data
+	data := strings.Repeat("A", size)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n")
+		for i := range blocks {
+			fmt.Fprintf(w, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":%d,\"content_block\":{\"type\":\"redacted_thinking\",\"data\":%q}}\n\n", i, data)
+			fmt.Fprintf(w, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":%d}\n\n", i)
+		}
+		fmt.Fprintf(w, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":%d,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n", blocks)
+		fmt.Fprintf(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":%d,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n", blocks)
+		fmt.Fprintf(w, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":%d}\n\n", blocks)
+		fmt.Fprint(w, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":5}}\n\n")
+		fmt.Fprint(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	}))
+	defer srv.Close()
+	c, err := anthropic.New(anthropic.Options{BaseURL: srv.URL, APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.Config{Provider: c, Model: "m", ProviderName: "anthropic", RetryBase: time.Millisecond,
+		Limits: agent.Limits{OutputBytes: 4096, RunOutputBytes: 8192}}
+	rec := &recorder{}
+	res := agent.Run(t.Context(), cfg, hello, rec)
+	held := 0
+	for _, tr := range rec.turns {
+		for _, p := range tr.Parts {
+			held += len(p.Signature) + len(p.Text)
+		}
+	}
+	var lim *agent.LimitError
+	if res.Status != agent.StatusFailed || !errors.As(res.Err, &lim) || lim.Code != "output_limit" || held > 4096 {
+		t.Errorf("status %s, err %v, the stored turn holds %d bytes; want output_limit, at most 4 KiB kept", res.Status, res.Err, held)
+	}
+}
+
+// emptyCalls is a provider that streams tool-call deltas with no content for an index past the kept
+// calls: no output is counted, nothing reaches the observer, but each event pokes the idle watchdog.
+type emptyCalls struct{ n int }
+
+func (e *emptyCalls) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
+	return func(yield func(llm.Event, error) bool) {
+		for {
+			select {
+			case <-ctx.Done():
+				yield(llm.Event{}, ctx.Err())
+				return
+			case <-time.After(30 * time.Second):
+			}
+			e.n++
+			if !yield(llm.Event{Kind: llm.EventToolCallDelta, Index: 500}, nil) {
+				return
+			}
+		}
+	}
+}
+
+// TestEmptyDeltasDoNotHoldTheIdleLimit: events that bring nothing (empty tool-call deltas, for an index
+// chatd drops) do not count as the model saying something: the idle limit stops the call. (They once
+// kept a run waiting until its wall-time limit.)
+func TestEmptyDeltasDoNotHoldTheIdleLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeoutCause(t.Context(), 15*time.Minute,
+			&agent.LimitError{Code: "run_timeout", Message: "the run passed its time limit of 15m"})
+		defer cancel()
+		p := &emptyCalls{}
+		cfg := agent.Config{Provider: p, Model: "m", ProviderName: "p", Retries: -1, Limits: agent.Limits{IdleTime: time.Minute}}
+		start := time.Now()
+		res := agent.Run(ctx, cfg, hello, &recorder{})
+		if took := time.Since(start); took != time.Minute || res.Status != agent.StatusFailed {
+			t.Errorf("status %s, err %v after %s and %d empty deltas; want failed at the 1m idle limit", res.Status, res.Err, took, p.n)
+		}
+	})
+}
+
+// patient is a quiet provider configured to wait long for its model (llm.Patient).
+type patient struct{ quiet }
+
+func (p *patient) Patience() time.Duration { return 10 * time.Minute }
+
+// TestIdleLimitLeavesPatientProvidersTheirTime: the idle limit does not undercut a provider configured
+// to wait longer for its model (a slow local server with idle_timeout: 10m).
+func TestIdleLimitLeavesPatientProvidersTheirTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &patient{}
+		cfg := agent.Config{Provider: p, Model: "m", ProviderName: "p", Retries: -1, Limits: agent.Limits{IdleTime: time.Minute}}
+		start := time.Now()
+		res := agent.Run(t.Context(), cfg, hello, &recorder{})
+		if took := time.Since(start); took != 10*time.Minute || res.Status != agent.StatusFailed {
+			t.Errorf("status %s after %s; want failed after the provider's 10m", res.Status, took)
 		}
 	})
 }

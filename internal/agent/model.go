@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"chatd/internal/llm"
@@ -252,8 +251,8 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 	lim := &r.cfg.Limits
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	quiet := newWatchdog(lim.IdleTime, func() { cancel(errQuiet) })
-	defer quiet.stop()
+	quiet := llm.NewWatchdog(r.idleTime(t.model), func() { cancel(errQuiet) })
+	defer quiet.Stop()
 	callOutput := 0
 	// count adds n bytes of output, or fails when they pass a limit.
 	count := func(n int) error {
@@ -268,18 +267,30 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 		return nil
 	}
 	for ev, err := range t.model.Provider.Stream(callCtx, req) {
-		quiet.poke()
 		if err != nil {
-			if quiet.fired() && ctx.Err() == nil {
+			if quiet.Fired() && ctx.Err() == nil {
 				return output, r.quietError(t)
 			}
 			return output, err
 		}
+		// Every byte the model sends is counted: text, reasoning, and the opaque data providers send
+		// back later (signatures, redacted thinking, encrypted reasoning). Only an event that brings
+		// something keeps the idle watchdog quiet.
+		n := len(ev.Text) + len(ev.Signature) + len(ev.ID)
 		switch ev.Kind {
-		case llm.EventText, llm.EventReasoning:
-			if err := count(len(ev.Text)); err != nil {
+		case llm.EventToolCallDelta:
+			n = len(ev.Text) + len(ev.Signature) + t.newNameBytes(ev)
+		case llm.EventUsage, llm.EventFinish:
+			n = 1
+		}
+		if n > 0 {
+			quiet.Poke()
+			if err := count(n); err != nil {
 				return output, err
 			}
+		}
+		switch ev.Kind {
+		case llm.EventText, llm.EventReasoning:
 			output, t.output = true, true
 			t.parts.Add(ev)
 			if ev.Text == "" {
@@ -294,9 +305,6 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 			output, t.output = true, true
 			t.parts.Add(ev)
 		case llm.EventToolCallDelta:
-			if err := count(len(ev.Text) + len(ev.ID) + len(ev.Name)); err != nil {
-				return output, err
-			}
 			output, t.output = true, true
 			if ev.Index >= maxTurnCalls {
 				t.dropped = max(t.dropped, ev.Index-maxTurnCalls+1)
@@ -326,10 +334,21 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 			t.finish = ev.FinishReason
 		}
 	}
-	if quiet.fired() && ctx.Err() == nil {
+	if quiet.Fired() && ctx.Err() == nil {
 		return output, r.quietError(t)
 	}
 	return output, ctx.Err()
+}
+
+// idleTime is how long a call to m may go without an event: the idle limit, or longer when the
+// provider is configured to wait longer for its model (llm.Patient) — the limit must not undercut a
+// slow local server an operator gave ten minutes.
+func (r *runner) idleTime(m Model) time.Duration {
+	idle := r.cfg.Limits.IdleTime
+	if p, ok := m.Provider.(llm.Patient); ok {
+		idle = max(idle, p.Patience())
+	}
+	return idle
 }
 
 // errQuiet cancels a model call whose stream went quiet for longer than the idle limit.
@@ -338,7 +357,7 @@ var errQuiet = errors.New("the model stream went quiet")
 // quietError is the failure of a model call that went quiet: a transport failure, retried like one.
 func (r *runner) quietError(t *turnState) error {
 	return &llm.Error{Provider: t.model.ProviderName, Kind: llm.KindTransport,
-		Message: fmt.Sprintf("the model sent nothing for %s", r.cfg.Limits.IdleTime)}
+		Message: fmt.Sprintf("the model sent nothing for %s", r.idleTime(t.model))}
 }
 
 // byteSize writes n bytes for a person: 4 MiB, 256 KiB, 100 bytes.
@@ -351,34 +370,6 @@ func byteSize(n int) string {
 	}
 	return strconv.Itoa(n) + " bytes"
 }
-
-// watchdog calls fire when poke has not been called for idle. poke is cheap: one clock read and one
-// atomic store, no timer reset, on the per-token path.
-type watchdog struct {
-	idle  time.Duration
-	start time.Time
-	last  atomic.Int64 // when poke was last called, as nanoseconds since start
-	timer *time.Timer
-	done  atomic.Bool
-}
-
-func newWatchdog(idle time.Duration, fire func()) *watchdog {
-	w := &watchdog{idle: idle, start: time.Now()}
-	w.timer = time.AfterFunc(idle, func() {
-		since := time.Duration(int64(time.Since(w.start)) - w.last.Load())
-		if since < w.idle {
-			w.timer.Reset(w.idle - since)
-			return
-		}
-		w.done.Store(true)
-		fire()
-	})
-	return w
-}
-
-func (w *watchdog) poke()       { w.last.Store(int64(time.Since(w.start))) }
-func (w *watchdog) fired() bool { return w.done.Load() }
-func (w *watchdog) stop()       { w.timer.Stop() }
 
 func (r *runner) backoff(err error, attempt int) (time.Duration, bool) {
 	e, ok := errors.AsType[*llm.Error](err)
@@ -399,6 +390,23 @@ func (t *turnState) call(i int) *pendingCall {
 		t.calls = append(t.calls, &pendingCall{index: len(t.calls)})
 	}
 	return t.calls[i]
+}
+
+// newNameBytes is what a tool-call delta adds to its call's id and name: servers that repeat them on
+// every fragment send nothing new.
+func (t *turnState) newNameBytes(ev llm.Event) int {
+	var id, name string
+	if ev.Index < len(t.calls) {
+		id, name = t.calls[ev.Index].id, t.calls[ev.Index].name
+	}
+	n := 0
+	if ev.ID != id {
+		n += len(ev.ID)
+	}
+	if ev.Name != name {
+		n += len(ev.Name)
+	}
+	return n
 }
 
 // add accumulates a delta into pc within the argument limits. Ids and names usually come once; a few

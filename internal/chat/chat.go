@@ -92,7 +92,8 @@ type Options struct {
 	RetryBase time.Duration
 	// FlushInterval is the longest an event waits before it is written to the store (default
 	// DefaultFlushInterval). Negative switches the durable event log off — for benchmarks that measure
-	// what it costs; runs then cannot be replayed after they end.
+	// what it costs; runs then cannot be replayed after they end, and after a crash the ids a client was
+	// sent are not kept from naming other events.
 	FlushInterval time.Duration
 	// Context are the defaults of what every model call is sent.
 	Context ContextOptions
@@ -107,13 +108,15 @@ type Options struct {
 // is hard: passing it is a clear error for the caller, or ends the run with one, never a crash.
 type Limits struct {
 	MessageBytes    int // a message's text (default 256 KiB)
+	ContextBytes    int // a request's context, as JSON (default 64 KiB): it goes into every system prompt
 	Attachments     int // attachments of one message (default 8)
 	AttachmentBytes int // one attachment, decoded (default 10 MiB)
 	// RunTime bounds a run's wall time, from its start to its end (default 15m): a run past it fails
 	// with run_timeout, keeping what it said.
 	RunTime time.Duration
-	// RunEvents bounds the events of a run (default 100,000): past it the run fails with event_limit,
-	// and its deltas are no longer kept.
+	// RunEvents bounds the events of a run (default 500,000): past it the run fails with event_limit,
+	// and its deltas are no longer kept. Providers stream a delta for a token or so, and a run may
+	// think and write hundreds of thousands of tokens over its rounds; the byte limits bound the rest.
 	RunEvents int
 	// DiagnosticsBytes bounds the memory the kept diagnostics hold together (default 32 MiB).
 	DiagnosticsBytes int
@@ -127,16 +130,18 @@ type Limits struct {
 // Defaults of Limits.
 const (
 	DefaultMessageBytes     = 256 << 10
+	DefaultContextBytes     = 64 << 10
 	DefaultAttachments      = 8
 	DefaultAttachmentBytes  = 10 << 20
 	DefaultRunTime          = 15 * time.Minute
-	DefaultRunEvents        = 100_000
+	DefaultRunEvents        = 500_000
 	DefaultDiagnosticsBytes = 32 << 20
 	DefaultQueuedRuns       = 32
 )
 
 func (l *Limits) defaults() {
 	l.MessageBytes = cmp.Or(max(l.MessageBytes, 0), DefaultMessageBytes)
+	l.ContextBytes = cmp.Or(max(l.ContextBytes, 0), DefaultContextBytes)
 	l.Attachments = cmp.Or(max(l.Attachments, 0), DefaultAttachments)
 	l.AttachmentBytes = cmp.Or(max(l.AttachmentBytes, 0), DefaultAttachmentBytes)
 	l.RunTime = cmp.Or(max(l.RunTime, 0), DefaultRunTime)

@@ -71,7 +71,7 @@ func newConversation(s *Service, p *plan, run *Run, records []store.Record, syst
 	c.limit = max(int(at*float64(c.window))-reserve, c.window/4)
 	c.fixed = prompt.Estimate(system) + prompt.EstimateTools(p.tools.specs)
 	c.summary = prompt.Summarizer{Provider: p.provider, Model: p.upstream, Window: c.window,
-		Usage: func(u llm.Usage) { obs.recordUsage(p.model, u) }}
+		Usage: func(u llm.Usage) { obs.recordUsage(p.model, u) }, IdleTime: s.opts.Limits.Model.IdleTime}
 	return c
 }
 

@@ -43,12 +43,12 @@ type Diagnostics struct {
 
 // diagnostics keeps the latest request of recent runs.
 type diagnostics struct {
-	limit int // bytes the kept requests may hold together
+	limit int // bytes the kept diagnostics may hold together
 
 	mu    sync.Mutex
 	runs  map[string]*diagEntry
 	order []string // run ids, oldest first
-	bytes int      // the bytes the kept requests hold
+	bytes int      // the bytes the kept diagnostics hold
 }
 
 type diagEntry struct {
@@ -57,10 +57,12 @@ type diagEntry struct {
 	prov  llm.Provider // of the latest call
 	req   llm.Request  // the latest call; its slices are never changed once sent
 	sent  bool
-	bytes int // the bytes req holds: its text, data and arguments
+	bytes int // the bytes the entry holds: its system prompt and context, and req's text, data and arguments
+	base  int // of those, the system prompt's and the context's
 }
 
-// track starts keeping a run's diagnostics, forgetting the oldest run's beyond keptDiagnostics.
+// track starts keeping a run's diagnostics, forgetting the oldest run's beyond the limits. Its system
+// prompt and context count toward them from the start.
 func (g *diagnostics) track(run *Run, p *plan, system string) *diagEntry {
 	e := &diagEntry{user: p.user, d: Diagnostics{RunID: run.ID, SessionID: run.SessionID, Agent: p.agentNm,
 		Model: p.model, SystemPrompt: system, Tools: make([]string, len(p.tools.specs)),
@@ -69,6 +71,8 @@ func (g *diagnostics) track(run *Run, p *plan, system string) *diagEntry {
 	for i, t := range p.tools.specs {
 		e.d.Tools[i] = t.Name
 	}
+	e.base = len(system) + p.contextBytes
+	e.bytes = e.base
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.runs == nil {
@@ -76,6 +80,7 @@ func (g *diagnostics) track(run *Run, p *plan, system string) *diagEntry {
 	}
 	g.runs[run.ID] = e
 	g.order = append(g.order, run.ID)
+	g.bytes += e.bytes
 	g.evict()
 	return e
 }
@@ -106,8 +111,8 @@ func (g *diagnostics) sending(e *diagEntry) func(agent.Model, *llm.Request) {
 			e.req, e.d.RequestOmitted = *req, ""
 		}
 		if g.runs[e.d.RunID] == e { // still kept
-			g.bytes += n - e.bytes
-			e.bytes = n
+			g.bytes += e.base + n - e.bytes
+			e.bytes = e.base + n
 			g.evict()
 		}
 	}

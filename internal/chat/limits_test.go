@@ -1,6 +1,7 @@
 package chat_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,5 +237,207 @@ func TestQueueHasALimit(t *testing.T) {
 	eventually(t, "the queue to drain", func() bool { return f.svc.ActiveRun(user, first.SessionID) == "" })
 	if got := transcript(records(t, f.db, first.SessionID)); len(got) != 6 {
 		t.Errorf("records: %v; want the three messages answered, not the refused one", got)
+	}
+}
+
+// TestSummaryCallHasLimits: the summary a compaction asks the model for is held to its own limit: an
+// upstream that answers "context too long" once, then streams a 1 MB summary, leaves a summary record
+// of at most 64 KiB (it once stored the whole megabyte, sent with every later request).
+func TestSummaryCallHasLimits(t *testing.T) {
+	tooLong := llmtest.Turn{Status: 400, ErrorMessage: "This model's maximum context length is 4096 tokens. However, your messages resulted in 5000 tokens. Please reduce the length of the messages."}
+	huge := strings.Repeat("blah ", 200_000) // 1 MB
+	var mu sync.Mutex
+	refused := false
+	f := newFixture(t, setup{Respond: func(_ int, req llmtest.Request) llmtest.Turn {
+		mu.Lock()
+		defer mu.Unlock()
+		if isSummaryCall(req) {
+			return llmtest.Turn{Text: huge, ChunkRunes: 8192}
+		}
+		if strings.Contains(lastUserMessage(req), "now") && !refused {
+			refused = true
+			return tooLong
+		}
+		return llmtest.Turn{Text: "re: " + lastUserMessage(req)}
+	}})
+	first := f.send(t, chat.Request{Message: "first"}, chat.StartOptions{})
+	f.wait(t, first.RunID)
+	second := f.send(t, chat.Request{SessionID: first.SessionID, Message: "second"}, chat.StartOptions{})
+	f.wait(t, second.RunID)
+	st := f.send(t, chat.Request{SessionID: first.SessionID, Message: "and now"}, chat.StartOptions{})
+	f.wait(t, st.RunID)
+	summaries := 0
+	for _, r := range records(t, f.db, st.SessionID) {
+		if r.SummaryThrough != "" {
+			summaries++
+			if len(r.Content) > 64<<10 {
+				t.Errorf("a summary of %d bytes was stored; a summary keeps at most 64 KiB", len(r.Content))
+			}
+		}
+	}
+	if summaries == 0 {
+		t.Errorf("no summary was stored: the test did not compact")
+	}
+}
+
+// TestContextHasALimit: a request's context is bounded (it goes into every system prompt), and the
+// diagnostics of runs count their system prompts and contexts toward their memory limit.
+func TestContextHasALimit(t *testing.T) {
+	f := newFixture(t, setup{Respond: echo, Limits: chat.Limits{DiagnosticsBytes: 256 << 10}})
+	_, err := f.svc.Start(t.Context(), user, chat.Request{Message: "hi", Context: map[string]any{"blob": strings.Repeat("x", 65<<10)}}, chat.StartOptions{})
+	var e *chat.Error
+	if !errors.As(err, &e) || e.Code != "context_too_large" {
+		t.Fatalf("a 65 KiB context: %v; want context_too_large", err)
+	}
+	big := map[string]any{"blob": strings.Repeat("x", 60<<10)}
+	var ids []string
+	for range 10 {
+		st := f.send(t, chat.Request{Message: "hi", Context: big}, chat.StartOptions{})
+		f.wait(t, st.RunID)
+		ids = append(ids, st.RunID)
+	}
+	held := 0
+	for _, id := range ids {
+		d, err := f.svc.Diagnostics(t.Context(), user, id)
+		if err != nil {
+			continue
+		}
+		held += len(d.SystemPrompt)
+		if s, ok := d.Context["blob"].(string); ok {
+			held += len(s)
+		}
+	}
+	if held > 256<<10 {
+		t.Errorf("the diagnostics of 10 runs hold %d bytes of system prompts and contexts; the limit is 256 KiB", held)
+	}
+}
+
+// TestQueueLimitHoldsUnderConcurrency: concurrent enqueues to one session cannot all pass the check of
+// the queue's limit (40 at once once queued 4 to 38 runs behind a limit of 2).
+func TestQueueLimitHoldsUnderConcurrency(t *testing.T) {
+	g := newGate(t)
+	f := newFixture(t, setup{Respond: func(n int, req llmtest.Request) llmtest.Turn {
+		turn := echo(n, req)
+		turn.BeforeFinish = g.hold
+		return turn
+	}, Path: dbPath(t), Limits: chat.Limits{QueuedRuns: 2}})
+	first := f.send(t, chat.Request{Message: "first"}, chat.StartOptions{})
+	g.wait(t)
+	var accepted atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			_, err := f.svc.Start(t.Context(), user, chat.Request{SessionID: first.SessionID, Message: fmt.Sprint("queued ", i)},
+				chat.StartOptions{OnActiveRun: chat.OnActiveEnqueue})
+			var e *chat.Error
+			switch {
+			case err == nil:
+				accepted.Add(1)
+			case !errors.As(err, &e) || e.Code != "queue_full":
+				t.Errorf("enqueue %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := accepted.Load(); n != 2 {
+		t.Errorf("%d of 40 concurrent enqueues accepted; the limit is 2", n)
+	}
+	g.open()
+}
+
+// TestLongThinkingWithinTheEventLimit: a run streamed token by token — 110,000 deltas of thinking and
+// text, about a thinking model's budget over a few rounds — stays within the default event limit (the
+// first default, 100,000, failed it).
+func TestLongThinkingWithinTheEventLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("streams 110,000 events")
+	}
+	tok := "word"
+	f := newFixture(t, setup{Turns: []llmtest.Turn{{Reasoning: strings.Repeat(tok, 70_000), Text: strings.Repeat(tok, 40_000), ChunkRunes: 4}}})
+	st := f.send(t, chat.Request{Message: "think hard"}, chat.StartOptions{})
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Errorf("outcome %s %+v; want completed", o.Status, o.Error)
+	}
+}
+
+// failFinish is a store whose FinishRun fails while fails is above zero, counting down.
+type failFinish struct {
+	store.Store
+	fails   atomic.Int32
+	creates atomic.Int32
+}
+
+func (f *failFinish) FinishRun(ctx context.Context, user, runID string, end store.RunEnd) ([]store.Record, error) {
+	if f.fails.Add(-1) >= 0 {
+		return nil, errors.New("disk I/O error")
+	}
+	return f.Store.FinishRun(ctx, user, runID, end)
+}
+
+func (f *failFinish) CreateRun(ctx context.Context, user string, r *store.Run, first *store.Record) error {
+	f.creates.Add(1)
+	return f.Store.CreateRun(ctx, user, r, first)
+}
+
+// TestUnstoredEndIsRetried: a run whose end the store refuses a few times is stored when the store
+// takes it again, as it ended; its session takes the next message — one failed write once left the
+// session busy until a restart. An interrupting send meanwhile waits for the run's end instead of
+// retrying in a busy loop.
+func TestUnstoredEndIsRetried(t *testing.T) {
+	up := llmtest.NewServer(t)
+	up.Respond = echo
+	client, err := newClient(up, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &failFinish{Store: openStore(t, dbPath(t))}
+	svc := chat.New(chat.Options{Store: st, Models: oneModel{client}, DefaultModel: "x/m",
+		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		defer cancel()
+		svc.Close(ctx)
+	})
+	st.fails.Store(3)
+	first, err := svc.Start(t.Context(), user, chat.Request{Message: "hi"}, chat.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	o, err := svc.Wait(ctx, user, first.RunID)
+	if err != nil || o.Status != store.RunCompleted || o.Error != nil {
+		t.Fatalf("the run whose end was refused 3 times: %+v, %v; want completed", o, err)
+	}
+	if r, err := st.Run(t.Context(), user, first.RunID); err != nil || r.Status != store.RunCompleted {
+		t.Errorf("the stored run: %+v, %v", r, err)
+	}
+	next, err := svc.Start(t.Context(), user, chat.Request{SessionID: first.SessionID, Message: "again"}, chat.StartOptions{})
+	if err != nil {
+		t.Fatalf("the next message: %v", err)
+	}
+	if o, err := svc.Wait(ctx, user, next.RunID); err != nil || o.Status != store.RunCompleted {
+		t.Errorf("the next run: %+v, %v", o, err)
+	}
+
+	// An interrupting send while the end is refused waits for it.
+	st.fails.Store(5)
+	third, err := svc.Start(t.Context(), user, chat.Request{SessionID: first.SessionID, Message: "third"}, chat.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := st.creates.Load()
+	fourth, err := svc.Start(t.Context(), user, chat.Request{SessionID: first.SessionID, Message: "fourth"},
+		chat.StartOptions{OnActiveRun: chat.OnActiveInterrupt})
+	if err != nil {
+		t.Fatalf("the interrupting send: %v", err)
+	}
+	if n := st.creates.Load() - before; n > 5 {
+		t.Errorf("the interrupting send tried to start its run %d times: a busy loop", n)
+	}
+	for _, id := range []string{third.RunID, fourth.RunID} {
+		if _, err := svc.Wait(ctx, user, id); err != nil {
+			t.Errorf("wait for %s: %v", id, err)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
@@ -141,6 +142,7 @@ func (o *observer) added(rec *store.Record) {
 // only if its log ends with done. Then it hands the last events to the readers.
 func (o *observer) finish(res agent.Result) {
 	o.finished = true
+	o.run.setFinishing()
 	if o.conv != nil {
 		o.conv.release()
 	}
@@ -176,8 +178,15 @@ func (o *observer) finish(res agent.Result) {
 		}
 	}
 	stored := true
-	if _, err := o.s.opts.Store.FinishRun(o.ctx, o.p.user, run.ID, end); err != nil {
-		// The store still says running: the next start of chatd ends the run as interrupted.
+	_, err := o.s.opts.Store.FinishRun(o.ctx, o.p.user, run.ID, end)
+	if err != nil && run.Status() == store.RunRunning {
+		// A run the store still says is running keeps its session busy: try again, until the store
+		// takes it or chatd stops.
+		o.s.log.Error("finish run; trying again", "run", run.ID, "err", err)
+		err = o.s.finishRetrying(o.p.user, run.ID, end)
+	}
+	if err != nil {
+		// The store still says running (or queued): the next start of chatd recovers the run.
 		o.s.log.Error("finish run", "run", run.ID, "err", err)
 		stored = false
 		if out.Error == nil {
@@ -192,6 +201,34 @@ func (o *observer) finish(res agent.Result) {
 	// itself (a queued run that cannot start), under the queue's lock. It ends when that run has
 	// started, after one store write.
 	go o.s.kick(run.SessionID)
+}
+
+// finishRetrying writes the end of a running run whose first write failed, again and again with a
+// backoff up to 5s, until the store takes it or the service closes (then the next start recovers the
+// run). The run's goroutine waits here, so the run stays live — its readers wait, a cancel or an
+// interrupting send waits for its end — and Drain and Close still wait for it.
+func (s *Service) finishRetrying(user, runID string, end store.RunEnd) error {
+	wait := 100 * time.Millisecond
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-s.base.Done():
+			t.Stop()
+			return errors.New("chatd is shutting down")
+		case <-t.C:
+		}
+		_, err := s.opts.Store.FinishRun(context.WithoutCancel(s.base), user, runID, end)
+		if errors.Is(err, store.ErrConflict) {
+			// It has ended: an earlier attempt was stored after all.
+			s.log.Warn("finish run: the store had taken an earlier attempt", "run", runID)
+			return nil
+		}
+		if err == nil {
+			s.log.Info("finish run: stored after retrying", "run", runID)
+			return nil
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // lastEvents are the run's closing events, numbered after seq: the outcome (complete, error or

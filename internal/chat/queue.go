@@ -17,13 +17,9 @@ func (s *Service) enqueue(ctx context.Context, p *plan, key, hash, activeID stri
 	if err != nil {
 		return nil, fmt.Errorf("enqueue: %w", err)
 	}
-	if n := s.queued(p.sessionID()); n >= s.opts.Limits.QueuedRuns {
-		return nil, &Error{Kind: ErrBusy, Code: "queue_full", RunID: activeID,
-			Message: fmt.Sprintf("session %s already has %d messages waiting behind its active run, the limit; wait for them, or cancel some", p.sessionID(), n)}
-	}
 	run := s.newRun(newID(), p.user, p)
 	run.status = store.RunQueued
-	if err := s.admitQueued(run); err != nil {
+	if err := s.admitQueued(run, s.opts.Limits.QueuedRuns); err != nil {
 		return nil, err
 	}
 	// A queued run reserves no Seq: its first events show once the event log has stored them.
@@ -40,25 +36,26 @@ func (s *Service) enqueue(ctx context.Context, p *plan, key, hash, activeID stri
 	return &Started{RunID: run.ID, SessionID: run.SessionID, Status: store.RunQueued}, nil
 }
 
-// queued counts the runs queued in a session.
-func (s *Service) queued(sessionID string) int {
-	s.mu.Lock()
-	q := s.queues[sessionID]
-	s.mu.Unlock()
-	if q == nil {
-		return 0
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.runs)
-}
-
-// admitQueued makes a queued run live. It is not counted in s.wg until it starts.
-func (s *Service) admitQueued(run *Run) error {
+// admitQueued makes a queued run live, unless its session already has limit runs queued (0: no
+// limit). It is not counted in s.wg until it starts. Counting under s.mu, with the run admitted in the
+// same hold, is what keeps concurrent sends from all passing the check.
+func (s *Service) admitQueued(run *Run, limit int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return errClosing()
+	}
+	if limit > 0 {
+		n := 0
+		for _, r := range s.runs {
+			if r.SessionID == run.SessionID && r.Status() == store.RunQueued {
+				n++
+			}
+		}
+		if n >= limit {
+			return &Error{Kind: ErrBusy, Code: "queue_full",
+				Message: fmt.Sprintf("session %s already has %d messages waiting behind its active run, the limit; wait for them, or cancel some", run.SessionID, n)}
+		}
 	}
 	s.runs[run.ID] = run
 	return nil

@@ -77,9 +77,10 @@ func (s *Service) Cancel(ctx context.Context, user, id, reason string) (*CancelR
 		return nil, err
 	}
 	if r.Status == store.RunRunning || r.Status == store.RunQueued {
-		// In the store, not in this process: a run of another chatd process on the same database.
+		// In the store, not in this process (one chatd holds a database): a run whose end could not be
+		// stored. The next start of chatd ends it.
 		return nil, &Error{Kind: ErrBusy, Code: "run_not_here", RunID: id,
-			Message: "the run belongs to another chatd process, which cannot be reached from this one"}
+			Message: "the database says the run is running, but this chatd is not running it (its end could not be stored); chatd ends it as interrupted when it next starts"}
 	}
 	return &CancelResult{RunID: id, Status: r.Status, AlreadyEnded: true, Message: "the run had already ended (" + r.Status + "); nothing was cancelled"}, nil
 }

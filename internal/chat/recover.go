@@ -243,7 +243,7 @@ func (s *Service) requeue(ctx context.Context, r *store.Run) error {
 		run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
 	}
 	run.emit(EventStatus, textData("message", "chatd restarted; the queued message starts when the session is free…"))
-	if err := s.admitQueued(run); err != nil {
+	if err := s.admitQueued(run, 0); err != nil { // every run the store kept queued
 		return err
 	}
 	s.push(run)

@@ -49,6 +49,7 @@ type Run struct {
 	persisted    int64 // Seq of the last event the store holds
 	status       string
 	ended        bool
+	finishing    bool // the agent loop has returned: the run ends as it ended, a cancel comes too late
 	waiters      map[chan struct{}]struct{}
 	done         chan struct{}
 	outcome      Outcome
@@ -186,8 +187,11 @@ func (r *Run) granted(seq int64) {
 }
 
 // reservation is what a run about to start asks the store to reserve: reserveAhead Seqs past its last
-// event.
+// event; 0 without a durable log, which reserves nothing.
 func (r *Run) reservation() int64 {
+	if r.log == nil {
+		return 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.next - 1 + reserveAhead
@@ -311,7 +315,7 @@ func (r *Run) setRunning(cancel context.CancelCauseFunc) {
 func (r *Run) requestCancel(reason string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ended || r.status != store.RunRunning {
+	if r.ended || r.finishing || r.status != store.RunRunning {
 		return false
 	}
 	if r.cancelReason == "" {
@@ -321,6 +325,13 @@ func (r *Run) requestCancel(reason string) bool {
 		r.cancel(nil)
 	}
 	return true
+}
+
+// setFinishing marks a run whose agent loop has returned: from now on nothing cancels it.
+func (r *Run) setFinishing() {
+	r.mu.Lock()
+	r.finishing = true
+	r.mu.Unlock()
 }
 
 func (r *Run) reason() string {

@@ -41,6 +41,8 @@ type plan struct {
 	newSession *store.Session
 	// retracts is, for a regeneration, the user record whose answer the run replaces.
 	retracts string
+	// contextBytes is the size of the request's context as JSON.
+	contextBytes int
 }
 
 // sessionID is the id of the plan's session, existing or to be created.
@@ -141,7 +143,7 @@ func (s *Service) Start(ctx context.Context, user string, req Request, opt Start
 			return st, err
 		case OnActiveInterrupt:
 			if time.Now().Before(deadline) {
-				if err := s.interruptActive(ctx, user, active.ID, deadline); err != nil {
+				if err := s.interruptActive(ctx, user, active.ID, deadline, attempt); err != nil {
 					return nil, err
 				}
 				continue
@@ -198,12 +200,19 @@ func requestHash(req Request) string {
 }
 
 // interruptActive cancels the session's running run and waits until it has ended, or until deadline.
-func (s *Service) interruptActive(ctx context.Context, user, runID string, deadline time.Time) error {
+// A run not live here (ending right now, or one whose end the store has not taken) is waited for a
+// little, longer on each attempt, so that the caller's retries do not spin.
+func (s *Service) interruptActive(ctx context.Context, user, runID string, deadline time.Time, attempt int) error {
 	live := s.live(user, runID)
 	if live == nil {
-		// Not this process's run: nothing to cancel here. Only a run of another chatd on the same
-		// database, or one ending right now, gets here; the retry tells.
-		return nil
+		pause := time.NewTimer(min(time.Duration(1<<min(attempt, 6))*10*time.Millisecond, time.Until(deadline)))
+		defer pause.Stop()
+		select {
+		case <-pause.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	live.requestCancel("interrupted by a new message")
 	wait := time.NewTimer(time.Until(deadline))
@@ -225,6 +234,16 @@ func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, er
 		return nil, err
 	}
 	p := &plan{user: user, req: req}
+	if req.Context != nil {
+		b, err := json.Marshal(req.Context)
+		if err != nil {
+			return nil, invalid("invalid_context", "context cannot be encoded as JSON: %v", err)
+		}
+		if len(b) > s.opts.Limits.ContextBytes {
+			return nil, invalid("context_too_large", "context is %d bytes as JSON; the limit is %d", len(b), s.opts.Limits.ContextBytes)
+		}
+		p.contextBytes = len(b)
+	}
 	if req.SessionID != "" {
 		sess, err := s.opts.Store.Session(ctx, user, req.SessionID)
 		switch {
@@ -345,7 +364,10 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	}
 	first := p.first(run.SessionID)
 	sr := &store.Run{ID: run.ID, SessionID: run.SessionID, Agent: run.Agent, Model: run.Model,
-		IdempotencyKey: key, RequestHash: hash, NewSession: p.newSession, Title: p.title(), ReservedSeq: reserveAhead}
+		IdempotencyKey: key, RequestHash: hash, NewSession: p.newSession, Title: p.title()}
+	if s.events != nil {
+		sr.ReservedSeq = reserveAhead
+	}
 	if p.newSession != nil {
 		ns := *p.newSession // the store completes it; p keeps the plan as made, for a retry
 		sr.NewSession = &ns
@@ -364,7 +386,7 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	if sr.NewSession != nil {
 		p.session, p.newSession = sr.NewSession, nil
 	}
-	run.granted(reserveAhead)
+	run.granted(sr.ReservedSeq)
 	run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
 	s.launch(run, first)
 	return &Started{RunID: run.ID, SessionID: run.SessionID, Status: store.RunRunning}, nil

@@ -73,6 +73,7 @@ type Limits struct {
 	BodyBytes         int64         `yaml:"body_bytes"`          // a request body (1 MiB)
 	ChatBodyBytes     int64         `yaml:"chat_body_bytes"`     // a chat send's body, with its attachments (32 MiB)
 	MessageBytes      int           `yaml:"message_bytes"`       // a message's text (256 KiB)
+	ContextBytes      int           `yaml:"context_bytes"`       // a request's context, as JSON (64 KiB)
 	Attachments       int           `yaml:"attachments"`         // attachments of one message (8)
 	AttachmentBytes   int           `yaml:"attachment_bytes"`    // one attachment, decoded (10 MiB)
 	ToolArgumentBytes int           `yaml:"tool_argument_bytes"` // one tool call's arguments (256 KiB)
@@ -83,7 +84,7 @@ type Limits struct {
 	RunOutputBytes    int           `yaml:"run_output_bytes"`   // what a run's model calls stream (16 MiB)
 	RunTime           time.Duration `yaml:"run_time"`           // a run's wall time (15m)
 	IdleTime          time.Duration `yaml:"idle_time"`          // between two events of a model stream (5m)
-	RunEvents         int           `yaml:"run_events"`         // events of one run (100000)
+	RunEvents         int           `yaml:"run_events"`         // events of one run (500000)
 	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // memory kept for diagnostics (32 MiB)
 	QueuedRuns        int           `yaml:"queued_runs"`        // runs queued behind a session's running one (32)
 }
@@ -91,7 +92,7 @@ type Limits struct {
 // check refuses negative limits.
 func (l *Limits) check() error {
 	for name, v := range map[string]int64{"body_bytes": l.BodyBytes, "chat_body_bytes": l.ChatBodyBytes,
-		"message_bytes": int64(l.MessageBytes), "attachments": int64(l.Attachments), "attachment_bytes": int64(l.AttachmentBytes),
+		"message_bytes": int64(l.MessageBytes), "context_bytes": int64(l.ContextBytes), "attachments": int64(l.Attachments), "attachment_bytes": int64(l.AttachmentBytes),
 		"tool_argument_bytes": int64(l.ToolArgumentBytes), "turn_argument_bytes": int64(l.TurnArgumentBytes),
 		"tool_result_bytes": int64(l.ToolResultBytes), "tool_attachment_bytes": int64(l.ToolAttachBytes),
 		"model_output_bytes": int64(l.ModelOutputBytes), "run_output_bytes": int64(l.RunOutputBytes),

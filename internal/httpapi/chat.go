@@ -143,7 +143,9 @@ func (s *server) follow(w http.ResponseWriter, r *http.Request, runID string, af
 	for {
 		events, end, err := f.Read(ctx)
 		if err != nil {
-			s.log.Warn("stream: read events", "run", runID, "err", err)
+			if ctx.Err() == nil { // a client that left is no news
+				s.log.Warn("stream: read events", "run", runID, "err", err)
+			}
 			return nil // the status is sent; the client resumes from its last id
 		}
 		wrote := len(events) > 0

@@ -116,9 +116,9 @@ func (s *server) uiResume(w http.ResponseWriter, r *http.Request) error {
 
 // checkChatID bounds a client-made chat id.
 func checkChatID(id string) error {
-	if id == "" || len(id) > 128 || !printable(id) || strings.ContainsAny(id, "/ ") {
+	if id == "" || id == "." || id == ".." || len(id) > 128 || !printable(id) || strings.ContainsAny(id, "/ ") {
 		return &apiError{status: http.StatusBadRequest, code: "invalid_chat_id",
-			message: "id must be the chat's id: 1 to 128 printable characters without spaces or '/'"}
+			message: "id must be the chat's id: 1 to 128 printable characters without spaces or '/', and not . or .."}
 	}
 	return nil
 }

@@ -160,6 +160,8 @@ func TestUIChatBadInput(t *testing.T) {
 	for _, tc := range []struct{ body, code string }{
 		{`{"id":"","messages":[{"role":"user","parts":[{"type":"text","text":"hi"}]}]}`, "invalid_chat_id"},
 		{`{"id":"a/b","messages":[{"role":"user","parts":[{"type":"text","text":"hi"}]}]}`, "invalid_chat_id"},
+		{`{"id":"..","messages":[{"role":"user","parts":[{"type":"text","text":"hi"}]}]}`, "invalid_chat_id"},
+		{`{"id":".","messages":[{"role":"user","parts":[{"type":"text","text":"hi"}]}]}`, "invalid_chat_id"},
 		{`{"id":"c1","messages":[]}`, "missing_message"},
 		{`{"id":"c1","trigger":"nope","messages":[{"role":"user","parts":[{"type":"text","text":"hi"}]}]}`, "invalid_trigger"},
 		{`{"id":"c1","messages":[{"role":"user","parts":[{"type":"file","mediaType":"image/png","url":"https://x/y.png"}]}]}`, "invalid_attachment"},

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
+	"time"
 )
 
 // Provider streams one model call. It is the only thing the agent loop needs from a provider.
@@ -18,6 +19,13 @@ import (
 // terminal; it is an *Error when the failure is the provider's (HTTP status, in-band error, broken stream).
 type Provider interface {
 	Stream(ctx context.Context, req *Request) iter.Seq2[Event, error]
+}
+
+// Patient is the optional capability of a provider whose calls are configured to wait for a model
+// longer than usual (a slow local server): Patience is the longest its own timeouts let a call go
+// without a byte, which a caller's idle limit should not undercut.
+type Patient interface {
+	Patience() time.Duration
 }
 
 // ModelLister is the optional capability of a provider whose API lists its models.

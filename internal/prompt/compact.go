@@ -1,10 +1,12 @@
 package prompt
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"chatd/internal/llm"
 	"chatd/internal/store"
@@ -37,7 +39,16 @@ type Summarizer struct {
 	Ratio float64
 	// Usage, when set, receives the usage of every model call the summarizer makes.
 	Usage func(llm.Usage)
+	// IdleTime ends a summary call that sends nothing for that long (default 5m), as a run's calls.
+	IdleTime time.Duration
 }
+
+// Limits on what a summary call streams: a model that ignores max_tokens, or a broken upstream, must
+// not grow a summary (stored, and sent on every later request) or the call's time without bound.
+const (
+	summaryMaxBytes  = 64 << 10  // the summary kept: far more than summaryMaxTokens of text
+	summaryReadBytes = 256 << 10 // all a call may stream, reasoning and signatures included
+)
 
 // Summarize returns a summary of previous (an earlier summary, or "") followed by records. A transcript
 // too long for one call is summarized in chunks, each with the summary so far.
@@ -87,14 +98,29 @@ func (s *Summarizer) call(ctx context.Context, previous, chunk string) (string, 
 		Messages:  []llm.Message{llm.TextMessage(llm.RoleUser, in.String())},
 		MaxTokens: SummaryTokens(s.Window),
 	}
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	quiet := llm.NewWatchdog(cmp.Or(s.IdleTime, 5*time.Minute), func() { cancel(errSummaryQuiet) })
+	defer quiet.Stop()
 	var out strings.Builder
-	for ev, err := range s.Provider.Stream(ctx, req) {
+	read := 0
+	for ev, err := range s.Provider.Stream(callCtx, req) {
 		if err != nil {
+			if quiet.Fired() && ctx.Err() == nil {
+				return "", errSummaryQuiet
+			}
 			return "", err
+		}
+		if n := len(ev.Text) + len(ev.Signature); n > 0 {
+			quiet.Poke()
+			read += n
+		}
+		if read > summaryReadBytes {
+			break // what came so far is the summary, if anything
 		}
 		switch ev.Kind {
 		case llm.EventText:
-			out.WriteString(ev.Text)
+			out.WriteString(ev.Text[:min(len(ev.Text), max(summaryMaxBytes-out.Len(), 0))])
 		case llm.EventUsage:
 			if s.Usage != nil {
 				s.Usage(ev.Usage)
@@ -104,8 +130,11 @@ func (s *Summarizer) call(ctx context.Context, previous, chunk string) (string, 
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	return strings.TrimSpace(out.String()), nil
+	return strings.TrimSpace(strings.ToValidUTF8(out.String(), "")), nil
 }
+
+// errSummaryQuiet fails a summary call whose stream went quiet.
+var errSummaryQuiet = errors.New("the model sent nothing for the summary for too long")
 
 // SummaryTokens is the longest summary a model of this window writes.
 func SummaryTokens(window int) int {

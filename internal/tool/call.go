@@ -69,15 +69,19 @@ func (r *Registry) sanitize(name string, res Result) Result {
 	}
 	total := 0
 	for i, a := range res.Attachments {
-		if total += len(a.Data); total > r.maxAttachments {
-			res.Content += fmt.Sprintf("\n[chatd dropped %d of the result's %d attachments: together they passed %d bytes]",
-				len(res.Attachments)-i, len(res.Attachments), r.maxAttachments)
+		total += len(a.Data) + len(a.MediaType) + len(a.Name)
+		if total > r.maxAttachments || i == maxAttachments {
+			res.Content += fmt.Sprintf("\n[chatd dropped %d of the result's %d attachments: it keeps %d at most, of %d bytes together]",
+				len(res.Attachments)-i, len(res.Attachments), maxAttachments, r.maxAttachments)
 			res.Attachments = res.Attachments[:i:i]
 			break
 		}
 	}
 	return res
 }
+
+// maxAttachments bounds the attachments of one result: each is a stored part of its record.
+const maxAttachments = 32
 
 // cut returns at most n bytes of s, ending on a character boundary.
 func cut(s string, n int) string {
@@ -188,10 +192,15 @@ func (r *Registry) invoke(ctx context.Context, e *entry, args json.RawMessage, d
 	out.res, out.err = e.tool.Call(ctx, args)
 }
 
-// stopped explains why a call's context ended.
+// stopped explains why a call's context ended: its own timeout, a cancel, or what else the caller
+// said (a run that reached its time limit).
 func stopped(ctx context.Context, name string, timeout time.Duration) error {
-	if errors.Is(context.Cause(ctx), errTimedOut) {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, errTimedOut):
 		return fmt.Errorf("tool %s timed out after %s", name, timeout)
+	case cause == nil || errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded):
+		return fmt.Errorf("tool %s was cancelled", name)
 	}
-	return fmt.Errorf("tool %s was cancelled", name)
+	return fmt.Errorf("tool %s was stopped: %v", name, cause)
 }

@@ -488,3 +488,29 @@ func TestResultLimits(t *testing.T) {
 		t.Errorf("an error echoing 100 KB of arguments came back as %d bytes", len(out.Content))
 	}
 }
+
+// TestResultAttachmentsCountWhole: the attachment limit counts each attachment's media type and name
+// as well as its data, and keeps at most 32: empty attachments in any number, or one whose name is
+// megabytes long, pass no more.
+func TestResultAttachmentsCountWhole(t *testing.T) {
+	r := NewRegistry(Options{MaxResultBytes: 100, MaxAttachmentBytes: 1000})
+	defer r.Close()
+	many := make([]Attachment, 100_000)
+	for i := range many {
+		many[i] = Attachment{MediaType: "image/png", Name: "x"}
+	}
+	big := []Attachment{{MediaType: "image/png", Name: strings.Repeat("n", 1<<20), Data: []byte("ab")}}
+	for name, atts := range map[string][]Attachment{"many": many, "bigname": big} {
+		if err := r.Register(fakeTool{info: Info{Name: name}, call: func(context.Context, json.RawMessage) (Result, error) {
+			return Result{Content: "ok", Attachments: atts}, nil
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := r.Call(t.Context(), "many", nil); len(out.Attachments) != maxAttachments {
+		t.Errorf("%d empty attachments kept, want %d", len(out.Attachments), maxAttachments)
+	}
+	if out := r.Call(t.Context(), "bigname", nil); len(out.Attachments) != 0 || !strings.Contains(out.Content, "dropped 1") {
+		t.Errorf("an attachment with a 1 MiB name: kept %d, content %q", len(out.Attachments), out.Content)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
+	"time"
 
 	"chatd/internal/llm"
 	"chatd/internal/llm/upstream"
@@ -184,3 +185,8 @@ var errorStatus = map[string]int{
 	"timeout_error":         http.StatusGatewayTimeout,
 	"overloaded_error":      529,
 }
+
+// Patience is the longest a call may go without a byte under the configured timeouts.
+func (c *Client) Patience() time.Duration { return c.endpoint.Patience() }
+
+var _ llm.Patient = (*Client)(nil)

@@ -41,6 +41,10 @@ type blockState struct {
 // without end.
 const maxBlocks = 1 << 16
 
+// maxSignature bounds a thinking block's signature as it accumulates from its deltas (real ones are a
+// few hundred bytes): a broken stream must not grow it without bound before the block ends.
+const maxSignature = 1 << 20
+
 // run decodes body until message_stop, EOF, an error, or the consumer stops.
 func (d *decoder) run(body io.Reader, yield func(llm.Event, error) bool) {
 	for ev, err := range sse.Scan(body) {
@@ -220,6 +224,10 @@ func (d *decoder) blockDelta(yield func(llm.Event, error) bool) bool {
 		return dl.Thinking == "" || yield(llm.Event{Kind: llm.EventReasoning, Text: dl.Thinking}, nil)
 	case deltaSignature:
 		if b != nil && b.kind == blockThinking {
+			if len(b.signature)+len(dl.Signature) > maxSignature {
+				yield(llm.Event{}, &llm.Error{Provider: d.provider, Kind: llm.KindStream, Message: "a thinking signature is impossibly long"})
+				return false
+			}
 			b.signature += dl.Signature
 		}
 	case deltaInputJSON:

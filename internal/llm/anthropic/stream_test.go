@@ -251,3 +251,19 @@ func TestFinishReason(t *testing.T) {
 		}
 	}
 }
+
+// TestSignatureHasALimit: a thinking signature that grows past any real one, delta by delta, is a stream
+// error rather than memory that grows until the block ends.
+func TestSignatureHasALimit(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n")
+	b.WriteString("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n")
+	chunk := strings.Repeat("S", 64<<10)
+	for range 20 {
+		b.WriteString("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"" + chunk + "\"}}\n\n")
+	}
+	got := describe(t, []byte(b.String()), b.Len())
+	if !strings.Contains(got, "signature is impossibly long") {
+		t.Errorf("events:\n%.300s", got)
+	}
+}

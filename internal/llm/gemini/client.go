@@ -270,3 +270,8 @@ func inBandError(provider string, e *apiError) *llm.Error {
 	}
 	return out
 }
+
+// Patience is the longest a call may go without a byte under the configured timeouts.
+func (c *Client) Patience() time.Duration { return c.ep.Patience() }
+
+var _ llm.Patient = (*Client)(nil)

@@ -11,6 +11,7 @@ import (
 	"iter"
 	"net/http"
 	"strings"
+	"time"
 
 	"chatd/internal/llm"
 	"chatd/internal/llm/upstream"
@@ -171,3 +172,8 @@ func inBandError(provider string, e *apiError) *llm.Error {
 	}
 	return out
 }
+
+// Patience is the longest a call may go without a byte under the configured timeouts.
+func (c *Client) Patience() time.Duration { return c.endpoint.Patience() }
+
+var _ llm.Patient = (*Client)(nil)

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 
 	"chatd/internal/llm"
@@ -24,8 +25,13 @@ type decoder struct {
 	finish   llm.FinishReason
 	usage    llm.Usage
 	hasUsage bool
-	answered bool // a choice came: the server said something, if only a finish reason
+	answered bool        // a choice came: the server said something, if only a finish reason
+	byIndex  map[int]int // a call's position by the server's index
 }
+
+// maxCalls bounds the calls of one answer, so that a broken stream cannot grow the decoder without
+// bound (the agent keeps far fewer).
+const maxCalls = 1024
 
 // call is the state of one streamed tool call, at the position chatd numbers it by.
 type call struct {
@@ -134,6 +140,11 @@ func (d *decoder) delta(dl *delta, yield func(llm.Event, error) bool) bool {
 
 func (d *decoder) toolCall(tc *toolCallDelta, yield func(llm.Event, error) bool) bool {
 	idx := d.position(tc)
+	if idx < 0 {
+		yield(llm.Event{}, &llm.Error{Provider: d.provider, Kind: llm.KindStream,
+			Message: fmt.Sprintf("the answer holds more than %d tool calls", maxCalls)})
+		return false
+	}
 	args, whole := arguments(tc.Function.Arguments)
 	ev := llm.Event{Kind: llm.EventToolCallDelta, Index: idx, ID: tc.ID, Name: tc.Function.Name, Text: args}
 	if !yield(ev, nil) {
@@ -149,18 +160,27 @@ func (d *decoder) toolCall(tc *toolCallDelta, yield func(llm.Event, error) bool)
 // position maps a tool-call delta to chatd's index of the call, starting a new call when needed.
 // Servers number calls 0, 1, 2 …; a few (Gemini's compatibility API) omit the index and send an empty
 // id: then a delta with a name or a new id starts a new call, and any other continues the last one.
+// It returns -1 past maxCalls.
 func (d *decoder) position(tc *toolCallDelta) int {
 	if tc.Index != nil {
-		for i := range d.calls {
-			if d.calls[i].upstream == *tc.Index {
-				return i
-			}
+		if i, ok := d.byIndex[*tc.Index]; ok {
+			return i
 		}
+		if len(d.calls) >= maxCalls {
+			return -1
+		}
+		if d.byIndex == nil {
+			d.byIndex = map[int]int{}
+		}
+		d.byIndex[*tc.Index] = len(d.calls)
 		d.calls = append(d.calls, call{upstream: *tc.Index, id: tc.ID})
 		return len(d.calls) - 1
 	}
 	if n := len(d.calls); n > 0 && tc.Function.Name == "" && (tc.ID == "" || tc.ID == d.calls[n-1].id) {
 		return n - 1
+	}
+	if len(d.calls) >= maxCalls {
+		return -1
 	}
 	d.calls = append(d.calls, call{upstream: -1, id: tc.ID})
 	return len(d.calls) - 1

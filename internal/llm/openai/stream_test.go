@@ -3,6 +3,7 @@ package openai
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -169,5 +170,23 @@ func TestReasoningInBothFields(t *testing.T) {
 	want := "reasoning \"Let me think\"\nreasoning \" more\"\nfinish stop\n"
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestTooManyToolCalls: a stream naming more tool-call indexes than any answer holds is a stream error,
+// found in linear time (a chunk of 50,000 indexes once took seconds of a core, past any deadline).
+func TestTooManyToolCalls(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`data: {"choices":[{"index":0,"delta":{"tool_calls":[`)
+	for i := range 50_000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"index":%d}`, i)
+	}
+	b.WriteString("]}}]}\n\ndata: [DONE]\n\n")
+	got := describe(t, []byte(b.String()), b.Len())
+	if !strings.Contains(got, "more than 1024 tool calls") {
+		t.Errorf("events:\n%.300s", got)
 	}
 }

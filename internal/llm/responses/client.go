@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"chatd/internal/llm"
 	"chatd/internal/llm/upstream"
@@ -157,3 +158,8 @@ func streamError(provider string, e *apiError, key string) *llm.Error {
 	}
 	return out
 }
+
+// Patience is the longest a call may go without a byte under the configured timeouts.
+func (c *Client) Patience() time.Duration { return c.endpoint.Patience() }
+
+var _ llm.Patient = (*Client)(nil)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 
 	"chatd/internal/llm"
@@ -109,6 +110,13 @@ func (d *decoder) event(data []byte, sseType string, yield func(llm.Event, error
 			return true
 		}
 		yield(llm.Event{}, bad)
+		return false
+	}
+	if len(d.items) > maxItems {
+		// A broken stream must not grow the decoder, nor each event's lookup among the items, without
+		// bound.
+		yield(llm.Event{}, &llm.Error{Provider: d.provider, Kind: llm.KindStream,
+			Message: fmt.Sprintf("the response holds more than %d output items", maxItems)})
 		return false
 	}
 	switch typ {
@@ -242,6 +250,9 @@ func (d *decoder) find(id []byte, output int) *item {
 	}
 	return nil
 }
+
+// maxItems bounds the output items of one response.
+const maxItems = 4096
 
 // add starts the state of an item first seen in a delta or a done event, or announced by
 // response.output_item.added.

@@ -304,3 +304,16 @@ func TestRecordedFolds(t *testing.T) {
 		})
 	}
 }
+
+// TestTooManyItems: a response with more output items than any real one is a stream error: each event's
+// lookup among the items stays bounded.
+func TestTooManyItems(t *testing.T) {
+	var b strings.Builder
+	for i := range maxItems + 2 {
+		fmt.Fprintf(&b, "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"output_index\":%d,\"item\":{\"type\":\"message\",\"id\":\"msg_%d\",\"role\":\"assistant\",\"content\":[]}}\n\n", i, i)
+	}
+	got := describe(t, []byte(b.String()), b.Len())
+	if !strings.Contains(got, "more than 4096 output items") {
+		t.Errorf("events:\n%.300s", got[max(0, len(got)-300):])
+	}
+}

@@ -67,6 +67,8 @@ type Endpoint struct {
 	Provider string // names the provider in errors
 	HTTP     *http.Client
 	Idle     time.Duration
+	// FirstByte is the HTTP client's wait for the response's headers, as configured.
+	FirstByte time.Duration
 	// Header is sent with every request (authentication, API version, configured extra headers).
 	Header http.Header
 	// ParseError reads error bodies; nil keeps the body's text (cut) as the message.
@@ -81,7 +83,7 @@ type Endpoint struct {
 // NewEndpoint returns an endpoint with a client built from t.
 func NewEndpoint(provider string, t Timeouts, header http.Header, parse ErrorParser) *Endpoint {
 	t = t.withDefaults()
-	return &Endpoint{Provider: provider, HTTP: NewHTTPClient(t), Idle: t.Idle, Header: header, ParseError: parse}
+	return &Endpoint{Provider: provider, HTTP: NewHTTPClient(t), Idle: t.Idle, FirstByte: t.FirstByte, Header: header, ParseError: parse}
 }
 
 // Post sends body as JSON to url and returns the streamed response. A non-2xx answer is an *llm.Error;
@@ -150,6 +152,12 @@ func (e *Endpoint) Get(ctx context.Context, url string, limit int64) ([]byte, er
 		return nil, &llm.Error{Provider: e.Provider, Kind: llm.KindStream, Message: fmt.Sprintf("the answer is over %d bytes", limit)}
 	}
 	return raw, nil
+}
+
+// Patience is the longest a call may go without a byte under the endpoint's timeouts: what
+// llm.Patient reports.
+func (e *Endpoint) Patience() time.Duration {
+	return max(e.idle(), e.FirstByte)
 }
 
 func (e *Endpoint) idle() time.Duration {

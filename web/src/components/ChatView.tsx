@@ -115,6 +115,12 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean }) {
           if (s.selectedTools) b.selected_tools = s.selectedTools
           return b
         },
+        // chatd keeps the conversation and takes only the newest user message: only that one is
+        // sent, so that a chat with many images does not outgrow the body limit.
+        prepareSendMessagesRequest: ({ id, messages, body, trigger, messageId }) => {
+          const last = [...messages].reverse().find((m) => m.role === 'user')
+          return { body: { ...body, id, trigger, messageId, messages: last ? [last] : [] } }
+        },
         // The run's id comes in a header before any chunk: stop can cancel a run that has not said
         // `start` yet.
         fetch: async (input, init) => {
