@@ -53,6 +53,7 @@ type Run struct {
 	waiters      map[chan struct{}]struct{}
 	done         chan struct{}
 	outcome      Outcome
+	ctx          context.Context         // the run's, set while running
 	cancel       context.CancelCauseFunc // set while running
 	cancelReason string
 	// maxEvents bounds the run's events (0: no bound); overLimit is set once it is reached, and the
@@ -299,10 +300,10 @@ func (r *Run) Status() string {
 	return r.status
 }
 
-// setRunning marks a queued run running, with the function that cancels it.
-func (r *Run) setRunning(cancel context.CancelCauseFunc) {
+// setRunning marks a queued run running, with its context and the function that cancels it.
+func (r *Run) setRunning(ctx context.Context, cancel context.CancelCauseFunc) {
 	r.mu.Lock()
-	r.status, r.cancel = store.RunRunning, cancel
+	r.status, r.ctx, r.cancel = store.RunRunning, ctx, cancel
 	reason := r.cancelReason
 	r.mu.Unlock()
 	if reason != "" { // cancelled while it was starting
@@ -317,6 +318,9 @@ func (r *Run) requestCancel(reason string) bool {
 	defer r.mu.Unlock()
 	if r.ended || r.finishing || r.status != store.RunRunning {
 		return false
+	}
+	if r.cancelReason == "" && r.ctx != nil && r.ctx.Err() != nil {
+		return false // a limit ended it already: it ends as that limit says, not as cancelled
 	}
 	if r.cancelReason == "" {
 		r.cancelReason = reason

@@ -419,7 +419,7 @@ func (s *Service) launch(run *Run, first *store.Record) {
 	lim := s.opts.Limits.RunTime
 	runCtx, stop := context.WithTimeoutCause(runCtx, lim, &agent.LimitError{Code: "run_timeout",
 		Message: fmt.Sprintf("the run passed chatd's time limit of %s; what it said is kept", lim)})
-	run.setRunning(cancel)
+	run.setRunning(runCtx, cancel)
 	run.emit(EventRecord, mustJSON(recordData{Message: first}))
 	go func() { // counted by admit or startQueued
 		defer s.wg.Done()
