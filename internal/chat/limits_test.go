@@ -355,8 +355,12 @@ func TestLongThinkingWithinTheEventLimit(t *testing.T) {
 	tok := "word"
 	f := newFixture(t, setup{Turns: []llmtest.Turn{{Reasoning: strings.Repeat(tok, 70_000), Text: strings.Repeat(tok, 40_000), ChunkRunes: 4}}})
 	st := f.send(t, chat.Request{Message: "think hard"}, chat.StartOptions{})
-	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
-		t.Errorf("outcome %s %+v; want completed", o.Status, o.Error)
+	// 110,000 events take a while under the race detector on a loaded machine: a long safety net.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	o, err := f.svc.Wait(ctx, user, st.RunID)
+	if err != nil || o.Status != store.RunCompleted {
+		t.Errorf("outcome %s %+v, %v; want completed", o.Status, o.Error, err)
 	}
 }
 
