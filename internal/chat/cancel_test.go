@@ -12,6 +12,7 @@ import (
 
 	"chatd/internal/chat"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
@@ -105,7 +106,7 @@ func TestCancelMidStream(t *testing.T) {
 	}
 	live := fl.all()
 	checkLog(t, "live", live)
-	checkEnds(t, live, chat.EventCancelled, `{"reason":"cancelled by the user"}`, store.RunCancelled)
+	checkEnds(t, live, runevent.TypeCancelled, `{"reason":"cancelled by the user"}`, store.RunCancelled)
 	if diff := cmp.Diff(live, stored(t, f.db, st.RunID)); diff != "" {
 		t.Errorf("stored log (-live +stored):\n%s", diff)
 	}
@@ -168,7 +169,7 @@ func TestCancelMidTool(t *testing.T) {
 			st := f.send(t, chat.Request{Message: "do it"}, chat.StartOptions{})
 			fl := f.follow(t, st.RunID, 0)
 			bt.waitStarted(t)
-			fl.until(func(evs []chat.Event) bool { return strings.Contains(types(evs), chat.EventToolStart) })
+			fl.until(func(evs []chat.Event) bool { return strings.Contains(types(evs), runevent.TypeToolStart) })
 
 			if res, err := f.svc.Cancel(t.Context(), user, st.RunID, ""); err != nil || res.Status != "cancelling" {
 				t.Fatalf("cancel: %+v %v", res, err)
@@ -176,17 +177,18 @@ func TestCancelMidTool(t *testing.T) {
 			bt.waitStopped(t)
 			live := fl.all()
 			checkLog(t, "live", live)
-			checkEnds(t, live, chat.EventCancelled, `{"reason":"cancelled by the user"}`, store.RunCancelled)
+			checkEnds(t, live, runevent.TypeCancelled, `{"reason":"cancelled by the user"}`, store.RunCancelled)
 			if diff := cmp.Diff(live, stored(t, f.db, st.RunID)); diff != "" {
 				t.Errorf("stored log (-live +stored):\n%s", diff)
 			}
-			var complete struct {
-				ToolCallID string `json:"tool_call_id"`
-				Success    bool   `json:"success"`
-			}
+			var complete runevent.ToolComplete
 			for _, e := range live {
-				if e.Type == chat.EventToolComplete {
-					json.Unmarshal(e.Data, &complete)
+				if e.Type == runevent.TypeToolComplete {
+					d, err := runevent.Decode[runevent.ToolComplete](e.Data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					complete = d
 				}
 			}
 			if complete.ToolCallID != "call_1" || complete.Success {
@@ -262,7 +264,7 @@ func TestCloseCancelsRuns(t *testing.T) {
 	for _, st := range []*chat.Started{a, queued, b} {
 		live := followers[st.RunID].all()
 		checkLog(t, st.RunID, live)
-		checkEnds(t, live, chat.EventCancelled, `{"reason":"chatd is shutting down"}`, store.RunCancelled)
+		checkEnds(t, live, runevent.TypeCancelled, `{"reason":"chatd is shutting down"}`, store.RunCancelled)
 		if diff := cmp.Diff(live, stored(t, f.db, st.RunID)); diff != "" {
 			t.Errorf("stored log of %s (-live +stored):\n%s", st.RunID, diff)
 		}
@@ -321,7 +323,7 @@ func TestDrainLetsRunsEnd(t *testing.T) {
 	if err := f.svc.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	checkEnds(t, f.follow(t, queued.RunID, 0).all(), chat.EventCancelled, `{"reason":"chatd is shutting down"}`, store.RunCancelled)
+	checkEnds(t, f.follow(t, queued.RunID, 0).all(), runevent.TypeCancelled, `{"reason":"chatd is shutting down"}`, store.RunCancelled)
 	if diff := cmp.Diff([]string{"user:first", "assistant:re: first"}, transcript(records(t, f.db, a.SessionID))); diff != "" {
 		t.Errorf("records (-want +got):\n%s", diff)
 	}

@@ -1,31 +1,12 @@
 package chat
 
 import (
-	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
-)
 
-// FuzzTextData checks the per-token JSON encoder against encoding/json: both decode to the same string.
-func FuzzTextData(f *testing.F) {
-	for _, s := range []string{"", "hello", `quote " and \ backslash`, "tab\tnew\nline\r", "\x00\x1f\x7f", "é🙂",
-		"\u2028\u2029", "bad \xff utf8 \xc3", "<script>&</script>"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		var got map[string]string
-		if err := json.Unmarshal(textData("text", s), &got); err != nil {
-			t.Fatalf("textData(%q) is not JSON: %v: %s", s, err, textData("text", s))
-		}
-		std, _ := json.Marshal(s)
-		var want string
-		json.Unmarshal(std, &want)
-		if got["text"] != want {
-			t.Fatalf("textData(%q) decodes to %q, encoding/json to %q", s, got["text"], want)
-		}
-	})
-}
+	"chatd/internal/runevent"
+)
 
 func TestTitle(t *testing.T) {
 	for in, want := range map[string]string{
@@ -75,7 +56,7 @@ func TestRunLogReaders(t *testing.T) {
 		})
 	}
 	for i := range n {
-		r.emit("text_delta", textData("text", string(rune('a'+i%26))))
+		r.emit("text_delta", runevent.EncodeText(string(rune('a'+i%26))))
 	}
 	r.end(nil, false, Outcome{Status: "completed"})
 	wg.Wait()

@@ -8,6 +8,7 @@ import (
 	"chatd/internal/agent"
 	"chatd/internal/llm"
 	"chatd/internal/prompt"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -131,7 +132,7 @@ func (c *conversation) compact(ctx context.Context, b *prompt.Built, tokens int,
 	if b.Summary != nil {
 		prev = b.Summary.Content
 	}
-	c.run.emit(EventStatus, textData("message", "Summarizing the earlier conversation…"))
+	c.run.emit(runevent.TypeStatus, runevent.EncodeStatus("Summarizing the earlier conversation…"))
 	c.summary.Ratio = ratio
 	text, err := c.summary.Summarize(ctx, prev, c.records[b.From:cut])
 	if err != nil {
@@ -146,7 +147,7 @@ func (c *conversation) compact(ctx context.Context, b *prompt.Built, tokens int,
 		c.log.Error("store the summary", "err", err)
 		return nil
 	}
-	c.run.emit(EventRecord, mustJSON(recordData{Message: rec}))
+	c.run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(rec)}))
 	c.add(rec)
 	nb := prompt.Build(c.records, c.opts)
 	c.log.Info("summarized the earlier conversation", "records", cut-b.From, "tokens_before", tokens,

@@ -12,6 +12,7 @@ import (
 
 	"chatd/internal/chat"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
@@ -33,7 +34,7 @@ func TestEventLogIsTheStream(t *testing.T) {
 	live := fl.all()
 
 	checkLog(t, "live", live)
-	checkEnds(t, live, chat.EventComplete, "", store.RunCompleted)
+	checkEnds(t, live, runevent.TypeComplete, "", store.RunCompleted)
 	if diff := cmp.Diff(live, stored(t, f.db, st.RunID)); diff != "" {
 		t.Errorf("stored log (-live +stored):\n%s", diff)
 	}
@@ -41,7 +42,7 @@ func TestEventLogIsTheStream(t *testing.T) {
 	if r.Status != store.RunCompleted || r.LastEventSeq != int64(len(live)) {
 		t.Errorf("stored run: status %s, last event %d; want completed, %d", r.Status, r.LastEventSeq, len(live))
 	}
-	for _, typ := range []string{chat.EventRunStart, chat.EventToolStart, chat.EventToolComplete, chat.EventUsage} {
+	for _, typ := range []string{runevent.TypeRunStart, runevent.TypeToolStart, runevent.TypeToolComplete, runevent.TypeUsage} {
 		if !strings.Contains(types(live), typ) {
 			t.Errorf("no %s event in %s", typ, types(live))
 		}
@@ -129,7 +130,7 @@ func TestEventLogWrittenWhileRunning(t *testing.T) {
 	second.open()
 
 	live := fl.all()
-	checkEnds(t, live, chat.EventComplete, "", store.RunCompleted)
+	checkEnds(t, live, runevent.TypeComplete, "", store.RunCompleted)
 	if diff := cmp.Diff(live, stored(t, f.db, st.RunID)); diff != "" {
 		t.Errorf("stored log (-live +stored):\n%s", diff)
 	}
@@ -165,7 +166,7 @@ func TestFollowResumes(t *testing.T) {
 
 	all := resumed[0].all()
 	checkLog(t, "live", all)
-	checkEnds(t, all, chat.EventComplete, "", store.RunCompleted)
+	checkEnds(t, all, runevent.TypeComplete, "", store.RunCompleted)
 	for after, fl := range resumed {
 		if diff := cmp.Diff(all[after:], fl.all()); diff != "" {
 			t.Errorf("resumed after %d (-want +got):\n%s", after, diff)
@@ -214,7 +215,7 @@ func TestEventLogOff(t *testing.T) {
 	st := f.send(t, chat.Request{Message: "what time is it?"}, chat.StartOptions{})
 	live := f.follow(t, st.RunID, 0).all()
 	checkLog(t, "live", live)
-	checkEnds(t, live, chat.EventComplete, "", store.RunCompleted)
+	checkEnds(t, live, runevent.TypeComplete, "", store.RunCompleted)
 
 	next := f.send(t, chat.Request{SessionID: st.SessionID, Message: "and now?"}, chat.StartOptions{})
 	fl := f.follow(t, next.RunID, 0)
@@ -222,7 +223,7 @@ func TestEventLogOff(t *testing.T) {
 	if _, err := f.svc.Cancel(t.Context(), user, next.RunID, ""); err != nil {
 		t.Fatal(err)
 	}
-	checkEnds(t, fl.all(), chat.EventCancelled, `{"reason":"cancelled by the user"}`, store.RunCancelled)
+	checkEnds(t, fl.all(), runevent.TypeCancelled, `{"reason":"cancelled by the user"}`, store.RunCancelled)
 
 	for id, status := range map[string]string{st.RunID: store.RunCompleted, next.RunID: store.RunCancelled} {
 		if r := storedRun(t, f.db, id); r.Status != status || r.LastEventSeq != 0 {

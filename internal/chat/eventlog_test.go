@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
 )
@@ -37,7 +38,7 @@ func BenchmarkEventLog(b *testing.B) {
 	for _, r := range rs {
 		r.log = l
 	}
-	data := textData("text", " token")
+	data := runevent.EncodeText(" token")
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
@@ -46,7 +47,7 @@ func BenchmarkEventLog(b *testing.B) {
 	for _, r := range rs {
 		go func() {
 			for range per {
-				r.emit(EventTextDelta, data)
+				r.emit(runevent.TypeTextDelta, data)
 			}
 			done <- struct{}{}
 		}()
@@ -93,7 +94,7 @@ func TestEventLogWritesEveryEventOnce(t *testing.T) {
 	r := newRun(sr.ID, "u", &plan{agentNm: "default", model: "m", session: sess}, l)
 	const n = 3000
 	for i := range n {
-		r.emit(EventTextDelta, textData("text", strconv.Itoa(i)))
+		r.emit(runevent.TypeTextDelta, runevent.EncodeText(strconv.Itoa(i)))
 		if i%500 == 0 {
 			time.Sleep(3 * time.Millisecond) // let batches be written mid-stream
 		}
@@ -107,7 +108,7 @@ func TestEventLogWritesEveryEventOnce(t *testing.T) {
 		t.Fatalf("stored %d events, want %d", len(events), n)
 	}
 	for i, e := range events {
-		if e.Seq != int64(i+1) || string(e.Data) != string(textData("text", strconv.Itoa(i))) {
+		if e.Seq != int64(i+1) || string(e.Data) != string(runevent.EncodeText(strconv.Itoa(i))) {
 			t.Fatalf("event %d: seq %d data %s", i, e.Seq, e.Data)
 		}
 	}
@@ -159,13 +160,13 @@ func BenchmarkEmitToReader(b *testing.B) {
 					}
 				}
 			}()
-			data := textData("text", " token")
+			data := runevent.EncodeText(" token")
 			b.ReportAllocs()
 			b.ResetTimer()
 			var total time.Duration
 			for range b.N {
 				start := time.Now()
-				r.emit(EventTextDelta, data)
+				r.emit(runevent.TypeTextDelta, data)
 				<-ack
 				total += time.Since(start)
 				for time.Since(start) < 50*time.Microsecond {

@@ -2,7 +2,6 @@ package chat_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/llm/openai"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
@@ -39,12 +39,12 @@ func TestToolCallArgumentsHaveALimit(t *testing.T) {
 	}
 	shown := 0
 	for _, e := range events {
-		if e.Type == chat.EventToolCallDelta {
-			var d struct {
-				Arguments string `json:"arguments_delta"`
+		if e.Type == runevent.TypeToolCallDelta {
+			d, err := runevent.Decode[runevent.ToolCallDelta](e.Data)
+			if err != nil {
+				t.Fatal(err)
 			}
-			json.Unmarshal(e.Data, &d)
-			shown += len(d.Arguments)
+			shown += len(d.ArgumentsDelta)
 		}
 	}
 	if shown > 8<<10 {
@@ -99,7 +99,7 @@ func TestRunEventsHaveALimit(t *testing.T) {
 		t.Errorf("the log holds %d events; the limit is 100 (and the run's closing events)", len(log))
 	}
 	checkLog(t, "log", log)
-	checkEnds(t, log, chat.EventError, "", store.RunFailed)
+	checkEnds(t, log, runevent.TypeError, "", store.RunFailed)
 	checkPaired(t, records(t, f.db, st.SessionID))
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
@@ -23,7 +24,7 @@ type observer struct {
 	ctx      context.Context
 	parents  map[*agent.Turn]*store.Record
 	last     *store.Record
-	history  []ToolHistoryEntry
+	history  []runevent.ToolHistory
 	finished bool
 	// conv is the run's context: it gets every record stored, and the usage that calibrates it.
 	conv *conversation
@@ -36,34 +37,34 @@ func newObserver(s *Service, p *plan, run *Run) *observer {
 }
 
 func (o *observer) Status(message string) {
-	o.run.emit(EventStatus, textData("message", message))
+	o.run.emit(runevent.TypeStatus, runevent.EncodeStatus(message))
 }
 
 func (o *observer) TextDelta(text string) {
-	o.run.emit(EventTextDelta, textData("text", text))
+	o.run.emit(runevent.TypeTextDelta, runevent.EncodeText(text))
 }
 
 func (o *observer) ReasoningDelta(text string) {
-	o.run.emit(EventReasoningDelta, textData("text", text))
+	o.run.emit(runevent.TypeReasoningDelta, runevent.EncodeText(text))
 }
 
 func (o *observer) ToolCallDelta(index int, id, name, args string) {
-	o.run.emit(EventToolCallDelta, mustJSON(toolCallDeltaData{Index: index, ID: id, Name: name, ArgumentsDelta: args}))
+	o.run.emit(runevent.TypeToolCallDelta, runevent.Encode(runevent.ToolCallDelta{Index: index, ID: id, Name: name, ArgumentsDelta: args}))
 }
 
 func (o *observer) ToolStart(call llm.ToolCall) {
-	o.run.emit(EventToolStart, mustJSON(toolStartData{ToolCallID: call.ID, Name: call.Name, Arguments: call.Arguments}))
+	o.run.emit(runevent.TypeToolStart, runevent.Encode(runevent.ToolStart{ToolCallID: call.ID, Name: call.Name, Arguments: call.Arguments}))
 }
 
 // ToolComplete runs on the call's goroutine; emitting is safe there.
 func (o *observer) ToolComplete(call llm.ToolCall, res agent.ToolResult) {
-	o.run.emit(EventToolComplete, mustJSON(toolCompleteData{ToolCallID: call.ID, Name: call.Name,
+	o.run.emit(runevent.TypeToolComplete, runevent.Encode(runevent.ToolComplete{ToolCallID: call.ID, Name: call.Name,
 		Success: res.Success, Content: res.Content, DurationMS: res.Duration.Milliseconds(), Payload: res.Payload}))
 }
 
 // ToolProgress runs on whatever goroutine the tool reports from (an MCP client's reader); emit locks.
 func (o *observer) ToolProgress(callID string, p tool.Progress) {
-	o.run.emit(EventToolProgress, mustJSON(toolProgressData{ToolCallID: callID, Progress: p.Progress, Total: p.Total, Message: p.Message}))
+	o.run.emit(runevent.TypeToolProgress, runevent.Encode(runevent.ToolProgress{ToolCallID: callID, Progress: p.Progress, Total: p.Total, Message: p.Message}))
 }
 
 func (o *observer) Usage(m agent.Model, u llm.Usage) {
@@ -77,7 +78,7 @@ func (o *observer) Usage(m agent.Model, u llm.Usage) {
 // recordUsage sends and stores the usage of one model call.
 func (o *observer) recordUsage(model string, u llm.Usage) {
 	su := storeUsage(u)
-	o.run.emit(EventUsage, mustJSON(usageData{Model: model, Usage: su}))
+	o.run.emit(runevent.TypeUsage, runevent.Encode(runevent.UsageEvent{Model: model, Usage: runevent.UsageOf(su)}))
 	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, Agent: o.p.agentNm, Model: model, Usage: su}
 	if err := o.s.opts.Store.AddUsage(o.ctx, o.p.user, entry); err != nil {
 		o.s.log.Error("store usage", "run", o.run.ID, "err", err)
@@ -99,7 +100,7 @@ func (o *observer) Turn(ctx context.Context, t *agent.Turn) error {
 	}
 	o.parents[t], o.last = rec, rec
 	o.added(rec)
-	o.run.emit(EventRecord, mustJSON(recordData{Message: rec}))
+	o.run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(rec)}))
 	return nil
 }
 
@@ -120,12 +121,12 @@ func (o *observer) ToolResult(ctx context.Context, t *agent.Turn, call llm.ToolC
 		return err
 	}
 	o.added(rec)
-	o.run.emit(EventRecord, mustJSON(recordData{Message: rec}))
+	o.run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(rec)}))
 	args := res.Arguments
 	if args == nil {
 		args = call.Arguments
 	}
-	o.history = append(o.history, ToolHistoryEntry{ToolCallID: call.ID, Name: call.Name, Arguments: args,
+	o.history = append(o.history, runevent.ToolHistory{ToolCallID: call.ID, Name: call.Name, Arguments: args,
 		Success: ok, Content: res.Content, DurationMS: ms, Payload: res.Payload})
 	return nil
 }
@@ -147,10 +148,10 @@ func (o *observer) finish(res agent.Result) {
 		o.conv.release()
 	}
 	run := o.run
-	out := Outcome{Status: string(res.Status), FinishReason: res.FinishReason, Message: o.last,
+	out := Outcome{Status: string(res.Status), FinishReason: res.FinishReason, Message: runevent.RecordOf(o.last),
 		ToolHistory: o.history, Usage: storeUsage(res.Usage)}
 	if out.ToolHistory == nil {
-		out.ToolHistory = []ToolHistoryEntry{}
+		out.ToolHistory = []runevent.ToolHistory{}
 	}
 	end := store.RunEnd{Status: out.Status, FinishReason: out.FinishReason, Usage: out.Usage, Reason: closeReason(res.Status)}
 	if res.Err != nil {
@@ -165,7 +166,7 @@ func (o *observer) finish(res agent.Result) {
 			o.s.log.Error("close open calls", "run", run.ID, "err", err)
 		}
 		for i := range closed {
-			run.emit(EventRecord, mustJSON(recordData{Message: &closed[i]}))
+			run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(&closed[i])}))
 		}
 	}
 	run.flushMu.Lock()
@@ -190,7 +191,7 @@ func (o *observer) finish(res agent.Result) {
 		o.s.log.Error("finish run", "run", run.ID, "err", err)
 		stored = false
 		if out.Error == nil {
-			out.Status, out.Error = store.RunFailed, &ErrorInfo{Code: "internal", Message: "chatd could not store the end of the run; see the server log"}
+			out.Status, out.Error = store.RunFailed, &runevent.Error{Code: "internal", Message: "chatd could not store the end of the run; see the server log"}
 			last = o.lastEvents(res, &out, seq)
 		}
 	}
@@ -241,14 +242,15 @@ func (o *observer) lastEvents(res agent.Result, out *Outcome, seq int64) []Event
 	}
 	switch {
 	case out.Error != nil:
-		add(EventError, mustJSON(out.Error))
+		add(runevent.TypeError, runevent.Encode(*out.Error))
 	case res.Status == agent.StatusCancelled:
-		add(EventCancelled, mustJSON(cancelledData{Reason: cmp.Or(o.run.reason(), "the run was cancelled")}))
+		add(runevent.TypeCancelled, runevent.Encode(runevent.Cancelled{Reason: cmp.Or(o.run.reason(), "the run was cancelled")}))
 	default:
-		add(EventComplete, mustJSON(completeData{Message: o.last, FinishReason: out.FinishReason, Usage: out.Usage,
-			ToolHistory: out.ToolHistory, SuggestedValues: []json.RawMessage{}, SuggestedActions: []json.RawMessage{}, Payloads: []json.RawMessage{}}))
+		add(runevent.TypeComplete, runevent.Encode(runevent.Complete{Message: out.Message, FinishReason: out.FinishReason,
+			Usage: runevent.UsageOf(out.Usage), ToolHistory: out.ToolHistory,
+			SuggestedValues: []json.RawMessage{}, SuggestedActions: []json.RawMessage{}, Payloads: []json.RawMessage{}}))
 	}
-	add(EventDone, mustJSON(doneData{Status: out.Status}))
+	add(runevent.TypeDone, runevent.Encode(runevent.Done{Status: out.Status}))
 	return evs
 }
 
@@ -260,17 +262,17 @@ func closeReason(s agent.Status) string {
 }
 
 // errorInfo describes a run's failure for clients: what happened, safely, and whether retrying may help.
-func errorInfo(err error) *ErrorInfo {
+func errorInfo(err error) *runevent.Error {
 	if e, ok := errors.AsType[*agent.LimitError](err); ok {
-		return &ErrorInfo{Code: e.Code, Message: e.Message}
+		return &runevent.Error{Code: e.Code, Message: e.Message}
 	}
 	if e, ok := errors.AsType[*llm.Error](err); ok {
-		return &ErrorInfo{Code: "upstream_" + string(e.Kind), Message: e.Public(), Retryable: e.Retryable()}
+		return &runevent.Error{Code: "upstream_" + string(e.Kind), Message: e.Public(), Retryable: e.Retryable()}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return &ErrorInfo{Code: "timeout", Message: "the model call timed out", Retryable: true}
+		return &runevent.Error{Code: "timeout", Message: "the model call timed out", Retryable: true}
 	}
-	return &ErrorInfo{Code: "internal", Message: "chatd could not complete the run; see the server log"}
+	return &runevent.Error{Code: "internal", Message: "chatd could not complete the run; see the server log"}
 }
 
 func storeUsage(u llm.Usage) store.Usage {

@@ -12,6 +12,7 @@ import (
 
 	"chatd/internal/chat"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -89,7 +90,7 @@ func TestInterrupt(t *testing.T) {
 	if r := storedRun(t, f.db, a.RunID); r.Status != store.RunCancelled {
 		t.Errorf("the interrupted run when the new one started: %+v", r)
 	}
-	checkEnds(t, fl.all(), chat.EventCancelled, `{"reason":"interrupted by a new message"}`, store.RunCancelled)
+	checkEnds(t, fl.all(), runevent.TypeCancelled, `{"reason":"interrupted by a new message"}`, store.RunCancelled)
 	if o := f.wait(t, b.RunID); o.Status != store.RunCompleted || o.Message.Content != "re: second" {
 		t.Errorf("the new run: %+v", o)
 	}
@@ -121,8 +122,8 @@ func TestEnqueue(t *testing.T) {
 
 	live := fl.all()
 	checkLog(t, "queued run", live)
-	checkEnds(t, live, chat.EventComplete, "", store.RunCompleted)
-	if live[0].Type != chat.EventRunStart || live[1].Type != chat.EventStatus {
+	checkEnds(t, live, runevent.TypeComplete, "", store.RunCompleted)
+	if live[0].Type != runevent.TypeRunStart || live[1].Type != runevent.TypeStatus {
 		t.Errorf("a queued run's log starts with %s", types(live))
 	}
 	if diff := cmp.Diff(live, stored(t, f.db, b.RunID)); diff != "" {
@@ -241,7 +242,7 @@ func TestCancelQueued(t *testing.T) {
 	}
 	live := f.follow(t, b.RunID, 0).all()
 	checkLog(t, "cancelled queued run", live)
-	checkEnds(t, live, chat.EventCancelled, `{"reason":"cancelled by the user"}`, store.RunCancelled)
+	checkEnds(t, live, runevent.TypeCancelled, `{"reason":"cancelled by the user"}`, store.RunCancelled)
 	if diff := cmp.Diff(live, stored(t, f.db, b.RunID)); diff != "" {
 		t.Errorf("stored log (-live +stored):\n%s", diff)
 	}
@@ -417,7 +418,7 @@ func TestInterruptConcurrently(t *testing.T) {
 		if id == active {
 			want = `{"reason":"cancelled by the user"}`
 		}
-		checkEnds(t, f.follow(t, id, 0).all(), chat.EventCancelled, want, store.RunCancelled)
+		checkEnds(t, f.follow(t, id, 0).all(), runevent.TypeCancelled, want, store.RunCancelled)
 	}
 	if unfinished, err := f.db.UnfinishedRuns(t.Context()); err != nil || len(unfinished) != 0 {
 		t.Errorf("unfinished runs: %+v %v", unfinished, err)

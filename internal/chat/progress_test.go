@@ -7,6 +7,7 @@ import (
 
 	"chatd/internal/chat"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
@@ -48,27 +49,22 @@ func TestToolProgressAndAttachments(t *testing.T) {
 	started := f.send(t, chat.Request{Message: "chart please"}, chat.StartOptions{})
 	f.wait(t, started.RunID)
 
-	type progress struct {
-		ToolCallID string  `json:"tool_call_id"`
-		Progress   float64 `json:"progress"`
-		Total      float64 `json:"total"`
-		Message    string  `json:"message"`
-	}
+	type progress = runevent.ToolProgress
 	var got []progress
 	completeAt := -1
 	events := stored(t, f.db, started.RunID)
 	for i, e := range events {
 		switch e.Type {
-		case chat.EventToolProgress:
+		case runevent.TypeToolProgress:
 			if completeAt >= 0 {
 				t.Errorf("tool_progress after tool_complete: %s", e.Data)
 			}
-			var p progress
-			if err := json.Unmarshal(e.Data, &p); err != nil {
+			p, err := runevent.Decode[runevent.ToolProgress](e.Data)
+			if err != nil {
 				t.Fatal(err)
 			}
 			got = append(got, p)
-		case chat.EventToolComplete:
+		case runevent.TypeToolComplete:
 			completeAt = i
 		}
 	}

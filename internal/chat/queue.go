@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"chatd/internal/agent"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -29,8 +30,8 @@ func (s *Service) enqueue(ctx context.Context, p *plan, key, hash, activeID stri
 		s.retire(run)
 		return nil, err
 	}
-	run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
-	run.emit(EventStatus, textData("message", "Waiting for the active run "+activeID+" to end…"))
+	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
+	run.emit(runevent.TypeStatus, runevent.EncodeStatus("Waiting for the active run "+activeID+" to end…"))
 	s.push(run)
 	s.kick(run.SessionID)
 	return &Started{RunID: run.ID, SessionID: run.SessionID, Status: store.RunQueued}, nil

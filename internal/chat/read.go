@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -274,7 +275,7 @@ func (s *Service) Wait(ctx context.Context, user, id string) (Outcome, error) {
 // storedOutcome rebuilds the outcome of an ended run from the last events of its log, and from its
 // records when the log has no complete event (a cancelled, failed or interrupted run, or no log).
 func (s *Service) storedOutcome(ctx context.Context, user string, r *store.Run) (Outcome, error) {
-	o := Outcome{Status: r.Status, FinishReason: r.FinishReason, Usage: r.Usage, ToolHistory: []ToolHistoryEntry{}}
+	o := Outcome{Status: r.Status, FinishReason: r.FinishReason, Usage: r.Usage, ToolHistory: []runevent.ToolHistory{}}
 	events, err := s.opts.Store.Events(ctx, user, r.ID, max(r.LastEventSeq-8, 0), 16)
 	if err != nil {
 		return o, err
@@ -282,20 +283,22 @@ func (s *Service) storedOutcome(ctx context.Context, user string, r *store.Run) 
 	completed := false
 	for _, e := range events {
 		switch e.Type {
-		case EventComplete:
-			var c completeData
-			if json.Unmarshal(e.Data, &c) == nil {
-				o.Message, o.ToolHistory, completed = c.Message, c.ToolHistory, true
+		case runevent.TypeComplete:
+			c, err := runevent.Decode[runevent.Complete](e.Data)
+			if err != nil {
+				return o, fmt.Errorf("run %s: event %d: %w", r.ID, e.Seq, err)
 			}
-		case EventError:
-			var info ErrorInfo
-			if json.Unmarshal(e.Data, &info) == nil {
-				o.Error = &info
+			o.Message, o.ToolHistory, completed = c.Message, c.ToolHistory, true
+		case runevent.TypeError:
+			info, err := runevent.Decode[runevent.Error](e.Data)
+			if err != nil {
+				return o, fmt.Errorf("run %s: event %d: %w", r.ID, e.Seq, err)
 			}
+			o.Error = &info
 		}
 	}
 	if o.Error == nil && r.Status == store.RunFailed {
-		o.Error = &ErrorInfo{Code: "internal", Message: r.Error}
+		o.Error = &runevent.Error{Code: "internal", Message: r.Error}
 	}
 	if !completed {
 		return s.recordsOutcome(ctx, user, r, o)
@@ -314,9 +317,9 @@ func (s *Service) recordsOutcome(ctx context.Context, user string, r *store.Run,
 		switch rec := &recs[i]; {
 		case rec.RunID != r.ID:
 		case rec.Role == store.RoleAssistant:
-			o.Message, calls = rec, rec.ToolCalls
+			o.Message, calls = runevent.RecordOf(rec), rec.ToolCalls
 		case rec.Role == store.RoleTool:
-			h := ToolHistoryEntry{ToolCallID: rec.ToolCallID, Name: rec.Name, Arguments: json.RawMessage("{}"),
+			h := runevent.ToolHistory{ToolCallID: rec.ToolCallID, Name: rec.Name, Arguments: json.RawMessage("{}"),
 				Success: rec.Success != nil && *rec.Success, Content: rec.Content, Payload: rec.Payload}
 			if i := slices.IndexFunc(calls, func(c store.ToolCall) bool { return c.ID == rec.ToolCallID }); i >= 0 {
 				h.Arguments = calls[i].Arguments

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -75,7 +76,7 @@ func (s *Service) interrupt(ctx context.Context, r *store.Run) error {
 	lastSeq = max(lastSeq, r.ReservedSeq)
 	from := lastSeq + 1
 	if lastSeq > stored {
-		add(EventError, mustJSON(ErrorInfo{Code: EventsLost, Message: fmt.Sprintf("chatd stopped before it stored "+
+		add(runevent.TypeError, runevent.Encode(runevent.Error{Code: EventsLost, Message: fmt.Sprintf("chatd stopped before it stored "+
 			"events %d to %d of this run, which a client may have been sent; the stored records hold the answer as "+
 			"far as it was saved", stored+1, lastSeq)}))
 	}
@@ -84,7 +85,7 @@ func (s *Service) interrupt(ctx context.Context, r *store.Run) error {
 		return err
 	}
 	for i := range unlogged {
-		add(EventRecord, mustJSON(recordData{Message: &unlogged[i]}))
+		add(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(&unlogged[i])}))
 	}
 	// The log is a prefix of what the run emitted: text streamed before a record it does not name belongs
 	// to that record's turn, which is stored already.
@@ -94,7 +95,7 @@ func (s *Service) interrupt(ctx context.Context, r *store.Run) error {
 			return err
 		}
 		if rec != nil {
-			add(EventRecord, mustJSON(recordData{Message: rec}))
+			add(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(rec)}))
 		}
 	}
 	closed, err := s.opts.Store.CloseCalls(ctx, r.UserID, r.ID, interruptedReason)
@@ -102,10 +103,10 @@ func (s *Service) interrupt(ctx context.Context, r *store.Run) error {
 		return err
 	}
 	for i := range closed {
-		add(EventRecord, mustJSON(recordData{Message: &closed[i]}))
+		add(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(&closed[i])}))
 	}
-	add(EventError, mustJSON(ErrorInfo{Code: "interrupted", Message: interruptedError, Retryable: true}))
-	add(EventDone, mustJSON(doneData{Status: store.RunInterrupted}))
+	add(runevent.TypeError, runevent.Encode(runevent.Error{Code: "interrupted", Message: interruptedError, Retryable: true}))
+	add(runevent.TypeDone, runevent.Encode(runevent.Done{Status: store.RunInterrupted}))
 	_, err = s.opts.Store.FinishRun(ctx, r.UserID, r.ID, store.RunEnd{Status: store.RunInterrupted,
 		FinishReason: FinishInterrupted, Error: interruptedError, UsageFromEntries: true, Reason: interruptedReason,
 		Events: events, RecoveredFrom: from})
@@ -135,7 +136,7 @@ func (s *Service) scanLog(ctx context.Context, r *store.Run) (int64, string, *pa
 		for _, e := range events {
 			last = e.Seq
 			switch e.Type {
-			case EventRecord:
+			case runevent.TypeRecord:
 				var d struct {
 					Message struct {
 						ID   string `json:"id"`
@@ -149,7 +150,7 @@ func (s *Service) scanLog(ctx context.Context, r *store.Run) (int64, string, *pa
 				if d.Message.Role != store.RoleTool {
 					p = nil
 				}
-			case EventTextDelta, EventReasoningDelta:
+			case runevent.TypeTextDelta, runevent.TypeReasoningDelta:
 				var d struct {
 					Text string `json:"text"`
 				}
@@ -159,7 +160,7 @@ func (s *Service) scanLog(ctx context.Context, r *store.Run) (int64, string, *pa
 				if p == nil {
 					p = &partialTurn{}
 				}
-				if e.Type == EventTextDelta {
+				if e.Type == runevent.TypeTextDelta {
 					p.text.WriteString(d.Text)
 				} else {
 					p.reasoning.WriteString(d.Text)
@@ -240,9 +241,9 @@ func (s *Service) requeue(ctx context.Context, r *store.Run) error {
 		run.reserved = run.persisted
 	}
 	if len(run.events) == 0 {
-		run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
+		run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
 	}
-	run.emit(EventStatus, textData("message", "chatd restarted; the queued message starts when the session is free…"))
+	run.emit(runevent.TypeStatus, runevent.EncodeStatus("chatd restarted; the queued message starts when the session is free…"))
 	if err := s.admitQueued(run, 0); err != nil { // every run the store kept queued
 		return err
 	}
@@ -255,13 +256,13 @@ func (s *Service) failQueued(ctx context.Context, r *store.Run, cause error) err
 	s.log.Error("queued run cannot start after a restart", "run", r.ID, "err", cause)
 	last := max(r.LastEventSeq, r.ReservedSeq) // past every id a client may have been sent
 	msg := "the queued message could not be started after chatd restarted: " + cause.Error()
-	info := ErrorInfo{Code: "invalid_request", Message: msg}
+	info := runevent.Error{Code: "invalid_request", Message: msg}
 	if e, ok := errors.AsType[*Error](cause); ok {
 		info.Code = e.Code
 	}
 	events := []store.Event{
-		{RunID: r.ID, Seq: last + 1, Type: EventError, Data: mustJSON(info)},
-		{RunID: r.ID, Seq: last + 2, Type: EventDone, Data: mustJSON(doneData{Status: store.RunFailed})},
+		{RunID: r.ID, Seq: last + 1, Type: runevent.TypeError, Data: runevent.Encode(info)},
+		{RunID: r.ID, Seq: last + 2, Type: runevent.TypeDone, Data: runevent.Encode(runevent.Done{Status: store.RunFailed})},
 	}
 	_, err := s.opts.Store.FinishRun(ctx, r.UserID, r.ID, store.RunEnd{Status: store.RunFailed, FinishReason: "error",
 		Error: msg, Events: events})

@@ -8,6 +8,7 @@ import (
 
 	"chatd/internal/chat"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
 )
@@ -62,9 +63,9 @@ func (p *deadProcess) runningReserved(sessionID, message string, reserved int64)
 	if err := p.db.CreateRun(p.t.Context(), user, r.run, first); err != nil {
 		p.t.Fatal(err)
 	}
-	r.log(chat.EventRunStart, map[string]string{"run_id": r.run.ID, "session_id": sessionID, "model": "x/m", "agent": "default"})
-	r.log(chat.EventRecord, map[string]any{"message": first})
-	r.log(chat.EventStatus, map[string]string{"message": "Thinking…"})
+	r.log(runevent.TypeRunStart, map[string]string{"run_id": r.run.ID, "session_id": sessionID, "model": "x/m", "agent": "default"})
+	r.log(runevent.TypeRecord, map[string]any{"message": first})
+	r.log(runevent.TypeStatus, map[string]string{"message": "Thinking…"})
 	return r
 }
 
@@ -78,8 +79,8 @@ func (p *deadProcess) queued(sessionID, message string) *deadRun {
 	if err := p.db.CreateRun(p.t.Context(), user, r.run, nil); err != nil {
 		p.t.Fatal(err)
 	}
-	r.log(chat.EventRunStart, map[string]string{"run_id": r.run.ID, "session_id": sessionID, "model": "x/m", "agent": "default"})
-	r.log(chat.EventStatus, map[string]string{"message": "Waiting for the active run to end…"})
+	r.log(runevent.TypeRunStart, map[string]string{"run_id": r.run.ID, "session_id": sessionID, "model": "x/m", "agent": "default"})
+	r.log(runevent.TypeStatus, map[string]string{"message": "Waiting for the active run to end…"})
 	return r
 }
 
@@ -96,7 +97,7 @@ func (r *deadRun) log(typ string, data any) {
 }
 
 // text logs streamed text.
-func (r *deadRun) text(s string) { r.log(chat.EventTextDelta, map[string]string{"text": s}) }
+func (r *deadRun) text(s string) { r.log(runevent.TypeTextDelta, map[string]string{"text": s}) }
 
 // record stores a record of the run; logged tells whether its record event was flushed before the
 // process died.
@@ -106,7 +107,7 @@ func (r *deadRun) record(rec *store.Record, logged bool) *store.Record {
 		r.p.t.Fatal(err)
 	}
 	if logged {
-		r.log(chat.EventRecord, map[string]any{"message": rec})
+		r.log(runevent.TypeRecord, map[string]any{"message": rec})
 	}
 	return rec
 }
@@ -128,28 +129,28 @@ func TestRecoverInterruptedRun(t *testing.T) {
 	}{{
 		name: "mid-answer",
 		crash: func(r *deadRun) {
-			r.log(chat.EventReasoningDelta, map[string]string{"text": "A story…"})
+			r.log(runevent.TypeReasoningDelta, map[string]string{"text": "A story…"})
 			r.text("Once upon")
 			r.text(" a time")
 		},
 		want:    []string{"user:tell me", "assistant:Once upon a time"},
 		partial: []string{"Once upon a time|A story…"},
-		added:   []string{chat.EventRecord, chat.EventError, chat.EventDone},
+		added:   []string{runevent.TypeRecord, runevent.TypeError, runevent.TypeDone},
 	}, {
 		name:  "before any output",
 		crash: func(r *deadRun) {},
 		want:  []string{"user:tell me"},
-		added: []string{chat.EventError, chat.EventDone},
+		added: []string{runevent.TypeError, runevent.TypeDone},
 	}, {
 		name: "tool call open",
 		crash: func(r *deadRun) {
 			r.text("Let me check.")
 			r.record(&store.Record{Role: store.RoleAssistant, Content: "Let me check.", FinishReason: "tool_calls",
 				ToolCalls: []store.ToolCall{{ID: "call_1", Name: "wait_for_it", Arguments: json.RawMessage(`{}`)}}}, true)
-			r.log(chat.EventToolStart, map[string]any{"tool_call_id": "call_1", "name": "wait_for_it", "arguments": map[string]any{}})
+			r.log(runevent.TypeToolStart, map[string]any{"tool_call_id": "call_1", "name": "wait_for_it", "arguments": map[string]any{}})
 		},
 		want:  []string{"user:tell me", "assistant:Let me check.→call_1", "tool:call_1:failed"},
-		added: []string{chat.EventRecord, chat.EventError, chat.EventDone},
+		added: []string{runevent.TypeRecord, runevent.TypeError, runevent.TypeDone},
 	}, {
 		name: "mid-answer after a tool result",
 		crash: func(r *deadRun) {
@@ -161,7 +162,7 @@ func TestRecoverInterruptedRun(t *testing.T) {
 		},
 		want:    []string{"user:tell me", "assistant:→call_1", "tool:call_1:ok", "assistant:It is"},
 		partial: []string{"It is|"},
-		added:   []string{chat.EventRecord, chat.EventError, chat.EventDone},
+		added:   []string{runevent.TypeRecord, runevent.TypeError, runevent.TypeDone},
 	}, {
 		// The turn was stored, but the process died before the event log wrote its record event: the
 		// streamed text is that turn's, not a partial answer to store again.
@@ -172,7 +173,7 @@ func TestRecoverInterruptedRun(t *testing.T) {
 			r.record(&store.Record{Role: store.RoleAssistant, Content: "Hello, world", FinishReason: "stop"}, false)
 		},
 		want:  []string{"user:tell me", "assistant:Hello, world"},
-		added: []string{chat.EventRecord, chat.EventError, chat.EventDone},
+		added: []string{runevent.TypeRecord, runevent.TypeError, runevent.TypeDone},
 	}, {
 		name: "tool result stored, no event written",
 		crash: func(r *deadRun) {
@@ -183,7 +184,7 @@ func TestRecoverInterruptedRun(t *testing.T) {
 				Content: "done", Success: &ok}, false)
 		},
 		want:  []string{"user:tell me", "assistant:Let me check.→call_1", "tool:call_1:ok"},
-		added: []string{chat.EventRecord, chat.EventRecord, chat.EventError, chat.EventDone},
+		added: []string{runevent.TypeRecord, runevent.TypeRecord, runevent.TypeError, runevent.TypeDone},
 	}, {
 		// An earlier recovery stored the partial answer, then the process died again before it ended the
 		// run.
@@ -194,7 +195,7 @@ func TestRecoverInterruptedRun(t *testing.T) {
 		},
 		want:    []string{"user:tell me", "assistant:Once upon"},
 		partial: []string{"Once upon|"},
-		added:   []string{chat.EventRecord, chat.EventError, chat.EventDone},
+		added:   []string{runevent.TypeRecord, runevent.TypeError, runevent.TypeDone},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := dbPath(t)
@@ -243,9 +244,8 @@ func TestRecoverInterruptedRun(t *testing.T) {
 			if diff := cmp.Diff(tc.added, typeList(log[len(before):])); diff != "" {
 				t.Errorf("events added (-want +got):\n%s", diff)
 			}
-			checkEnds(t, log, chat.EventError, "", store.RunInterrupted)
-			var info chat.ErrorInfo
-			if err := json.Unmarshal(log[len(log)-2].Data, &info); err != nil || info.Code != "interrupted" || !info.Retryable {
+			checkEnds(t, log, runevent.TypeError, "", store.RunInterrupted)
+			if info, err := runevent.Decode[runevent.Error](log[len(log)-2].Data); err != nil || info.Code != "interrupted" || !info.Retryable {
 				t.Errorf("error event: %s", log[len(log)-2].Data)
 			}
 			if diff := cmp.Diff(runRecordIDs(recs, r.run.ID), loggedRecordIDs(t, log)); diff != "" {
@@ -285,11 +285,11 @@ func loggedRecordIDs(t *testing.T, log []chat.Event) []string {
 	t.Helper()
 	var ids []string
 	for _, e := range log {
-		if e.Type != chat.EventRecord {
+		if e.Type != runevent.TypeRecord {
 			continue
 		}
-		var d struct{ Message store.Record }
-		if err := json.Unmarshal(e.Data, &d); err != nil {
+		d, err := runevent.Decode[runevent.RecordEvent](e.Data)
+		if err != nil {
 			t.Fatalf("record event %d: %v", e.Seq, err)
 		}
 		ids = append(ids, d.Message.ID)
@@ -326,7 +326,7 @@ func TestRecoverQueuedRuns(t *testing.T) {
 		}
 		log := stored(t, f.db, r.run.ID)
 		checkLog(t, "recovered queued run", log)
-		checkEnds(t, log, chat.EventComplete, "", store.RunCompleted)
+		checkEnds(t, log, runevent.TypeComplete, "", store.RunCompleted)
 		if diff := cmp.Diff(before[r.run.ID], log[:len(before[r.run.ID])]); diff != "" {
 			t.Errorf("the log before the crash changed (-before +after):\n%s", diff)
 		}
@@ -365,7 +365,7 @@ func TestRecoverThenFollow(t *testing.T) {
 	}
 	log := stored(t, f.db, r.run.ID)
 	recovery := log[written:]
-	if diff := cmp.Diff([]string{chat.EventRecord, chat.EventError, chat.EventDone}, typeList(recovery)); diff != "" {
+	if diff := cmp.Diff([]string{runevent.TypeRecord, runevent.TypeError, runevent.TypeDone}, typeList(recovery)); diff != "" {
 		t.Fatalf("recovery's events (-want +got):\n%s", diff)
 	}
 	for _, tc := range []struct {
@@ -410,7 +410,7 @@ func TestRecoveryNeverRewindsResumedStreams(t *testing.T) {
 	}
 	log := stored(t, f.db, r.run.ID)
 	recovery := log[written:]
-	if diff := cmp.Diff([]string{chat.EventError, chat.EventRecord, chat.EventError, chat.EventDone}, typeList(recovery)); diff != "" {
+	if diff := cmp.Diff([]string{runevent.TypeError, runevent.TypeRecord, runevent.TypeError, runevent.TypeDone}, typeList(recovery)); diff != "" {
 		t.Fatalf("recovery's events (-want +got):\n%s", diff)
 	}
 	for i, e := range recovery {
@@ -418,8 +418,7 @@ func TestRecoveryNeverRewindsResumedStreams(t *testing.T) {
 			t.Errorf("recovery's event %d has Seq %d, want %d: past every id the dead process may have sent", i, e.Seq, reserved+1+int64(i))
 		}
 	}
-	var lost chat.ErrorInfo
-	if err := json.Unmarshal(recovery[0].Data, &lost); err != nil || lost.Code != chat.EventsLost {
+	if lost, err := runevent.Decode[runevent.Error](recovery[0].Data); err != nil || lost.Code != chat.EventsLost {
 		t.Errorf("the first event after the gap: %s %s; want an error with code %s", recovery[0].Type, recovery[0].Data, chat.EventsLost)
 	}
 	if run := storedRun(t, f.db, r.run.ID); run.LastEventSeq != reserved+4 || run.RecoveredFrom != reserved+1 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -55,7 +56,7 @@ func TestReadersSeeOnlyReservedEvents(t *testing.T) {
 	r.granted(reserveAhead) // what CreateRun stored
 	const n = 3 * reserveAhead
 	for range n {
-		r.emit(EventTextDelta, textData("text", "x"))
+		r.emit(runevent.TypeTextDelta, runevent.EncodeText("x"))
 	}
 	if events, _ := r.Events(0); len(events) != reserveAhead || events[len(events)-1].Seq != reserveAhead {
 		t.Fatalf("the store reserved %d and holds nothing; a reader sees %d events", reserveAhead, len(events))
@@ -99,7 +100,7 @@ func TestReservationKeepsAhead(t *testing.T) {
 	const n = 20 * reserveAhead
 	var seen int64
 	for i := range n {
-		r.emit(EventTextDelta, textData("text", "x"))
+		r.emit(runevent.TypeTextDelta, runevent.EncodeText("x"))
 		if i%97 != 0 {
 			continue
 		}
@@ -128,10 +129,10 @@ func TestReservationKeepsAhead(t *testing.T) {
 // reservation) reads by Seq on both sides of the gap.
 func TestRunWithAGap(t *testing.T) {
 	r := newRun("run", "u", &plan{agentNm: "default", model: "m"}, nil)
-	r.events = []Event{{Seq: 1, Type: EventRunStart}, {Seq: 2, Type: EventStatus}}
+	r.events = []Event{{Seq: 1, Type: runevent.TypeRunStart}, {Seq: 2, Type: runevent.TypeStatus}}
 	r.persisted, r.next = 2, 300
-	r.emit(EventStatus, textData("message", "chatd restarted"))
-	r.emit(EventTextDelta, textData("text", "hi"))
+	r.emit(runevent.TypeStatus, runevent.EncodeStatus("chatd restarted"))
+	r.emit(runevent.TypeTextDelta, runevent.EncodeText("hi"))
 	for _, tc := range []struct {
 		after int64
 		want  []int64

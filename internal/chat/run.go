@@ -2,7 +2,6 @@ package chat
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
@@ -10,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"chatd/internal/agent"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -71,28 +71,10 @@ type Run struct {
 type Outcome struct {
 	Status       string
 	FinishReason string
-	Message      *store.Record // the last assistant record; nil when the run stored none
-	ToolHistory  []ToolHistoryEntry
+	Message      *runevent.Record // the last assistant record; nil when the run stored none
+	ToolHistory  []runevent.ToolHistory
 	Usage        store.Usage
-	Error        *ErrorInfo // the failure of a failed run
-}
-
-// ToolHistoryEntry summarizes one tool call of a run.
-type ToolHistoryEntry struct {
-	ToolCallID string          `json:"tool_call_id"`
-	Name       string          `json:"name"`
-	Arguments  json.RawMessage `json:"arguments"`
-	Success    bool            `json:"success"`
-	Content    string          `json:"content"`
-	DurationMS int64           `json:"duration_ms"`
-	Payload    json.RawMessage `json:"payload,omitempty"`
-}
-
-// ErrorInfo is the error event's data.
-type ErrorInfo struct {
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	Retryable bool   `json:"retryable"`
+	Error        *runevent.Error // the failure of a failed run
 }
 
 // reserveAhead is how many Seqs past its last event a run keeps reserved, at least: a new run starts
@@ -166,7 +148,7 @@ func (r *Run) limit() func() {
 // which may come in any number, unlike the records, calls and results of its turns.
 func droppable(typ string) bool {
 	switch typ {
-	case EventTextDelta, EventReasoningDelta, EventToolCallDelta, EventToolProgress, EventStatus:
+	case runevent.TypeTextDelta, runevent.TypeReasoningDelta, runevent.TypeToolCallDelta, runevent.TypeToolProgress, runevent.TypeStatus:
 		return true
 	}
 	return false

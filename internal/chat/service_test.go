@@ -2,7 +2,6 @@ package chat_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"iter"
 	"log/slog"
@@ -22,6 +21,7 @@ import (
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/llm/openai"
 	"chatd/internal/llm/responses"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
@@ -291,7 +291,7 @@ func checkEnds(t *testing.T, events []chat.Event, outcome, outcomeData, done str
 		t.Fatalf("log too short: %s", types(events))
 	}
 	got := []string{events[n-2].Type, string(events[n-2].Data), events[n-1].Type, string(events[n-1].Data)}
-	want := []string{outcome, outcomeData, chat.EventDone, `{"status":"` + done + `"}`}
+	want := []string{outcome, outcomeData, runevent.TypeDone, `{"status":"` + done + `"}`}
 	if outcomeData == "" { // only the type matters
 		got[1] = ""
 	}
@@ -316,11 +316,11 @@ func text(t *testing.T, events []chat.Event) string {
 	t.Helper()
 	var b strings.Builder
 	for _, e := range events {
-		if e.Type != chat.EventTextDelta {
+		if e.Type != runevent.TypeTextDelta {
 			continue
 		}
-		var d struct{ Text string }
-		if err := json.Unmarshal(e.Data, &d); err != nil {
+		d, err := runevent.Decode[runevent.Text](e.Data)
+		if err != nil {
 			t.Fatalf("text_delta %d: %v", e.Seq, err)
 		}
 		b.WriteString(d.Text)
@@ -449,7 +449,7 @@ func TestCloseWhileStarting(t *testing.T) {
 			continue
 		}
 		events := collect(t, svc, "local", run.RunID)
-		if events[len(events)-1].Type != chat.EventDone || int64(len(events)) != stored.LastEventSeq {
+		if events[len(events)-1].Type != runevent.TypeDone || int64(len(events)) != stored.LastEventSeq {
 			t.Errorf("run %s does not end with done, or its log is not all stored", run.RunID)
 		}
 	}
@@ -517,7 +517,7 @@ func TestPanicEndsOnlyTheRun(t *testing.T) {
 	}
 	events := collect(t, svc, "local", run.RunID)
 	n := len(events)
-	if events[n-2].Type != chat.EventError || string(events[n-1].Data) != `{"status":"failed"}` {
+	if events[n-2].Type != runevent.TypeError || string(events[n-1].Data) != `{"status":"failed"}` {
 		t.Fatalf("last events: %s %s", events[n-2].Type, events[n-1].Data)
 	}
 	if r, err := db.Run(t.Context(), "local", run.RunID); err != nil || r.Status != store.RunFailed {

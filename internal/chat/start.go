@@ -17,6 +17,7 @@ import (
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -387,7 +388,7 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 		p.session, p.newSession = sr.NewSession, nil
 	}
 	run.granted(sr.ReservedSeq)
-	run.emit(EventRunStart, mustJSON(runStartData{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
+	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
 	s.launch(run, first)
 	return &Started{RunID: run.ID, SessionID: run.SessionID, Status: store.RunRunning}, nil
 }
@@ -420,7 +421,7 @@ func (s *Service) launch(run *Run, first *store.Record) {
 	runCtx, stop := context.WithTimeoutCause(runCtx, lim, &agent.LimitError{Code: "run_timeout",
 		Message: fmt.Sprintf("the run passed chatd's time limit of %s; what it said is kept", lim)})
 	run.setRunning(runCtx, cancel)
-	run.emit(EventRecord, mustJSON(recordData{Message: first}))
+	run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
 	go func() { // counted by admit or startQueued
 		defer s.wg.Done()
 		defer cancel(nil)

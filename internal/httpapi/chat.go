@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"chatd/internal/chat"
+	"chatd/internal/runevent"
 	"chatd/internal/sse"
 	"chatd/internal/store"
 )
@@ -180,14 +181,14 @@ func (s *server) follow(w http.ResponseWriter, r *http.Request, runID string, af
 
 // batchResponse is the answer of POST /v1/chat.
 type batchResponse struct {
-	SessionID    string                  `json:"session_id"`
-	RunID        string                  `json:"run_id"`
-	Status       string                  `json:"status"`
-	Message      *store.Record           `json:"message"`
-	ToolHistory  []chat.ToolHistoryEntry `json:"tool_history"`
-	Usage        store.Usage             `json:"usage"`
-	FinishReason string                  `json:"finish_reason"`
-	Error        *chat.ErrorInfo         `json:"error,omitempty"`
+	SessionID    string                 `json:"session_id"`
+	RunID        string                 `json:"run_id"`
+	Status       string                 `json:"status"`
+	Message      *runevent.Record       `json:"message"`
+	ToolHistory  []runevent.ToolHistory `json:"tool_history"`
+	Usage        runevent.Usage         `json:"usage"`
+	FinishReason string                 `json:"finish_reason"`
+	Error        *runevent.Error        `json:"error,omitempty"`
 }
 
 // chatBatch starts a run and answers when it has ended. A failed run answers 502 (upstream) or 500 with
@@ -215,6 +216,6 @@ func (s *server) chatBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, status, batchResponse{
 		SessionID: st.SessionID, RunID: st.RunID, Status: o.Status, Message: o.Message,
-		ToolHistory: o.ToolHistory, Usage: o.Usage, FinishReason: o.FinishReason, Error: o.Error,
+		ToolHistory: o.ToolHistory, Usage: runevent.UsageOf(o.Usage), FinishReason: o.FinishReason, Error: o.Error,
 	})
 }

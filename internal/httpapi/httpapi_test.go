@@ -22,6 +22,7 @@ import (
 	"chatd/internal/httpapi"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/provider"
+	"chatd/internal/runevent"
 	"chatd/internal/sse"
 	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
@@ -277,7 +278,7 @@ func TestBatch(t *testing.T) {
 		RunID        string `json:"run_id"`
 		Status       string
 		Message      store.Record
-		ToolHistory  []chat.ToolHistoryEntry `json:"tool_history"`
+		ToolHistory  []runevent.ToolHistory `json:"tool_history"`
 		Usage        store.Usage
 		FinishReason string `json:"finish_reason"`
 	}

@@ -1,0 +1,48 @@
+package httpapi
+
+import (
+	"strings"
+	"testing"
+
+	"chatd/internal/chat"
+	"chatd/internal/runevent"
+)
+
+// TestUIConverterRefusesBadData: an event whose data does not decode is an error that ends the stream,
+// not a chunk with empty fields.
+func TestUIConverterRefusesBadData(t *testing.T) {
+	for _, ev := range []chat.Event{
+		{Seq: 1, Type: runevent.TypeRunStart, Data: []byte(`{"run_id":`)},
+		{Seq: 1, Type: runevent.TypeTextDelta, Data: []byte(`{"text":"\x"}`)},
+		{Seq: 1, Type: runevent.TypeReasoningDelta, Data: []byte(`{"text":7}`)},
+		{Seq: 1, Type: runevent.TypeToolCallDelta, Data: []byte(`{"index":"0"}`)},
+		{Seq: 1, Type: runevent.TypeToolStart, Data: []byte(`[]`)},
+		{Seq: 1, Type: runevent.TypeToolProgress, Data: []byte(`{"progress":"half"}`)},
+		{Seq: 1, Type: runevent.TypeToolComplete, Data: []byte(`{"success":"yes"}`)},
+		{Seq: 1, Type: runevent.TypeUsage, Data: []byte(`{"input_tokens":"many"}`)},
+		{Seq: 1, Type: runevent.TypeComplete, Data: []byte(`{"tool_history":{}}`)},
+		{Seq: 1, Type: runevent.TypeError, Data: []byte(`{"message":1}`)},
+		{Seq: 1, Type: runevent.TypeCancelled, Data: []byte(`nope`)},
+		{Seq: 1, Type: runevent.TypeDone, Data: []byte(`{"status":false}`)},
+		{Seq: 1, Type: "no_such_event", Data: []byte(`{}`)},
+	} {
+		c := uiConverter{messageID: "msg_x"}
+		if err := c.event(ev); err == nil {
+			t.Errorf("%s %s: no error; wrote %q", ev.Type, ev.Data, c.buf)
+		}
+	}
+	// The same types with good data convert.
+	c := uiConverter{messageID: "msg_x"}
+	for _, ev := range []chat.Event{
+		{Seq: 1, Type: runevent.TypeRunStart, Data: runevent.Encode(runevent.RunStart{RunID: "r"})},
+		{Seq: 2, Type: runevent.TypeTextDelta, Data: runevent.EncodeText("hi")},
+		{Seq: 3, Type: runevent.TypeDone, Data: runevent.Encode(runevent.Done{Status: "completed"})},
+	} {
+		if err := c.event(ev); err != nil {
+			t.Fatalf("%s: %v", ev.Type, err)
+		}
+	}
+	if got := string(c.buf); !strings.Contains(got, `"delta":"hi"`) || !strings.HasSuffix(got, "data: [DONE]\n\n") {
+		t.Errorf("converted %q", got)
+	}
+}

@@ -1,0 +1,104 @@
+package runevent
+
+import (
+	"encoding/json"
+	"time"
+
+	"chatd/internal/store"
+)
+
+// Record is the API's shape of a stored record: a user message, an assistant turn, a tool result or a
+// system note. What providers need back verbatim (replay parts), the parent of a tool record and the
+// order within the session are storage matters and are not part of it.
+type Record struct {
+	ID           string          `json:"id"`
+	SessionID    string          `json:"session_id"`
+	RunID        string          `json:"run_id,omitempty"`
+	Role         string          `json:"role"`
+	Content      string          `json:"content"`
+	Attachments  []Attachment    `json:"attachments,omitempty"`
+	Reasoning    string          `json:"reasoning,omitempty"`
+	ToolCalls    []ToolCall      `json:"tool_calls,omitempty"`
+	ToolCallID   string          `json:"tool_call_id,omitempty"`
+	Name         string          `json:"name,omitempty"`
+	Success      *bool           `json:"success,omitempty"`
+	DurationMS   *int64          `json:"duration_ms,omitempty"`
+	Payload      json.RawMessage `json:"payload,omitempty"`
+	Model        string          `json:"model,omitempty"`
+	FinishReason string          `json:"finish_reason,omitempty"`
+	Usage        *Usage          `json:"usage,omitempty"`
+	CreatedAt    time.Time       `json:"created_at"`
+	// SummaryThrough: of a summary, the id of the last record it replaces in what models are sent.
+	SummaryThrough string `json:"summary_through,omitempty"`
+	// Retracts: of a regeneration marker, the id of the user record whose answer it retracts.
+	Retracts string `json:"retracts,omitempty"`
+}
+
+// Attachment is binary content of a record; Data is base64 in JSON.
+type Attachment struct {
+	MediaType string `json:"media_type"`
+	Name      string `json:"name,omitempty"`
+	Data      []byte `json:"data"`
+}
+
+// ToolCall is one call an assistant record made. Arguments is a JSON object.
+type ToolCall struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// Usage counts tokens: of one model call, of a record's call, or a run's sum.
+type Usage struct {
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	CacheReadTokens  int64 `json:"cache_read_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	ReasoningTokens  int64 `json:"reasoning_tokens"`
+}
+
+// UsageOf returns the API's shape of store usage.
+func UsageOf(u store.Usage) Usage {
+	return Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens,
+		CacheWriteTokens: u.CacheWriteTokens, ReasoningTokens: u.ReasoningTokens}
+}
+
+// RecordOf returns the API's shape of a stored record; nil for nil. Slices and bytes are shared with r,
+// which must not change afterwards.
+func RecordOf(r *store.Record) *Record {
+	if r == nil {
+		return nil
+	}
+	out := &Record{
+		ID: r.ID, SessionID: r.SessionID, RunID: r.RunID, Role: r.Role, Content: r.Content, Reasoning: r.Reasoning,
+		ToolCallID: r.ToolCallID, Name: r.Name, Success: r.Success, DurationMS: r.DurationMS, Payload: r.Payload,
+		Model: r.Model, FinishReason: r.FinishReason, CreatedAt: r.CreatedAt, SummaryThrough: r.SummaryThrough,
+		Retracts: r.Retracts,
+	}
+	if len(r.Attachments) > 0 {
+		out.Attachments = make([]Attachment, len(r.Attachments))
+		for i, a := range r.Attachments {
+			out.Attachments[i] = Attachment{MediaType: a.MediaType, Name: a.Name, Data: a.Data}
+		}
+	}
+	if len(r.ToolCalls) > 0 {
+		out.ToolCalls = make([]ToolCall, len(r.ToolCalls))
+		for i, c := range r.ToolCalls {
+			out.ToolCalls[i] = ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}
+		}
+	}
+	if r.Usage != nil {
+		u := UsageOf(*r.Usage)
+		out.Usage = &u
+	}
+	return out
+}
+
+// Records returns the API's shape of stored records.
+func Records(rs []store.Record) []Record {
+	out := make([]Record, len(rs))
+	for i := range rs {
+		out[i] = *RecordOf(&rs[i])
+	}
+	return out
+}

@@ -1,0 +1,218 @@
+package runevent_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"chatd/internal/runevent"
+	"chatd/internal/store"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/events.golden")
+
+// TestEventsGolden pins the data of every event type, as clients see it, and checks that each decodes
+// back to what was encoded.
+func TestEventsGolden(t *testing.T) {
+	ok, ms := true, int64(12)
+	at := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	rec := runevent.RecordOf(&store.Record{
+		ID: "rec_2", SessionID: "ses_1", RunID: "run_1", Role: store.RoleAssistant, Content: "Let me check.",
+		Reasoning: "The user wants the time.", Model: "openai/gpt-4o-mini", FinishReason: "tool_calls",
+		ToolCalls: []store.ToolCall{{ID: "call_a", Name: "current_time", Arguments: json.RawMessage(`{"timezone":"Europe/Paris"}`)}},
+		Usage:     &store.Usage{InputTokens: 42, OutputTokens: 8}, CreatedAt: at,
+		Replay:   &store.Replay{Model: "openai/gpt-4o-mini", Parts: []store.ReplayPart{{Kind: store.PartText, Text: "x"}}},
+		ParentID: "never shown", Seq: 7,
+	})
+	toolRec := runevent.RecordOf(&store.Record{
+		ID: "rec_3", SessionID: "ses_1", RunID: "run_1", Role: store.RoleTool, ToolCallID: "call_a", Name: "current_time",
+		Content: `{"time":"10:00"}`, Success: &ok, DurationMS: &ms, Payload: json.RawMessage(`{"time":"10:00"}`),
+		Attachments: []store.Attachment{{MediaType: "image/png", Name: "dot.png", Data: []byte{0x89, 'P', 'N', 'G'}}},
+		CreatedAt:   at,
+	})
+	history := []runevent.ToolHistory{{ToolCallID: "call_a", Name: "current_time", Arguments: json.RawMessage(`{"timezone":"Europe/Paris"}`),
+		Success: true, Content: `{"time":"10:00"}`, DurationMS: 12, Payload: json.RawMessage(`{"time":"10:00"}`)}}
+	var out bytes.Buffer
+	check := func(typ string, data []byte, roundTrip func([]byte) (any, error), want any) {
+		t.Helper()
+		fmt.Fprintf(&out, "event: %s\ndata: %s\n\n", typ, data)
+		if !json.Valid(data) {
+			t.Errorf("%s: not JSON: %s", typ, data)
+		}
+		got, err := roundTrip(data)
+		if err != nil {
+			t.Errorf("%s: %v", typ, err)
+		} else if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: decoded differs (-want +got):\n%s", typ, diff)
+		}
+	}
+	events := []struct {
+		typ  string
+		data any
+	}{
+		{runevent.TypeRunStart, runevent.RunStart{RunID: "run_1", SessionID: "ses_1", Model: "openai/gpt-4o-mini", Agent: "default"}},
+		{runevent.TypeRecord, runevent.RecordEvent{Message: rec}},
+		{runevent.TypeToolCallDelta, runevent.ToolCallDelta{Index: 0, ID: "call_a", Name: "current_time", ArgumentsDelta: `{"timezone":"Eu`}},
+		{runevent.TypeToolStart, runevent.ToolStart{ToolCallID: "call_a", Name: "current_time", Arguments: json.RawMessage(`{"timezone":"Europe/Paris"}`)}},
+		{runevent.TypeToolProgress, runevent.ToolProgress{ToolCallID: "call_a", Progress: 1, Total: 4, Message: "fetching"}},
+		{runevent.TypeToolComplete, runevent.ToolComplete{ToolCallID: "call_a", Name: "current_time", Success: true,
+			Content: `{"time":"10:00"}`, DurationMS: 12, Payload: json.RawMessage(`{"time":"10:00"}`)}},
+		{runevent.TypeRecord, runevent.RecordEvent{Message: toolRec}},
+		{runevent.TypeUsage, runevent.UsageEvent{Model: "openai/gpt-4o-mini", Usage: runevent.Usage{InputTokens: 42, OutputTokens: 8, CacheReadTokens: 3}}},
+		{runevent.TypeComplete, runevent.Complete{Message: rec, FinishReason: "stop", Usage: runevent.Usage{InputTokens: 84, OutputTokens: 23},
+			ToolHistory: history, SuggestedValues: []json.RawMessage{}, SuggestedActions: []json.RawMessage{}, Payloads: []json.RawMessage{}}},
+		{runevent.TypeError, runevent.Error{Code: "upstream_auth", Message: "openai: auth (HTTP 401)", Retryable: false}},
+		{runevent.TypeCancelled, runevent.Cancelled{Reason: "the user stopped the run"}},
+		{runevent.TypeDone, runevent.Done{Status: "completed"}},
+	}
+	for _, e := range events {
+		switch d := e.data.(type) {
+		case runevent.RunStart:
+			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.RunStart](b) }, d)
+		case runevent.RecordEvent:
+			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.RecordEvent](b) }, d)
+		case runevent.ToolCallDelta:
+			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.ToolCallDelta](b) }, d)
+		case runevent.ToolStart:
+			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.ToolStart](b) }, d)
+		case runevent.ToolProgress:
+			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.ToolProgress](b) }, d)
+		case runevent.ToolComplete:
+			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.ToolComplete](b) }, d)
+		case runevent.UsageEvent:
+			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.UsageEvent](b) }, d)
+		case runevent.Complete:
+			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.Complete](b) }, d)
+		case runevent.Error:
+			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.Error](b) }, d)
+		case runevent.Cancelled:
+			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.Cancelled](b) }, d)
+		case runevent.Done:
+			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.Done](b) }, d)
+		default:
+			t.Fatalf("no case for %T", d)
+		}
+	}
+	text := func(b []byte) (any, error) { return runevent.Decode[runevent.Text](b) }
+	check(runevent.TypeStatus, runevent.EncodeStatus("Thinking…"), func(b []byte) (any, error) { return runevent.Decode[runevent.Status](b) },
+		runevent.Status{Message: "Thinking…"})
+	check(runevent.TypeTextDelta, runevent.EncodeText("In Paris it is \"10:00\"\n"), text, runevent.Text{Text: "In Paris it is \"10:00\"\n"})
+	check(runevent.TypeReasoningDelta, runevent.EncodeText("The user wants…"), text, runevent.Text{Text: "The user wants…"})
+
+	path := filepath.Join("testdata", "events.golden")
+	if *update {
+		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), out.String()); diff != "" {
+		t.Errorf("event data changed (-golden +now); run with -update if that is meant:\n%s", diff)
+	}
+}
+
+// TestDecodeError: data that is not the type's JSON is an error, never a zero value.
+func TestDecodeError(t *testing.T) {
+	for _, data := range []string{``, `{`, `[]`, `{"status":1}`, `"done"`} {
+		if _, err := runevent.Decode[runevent.Done]([]byte(data)); err == nil {
+			t.Errorf("Decode[Done](%q): no error", data)
+		}
+	}
+}
+
+// TestRawText: the text of a delta as a JSON string — a slice of what EncodeText wrote, and the same
+// string re-encoded for data written some other way; anything else is ErrNotText.
+func TestRawText(t *testing.T) {
+	for _, c := range []struct{ data, want string }{
+		{`{"text":"hi"}`, `"hi"`},
+		{`{"text":""}`, `""`},
+		{`{"text":"a\"b\\"}`, `"a\"b\\"`},
+		{`{"text":"\\"}`, `"\\"`},
+		{`{ "text": "spaced" }`, `"spaced"`},
+		{`{"text":"x","extra":1}`, `"x"`},
+		{`{"text":"a\u00e9"}`, `"a\u00e9"`},
+		{`{"text":"\x"}`, `ErrNotText`},
+		{`{"text":"\u00"}`, `ErrNotText`},
+		{"{\"text\":\"a\tb\"}", `ErrNotText`},
+	} {
+		if c.want == "ErrNotText" {
+			if _, err := runevent.RawText([]byte(c.data)); !errors.Is(err, runevent.ErrNotText) {
+				t.Errorf("RawText(%s): %v, want ErrNotText", c.data, err)
+			}
+			continue
+		}
+		got, err := runevent.RawText([]byte(c.data))
+		if err != nil || string(got) != c.want {
+			t.Errorf("RawText(%s) = %s, %v; want %s", c.data, got, err, c.want)
+		}
+	}
+	for _, data := range []string{``, `{"text":"open}`, `{"text":"a"b"}`, `{"text":1}`, `{"text":"\"}`} {
+		if _, err := runevent.RawText([]byte(data)); !errors.Is(err, runevent.ErrNotText) {
+			t.Errorf("RawText(%s): %v, want ErrNotText", data, err)
+		}
+	}
+}
+
+// FuzzEncodeText checks the per-token encoder against encoding/json — both decode to the same string —
+// and that RawText gives back that string without decoding.
+func FuzzEncodeText(f *testing.F) {
+	for _, s := range []string{"", "hello", `quote " and \ backslash`, "tab\tnew\nline\r", "\x00\x1f\x7f", "é🙂",
+		"\u2028\u2029", "bad \xff utf8 \xc3", "<script>&</script>", `\`, `\"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		data := runevent.EncodeText(s)
+		got, err := runevent.Decode[runevent.Text](data)
+		if err != nil {
+			t.Fatalf("EncodeText(%q) = %s: %v", s, data, err)
+		}
+		std, _ := json.Marshal(s)
+		var want string
+		json.Unmarshal(std, &want)
+		if got.Text != want {
+			t.Fatalf("EncodeText(%q) decodes to %q, encoding/json to %q", s, got.Text, want)
+		}
+		raw, err := runevent.RawText(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back string
+		if err := json.Unmarshal(raw, &back); err != nil || back != want {
+			t.Fatalf("RawText(%s) = %s (%q, %v), want %q", data, raw, back, err, want)
+		}
+	})
+}
+
+// FuzzRawText: whatever the data, RawText either refuses it or returns a JSON string that decodes to
+// the text encoding/json finds in it.
+func FuzzRawText(f *testing.F) {
+	for _, s := range []string{`{"text":"hi"}`, `{"text":"\u00e9\n"}`, `{"text":"\x"}`, `{"text":"a\"}`, `{"text":1}`, `{}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		raw, err := runevent.RawText(data)
+		if err != nil {
+			return
+		}
+		want, err := runevent.Decode[runevent.Text](data)
+		if err != nil {
+			t.Fatalf("RawText(%s) = %s, but encoding/json refuses the data: %v", data, raw, err)
+		}
+		var got string
+		if err := json.Unmarshal(raw, &got); err != nil || got != want.Text {
+			t.Fatalf("RawText(%s) = %s (%q, %v), want %q", data, raw, got, err, want.Text)
+		}
+	})
+}
