@@ -71,7 +71,7 @@ func TestDependencies(t *testing.T) {
 			"chatd/internal/store", "chatd/internal/tool"},
 		"chatd/internal/httpapi": {"chatd/internal/chat", "chatd/internal/agent", "chatd/internal/prompt", "chatd/internal/llm",
 			"chatd/internal/runevent", "chatd/internal/store",
-			"chatd/internal/tool", "chatd/internal/sse", "chatd/internal/mcpclient"},
+			"chatd/internal/tool", "chatd/internal/sse"},
 		"chatd/internal/mcpclient": {"chatd/internal/tool"},
 		"chatd/internal/fetchurl":  {"chatd/internal/tool"},
 	}

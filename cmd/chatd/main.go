@@ -145,7 +145,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 
 	srv := &http.Server{
 		Addr: cfg.Addr,
-		Handler: httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, MCP: mcps, Logger: log,
+		Handler: httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, MCPServers: mcpServers(mcps), Logger: log,
 			AllowedHosts: cfg.AllowedHosts, Models: catalog(providers), DefaultModel: cfg.Model, UI: ui,
 			MaxBodyBytes: lim.BodyBytes, MaxChatBodyBytes: lim.ChatBodyBytes}),
 		// No ReadTimeout: it would end every stream that outlives it. The API bounds the reading of each
@@ -184,6 +184,22 @@ func shutdown(srv *http.Server, chats *chat.Service, drainTimeout time.Duration,
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// mcpServers reports the MCP servers' states in the API's shape; nil when there are none.
+func mcpServers(m *mcpclient.Manager) func() []httpapi.MCPServer {
+	if m == nil {
+		return nil
+	}
+	return func() []httpapi.MCPServer {
+		var out []httpapi.MCPServer
+		for _, s := range m.Servers() {
+			out = append(out, httpapi.MCPServer{Name: s.Name, Transport: s.Transport, State: s.State, Tools: s.Tools,
+				LastError: s.LastError, LastErrorAt: s.LastErrorAt, ConnectedAt: s.ConnectedAt, Attempts: s.Attempts,
+				PID: s.PID, Protocol: s.Protocol})
+		}
+		return out
+	}
 }
 
 // startMCP starts the MCP servers of the mcpServers file at path ("": none). Servers connect in

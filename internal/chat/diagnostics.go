@@ -22,23 +22,23 @@ const keptDiagnostics = 64
 // most recent runs only (keptDiagnostics): not across a restart, and not for another chatd instance's
 // runs.
 type Diagnostics struct {
-	RunID         string         `json:"run_id"`
-	SessionID     string         `json:"session_id"`
-	Agent         string         `json:"agent"`
-	Model         string         `json:"model"` // provider/model of the latest call (a fallback's, when one answered)
-	SystemPrompt  string         `json:"system_prompt"`
-	Tools         []string       `json:"tools"`
-	Temperature   *float64       `json:"temperature,omitempty"`
-	MaxTokens     int            `json:"max_tokens,omitempty"`
-	MaxIterations int            `json:"max_iterations,omitempty"`
-	Context       map[string]any `json:"context,omitempty"`
+	RunID         string
+	SessionID     string
+	Agent         string
+	Model         string // provider/model of the latest call (a fallback's, when one answered)
+	SystemPrompt  string
+	Tools         []string
+	Temperature   *float64
+	MaxTokens     int
+	MaxIterations int
+	Context       map[string]any
 	// ModelCalls counts the calls sent so far, retries and continuations included.
-	ModelCalls int `json:"model_calls"`
+	ModelCalls int
 	// Request is the JSON body of the latest model call; null before the first call, when the
 	// provider cannot show its body, or when it was too large to keep (RequestOmitted says so).
-	Request json.RawMessage `json:"request"`
+	Request json.RawMessage
 	// RequestOmitted says why Request is null although the run called its model.
-	RequestOmitted string `json:"request_omitted,omitempty"`
+	RequestOmitted string
 }
 
 // diagnostics keeps the latest request of recent runs.

@@ -34,13 +34,13 @@ func (s *Service) RunInfo(ctx context.Context, user, id string) (*store.Run, err
 
 // CancelResult says what a cancel did.
 type CancelResult struct {
-	RunID string `json:"run_id"`
+	RunID string
 	// Status is "cancelling" for a running run that was asked to stop, "cancelled" for a queued run
 	// (ended at once), or the status of a run that had already ended.
-	Status string `json:"status"`
+	Status string
 	// AlreadyEnded reports a run that had ended before: the cancel did nothing.
-	AlreadyEnded bool   `json:"already_ended"`
-	Message      string `json:"message"`
+	AlreadyEnded bool
+	Message      string
 }
 
 // Cancel stops one of the user's runs: the model call and the running tools stop, the partial answer is

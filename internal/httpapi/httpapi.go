@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"chatd/internal/chat"
-	"chatd/internal/mcpclient"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
@@ -26,9 +25,9 @@ type Options struct {
 	Chat  *chat.Service
 	Store store.Store
 	Tools *tool.Registry
-	// MCP reports the MCP servers (GET /v1/mcp/servers); nil lists none.
-	MCP    *mcpclient.Manager
-	Logger *slog.Logger
+	// MCPServers reports the MCP servers (GET /v1/mcp/servers); nil lists none.
+	MCPServers func() []MCPServer
+	Logger     *slog.Logger
 	// Models lists the providers' models (GET /v1/models); nil lists none.
 	Models Catalog
 	// DefaultModel is the model of requests that name none.

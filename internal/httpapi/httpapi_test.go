@@ -237,7 +237,7 @@ func checkStored(t *testing.T, e *env, sessionID string) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("messages: %d %s", resp.StatusCode, raw)
 	}
-	var got struct{ Messages []store.Record }
+	var got struct{ Messages []runevent.Record }
 	if err := json.Unmarshal(raw, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestBatch(t *testing.T) {
 		SessionID    string `json:"session_id"`
 		RunID        string `json:"run_id"`
 		Status       string
-		Message      store.Record
+		Message      runevent.Record
 		ToolHistory  []runevent.ToolHistory `json:"tool_history"`
 		Usage        store.Usage
 		FinishReason string `json:"finish_reason"`
@@ -366,7 +366,10 @@ func TestSessionsCRUD(t *testing.T) {
 	if resp.StatusCode != 201 {
 		t.Fatalf("%d %s", resp.StatusCode, raw)
 	}
-	var s store.Session
+	var s struct {
+		ID, Title, Agent string
+		Metadata         json.RawMessage
+	}
 	json.Unmarshal(raw, &s)
 	if s.ID == "" || s.Title != "First" || s.Agent != "default" || string(s.Metadata) != `{"team":"support"}` {
 		t.Fatalf("created %s", raw)
@@ -379,7 +382,7 @@ func TestSessionsCRUD(t *testing.T) {
 	for range 5 {
 		_, raw := e.do(t, "GET", "/v1/sessions?limit=3&cursor="+cursor, "")
 		var page struct {
-			Sessions   []store.Session
+			Sessions   []struct{ Title string }
 			NextCursor string `json:"next_cursor"`
 		}
 		json.Unmarshal(raw, &page)

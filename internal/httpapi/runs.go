@@ -12,7 +12,7 @@ func (s *server) getRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, run)
+	return writeJSON(w, http.StatusOK, runOf(run))
 }
 
 // runEvents replays a run's events after Last-Event-ID (or ?after=N), then follows it live until done.
@@ -53,7 +53,7 @@ func (s *server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	if res.AlreadyEnded {
 		status = http.StatusOK
 	}
-	return writeJSON(w, status, res)
+	return writeJSON(w, status, cancelOf(res))
 }
 
 // runDiagnostics answers GET /v1/runs/{id}/diagnostics.
@@ -62,5 +62,5 @@ func (s *server) runDiagnostics(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, d)
+	return writeJSON(w, http.StatusOK, diagnosticsOf(d))
 }

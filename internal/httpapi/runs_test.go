@@ -19,7 +19,7 @@ import (
 	"chatd/internal/httpapi"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/sse"
-	"chatd/internal/store"
+	"chatd/internal/runevent"
 )
 
 // openStream starts a streamed send (or any SSE GET when body is "") and returns the response and an
@@ -76,10 +76,10 @@ func text(events []event) string {
 	return b.String()
 }
 
-func lastRecord(t *testing.T, e *env, sessionID string) store.Record {
+func lastRecord(t *testing.T, e *env, sessionID string) runevent.Record {
 	t.Helper()
 	_, raw := e.do(t, "GET", "/v1/sessions/"+sessionID+"/messages", "")
-	var got struct{ Messages []store.Record }
+	var got struct{ Messages []runevent.Record }
 	if err := json.Unmarshal(raw, &got); err != nil || len(got.Messages) == 0 {
 		t.Fatalf("messages: %s %v", raw, err)
 	}
@@ -179,11 +179,16 @@ func TestCancelMidStream(t *testing.T) {
 		t.Errorf("second cancel: %d %s", r.StatusCode, raw)
 	}
 	r, raw = e.do(t, "GET", "/v1/runs/"+runID, "")
-	var run store.Run
+	var run struct {
+		Status, Model string
+		SessionID     string     `json:"session_id"`
+		EndedAt       *time.Time `json:"ended_at"`
+		LastEventID   int64      `json:"last_event_id"`
+	}
 	if err := json.Unmarshal(raw, &run); err != nil || r.StatusCode != 200 {
 		t.Fatalf("run: %d %s", r.StatusCode, raw)
 	}
-	if run.Status != "cancelled" || run.EndedAt == nil || run.LastEventSeq != int64(n) || run.SessionID != sessionID || run.Model != "openai/gpt-4o-mini" {
+	if run.Status != "cancelled" || run.EndedAt == nil || run.LastEventID != int64(n) || run.SessionID != sessionID || run.Model != "openai/gpt-4o-mini" {
 		t.Errorf("run after cancel = %s", raw)
 	}
 	if r, raw := e.do(t, "POST", "/v1/runs/nope/cancel", ""); r.StatusCode != 404 || !strings.Contains(string(raw), "run_not_found") {
@@ -269,7 +274,7 @@ func TestOnActiveRun(t *testing.T) {
 	}
 
 	_, raw = e.do(t, "GET", "/v1/sessions/"+sessionID+"/messages", "")
-	var got struct{ Messages []store.Record }
+	var got struct{ Messages []runevent.Record }
 	json.Unmarshal(raw, &got)
 	var seq []string
 	for _, m := range got.Messages {

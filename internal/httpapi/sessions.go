@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -63,7 +64,7 @@ func (s *server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.Store.CreateSession(r.Context(), user(r.Context()), sess); err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusCreated, sess)
+	return writeJSON(w, http.StatusCreated, sessionOf(sess))
 }
 
 func (s *server) listSessions(w http.ResponseWriter, r *http.Request) error {
@@ -83,10 +84,11 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if list == nil {
-		list = []store.Session{}
+	out := make([]sessionJSON, len(list))
+	for i := range list {
+		out[i] = sessionOf(&list[i])
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"sessions": list, "next_cursor": next})
+	return writeJSON(w, http.StatusOK, map[string]any{"sessions": out, "next_cursor": next})
 }
 
 func (s *server) getSession(w http.ResponseWriter, r *http.Request) error {
@@ -94,7 +96,7 @@ func (s *server) getSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return sessionErr(err, r)
 	}
-	return writeJSON(w, http.StatusOK, sess)
+	return writeJSON(w, http.StatusOK, sessionOf(sess))
 }
 
 func (s *server) updateSession(w http.ResponseWriter, r *http.Request) error {
@@ -112,7 +114,7 @@ func (s *server) updateSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return sessionErr(err, r)
 	}
-	return writeJSON(w, http.StatusOK, sess)
+	return writeJSON(w, http.StatusOK, sessionOf(sess))
 }
 
 func (s *server) deleteSession(w http.ResponseWriter, r *http.Request) error {
@@ -133,10 +135,7 @@ func (s *server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return sessionErr(err, r)
 	}
-	if recs == nil {
-		recs = []store.Record{}
-	}
-	return writeJSON(w, http.StatusOK, map[string]any{"messages": recs})
+	return writeJSON(w, http.StatusOK, map[string]any{"messages": runevent.Records(recs)})
 }
 
 // sessionErr names the session a not-found error is about.

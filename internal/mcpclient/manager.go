@@ -62,19 +62,19 @@ type Manager struct {
 
 // Status is one server's state for GET /v1/mcp/servers. It holds no secret: errors are redacted.
 type Status struct {
-	Name        string     `json:"name"`
-	Transport   string     `json:"transport"`
-	State       string     `json:"state"`
-	Tools       int        `json:"tools"`
-	LastError   string     `json:"last_error,omitempty"`
-	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
-	ConnectedAt *time.Time `json:"connected_at,omitempty"`
+	Name        string
+	Transport   string
+	State       string
+	Tools       int
+	LastError   string
+	LastErrorAt *time.Time
+	ConnectedAt *time.Time
 	// Attempts counts the connection attempts since start-up.
-	Attempts int `json:"attempts"`
+	Attempts int
 	// PID is a stdio server's process id while it runs.
-	PID int `json:"pid,omitempty"`
+	PID int
 	// Protocol is the protocol version the server agreed on.
-	Protocol string `json:"protocol_version,omitempty"`
+	Protocol string
 }
 
 // New prepares a Manager for servers; Start connects them.

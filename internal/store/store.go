@@ -53,12 +53,12 @@ const (
 
 // Session is one conversation.
 type Session struct {
-	ID        string          `json:"id"`
-	Title     string          `json:"title"`
-	Agent     string          `json:"agent"`
-	Metadata  json.RawMessage `json:"metadata"`
-	CreatedAt time.Time       `json:"created_at"`
-	UpdatedAt time.Time       `json:"updated_at"`
+	ID        string
+	Title     string
+	Agent     string
+	Metadata  json.RawMessage
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // SessionPatch changes the non-nil fields of a session.
@@ -106,45 +106,45 @@ func (u *Usage) Add(v Usage) {
 }
 
 // Record is one stored message of a session: a user message, an assistant turn (text, reasoning, tool
-// calls), the result of one tool call, or a system note. Its JSON is the API's record shape.
+// calls), the result of one tool call, or a system note. It has no JSON shape: the API's is runevent.Record.
 type Record struct {
-	ID          string          `json:"id"`
-	SessionID   string          `json:"session_id"`
-	RunID       string          `json:"run_id,omitempty"`
-	Role        string          `json:"role"`
-	Content     string          `json:"content"`
-	Attachments []Attachment    `json:"attachments,omitempty"`
-	Reasoning   string          `json:"reasoning,omitempty"`
-	ToolCalls   []ToolCall      `json:"tool_calls,omitempty"`
-	ToolCallID  string          `json:"tool_call_id,omitempty"`
-	Name        string          `json:"name,omitempty"`
-	Success     *bool           `json:"success,omitempty"`
-	DurationMS  *int64          `json:"duration_ms,omitempty"`
-	Payload     json.RawMessage `json:"payload,omitempty"`
-	Model       string          `json:"model,omitempty"`
+	ID          string
+	SessionID   string
+	RunID       string
+	Role        string
+	Content     string
+	Attachments []Attachment
+	Reasoning   string
+	ToolCalls   []ToolCall
+	ToolCallID  string
+	Name        string
+	Success     *bool
+	DurationMS  *int64
+	Payload     json.RawMessage
+	Model       string
 	// FinishReason of an assistant record: stop, tool_calls, length, content_filter, cancelled, error.
-	FinishReason string    `json:"finish_reason,omitempty"`
-	Usage        *Usage    `json:"usage,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
+	FinishReason string
+	Usage        *Usage
+	CreatedAt    time.Time
 
 	// SummaryThrough is, for a summary (a system record chatd writes when a conversation nears the
 	// model's context window), the id of the last record it replaces in what the model is sent.
-	SummaryThrough string `json:"summary_through,omitempty"`
+	SummaryThrough string
 	// Retracts is, for a regeneration marker (a system record chatd writes when the last answer is
 	// asked for again), the id of the user record whose answer it retracts: the records after that one
 	// and before the marker are left out of what models are sent and of the chat UI's history (see
 	// Current). They stay stored.
-	Retracts string `json:"retracts,omitempty"`
+	Retracts string
 
 	// Replay is, for an assistant record, what the provider that wrote it needs back verbatim on later
 	// turns (thinking signatures, redacted thinking, Gemini thought signatures, OpenAI Responses
 	// reasoning items); nil when there is none. It is opaque to clients and not part of the API shape.
-	Replay *Replay `json:"-"`
+	Replay *Replay
 
 	// ParentID is, for a tool record, the id of the assistant record holding the call it answers.
-	ParentID string `json:"-"`
+	ParentID string
 	// Seq orders the records of a session: 1, 2, 3 … assigned by AppendRecord.
-	Seq int64 `json:"-"`
+	Seq int64
 }
 
 // Current returns a conversation's records as it now stands: without the answers regeneration markers
@@ -205,45 +205,45 @@ type ReplayPart struct {
 // Run is one execution of the agent loop for one user message. A run is created running, or queued
 // behind the session's running run and started later; it ends with one of the terminal statuses.
 type Run struct {
-	ID           string     `json:"id"`
-	SessionID    string     `json:"session_id"`
-	Status       string     `json:"status"`
-	Agent        string     `json:"agent"`
-	Model        string     `json:"model"`
-	FinishReason string     `json:"finish_reason,omitempty"`
-	Error        string     `json:"error,omitempty"`
-	Usage        Usage      `json:"usage"` // of a run not ended yet: the sum of its usage entries so far
-	CreatedAt    time.Time  `json:"created_at"`
-	StartedAt    *time.Time `json:"started_at,omitempty"`
-	EndedAt      *time.Time `json:"ended_at,omitempty"`
+	ID           string
+	SessionID    string
+	Status       string
+	Agent        string
+	Model        string
+	FinishReason string
+	Error        string
+	Usage        Usage // of a run not ended yet: the sum of its usage entries so far
+	CreatedAt    time.Time
+	StartedAt    *time.Time
+	EndedAt      *time.Time
 	// LastEventSeq is the Seq of the run's last stored event (0: none).
-	LastEventSeq int64 `json:"last_event_id"`
+	LastEventSeq int64
 	// RecoveredFrom is, for a run a dead process left running, the Seq of the first event the recovery
 	// appended to its log; 0 otherwise.
-	RecoveredFrom int64 `json:"-"`
+	RecoveredFrom int64
 	// ReservedSeq bounds the Seqs a client may have been sent: the process that runs the run shows a
 	// reader only events up to it, and raises it (CreateRun, StartRun, AppendEvents) before they go
 	// further. Events a crash lost are numbered at most this high, so recovery numbers its own after it
 	// and no id a client saw ever names another event. 0 for runs stored before it was kept.
-	ReservedSeq int64 `json:"-"`
+	ReservedSeq int64
 
 	// UserID is the owner; set by UnfinishedRuns, which reads across users.
-	UserID string `json:"-"`
+	UserID string
 	// IdempotencyKey, when set, is unique among the user's runs.
-	IdempotencyKey string `json:"-"`
+	IdempotencyKey string
 	// RequestHash identifies the request that created the run, so a retry with the same idempotency key
 	// but another request can be told apart.
-	RequestHash string `json:"-"`
+	RequestHash string
 	// Request is the caller's request of a queued run, opaque to the store: what the chat layer needs to
 	// start it later, also after a restart.
-	Request json.RawMessage `json:"-"`
+	Request json.RawMessage
 
 	// NewSession, given to CreateRun, is a session to create in the same transaction as the run (under
 	// SessionID, or an assigned id): a send to a new conversation stores its session, run and message
 	// together or not at all. Nil when the session exists.
-	NewSession *Session `json:"-"`
+	NewSession *Session
 	// Title, given to CreateRun, becomes the session's title in the same transaction when it has none.
-	Title string `json:"-"`
+	Title string
 }
 
 // RunEnd is how a run ended.

@@ -1,0 +1,103 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"time"
+
+	"chatd/internal/chat"
+	"chatd/internal/runevent"
+	"chatd/internal/store"
+)
+
+// The API's JSON shapes of sessions, runs, cancels, diagnostics and MCP servers, each with the one
+// function that makes it from chatd's own type: a change of storage or of chat's types cannot change
+// what clients get without a change here (TestRouteGoldens pins the bytes). Records are
+// runevent.Record: the same shape is in event data.
+
+// sessionJSON is a session as the API shows it.
+type sessionJSON struct {
+	ID        string          `json:"id"`
+	Title     string          `json:"title"`
+	Agent     string          `json:"agent"`
+	Metadata  json.RawMessage `json:"metadata"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+func sessionOf(s *store.Session) sessionJSON {
+	return sessionJSON{ID: s.ID, Title: s.Title, Agent: s.Agent, Metadata: s.Metadata, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+}
+
+// runJSON is a run as the API shows it. LastEventID is the id of its last event a reader may resume
+// after.
+type runJSON struct {
+	ID           string         `json:"id"`
+	SessionID    string         `json:"session_id"`
+	Status       string         `json:"status"`
+	Agent        string         `json:"agent"`
+	Model        string         `json:"model"`
+	FinishReason string         `json:"finish_reason,omitempty"`
+	Error        string         `json:"error,omitempty"`
+	Usage        runevent.Usage `json:"usage"`
+	CreatedAt    time.Time      `json:"created_at"`
+	StartedAt    *time.Time     `json:"started_at,omitempty"`
+	EndedAt      *time.Time     `json:"ended_at,omitempty"`
+	LastEventID  int64          `json:"last_event_id"`
+}
+
+func runOf(r *store.Run) runJSON {
+	return runJSON{ID: r.ID, SessionID: r.SessionID, Status: r.Status, Agent: r.Agent, Model: r.Model,
+		FinishReason: r.FinishReason, Error: r.Error, Usage: runevent.UsageOf(r.Usage), CreatedAt: r.CreatedAt,
+		StartedAt: r.StartedAt, EndedAt: r.EndedAt, LastEventID: r.LastEventSeq}
+}
+
+// cancelJSON answers POST /v1/runs/{id}/cancel.
+type cancelJSON struct {
+	RunID        string `json:"run_id"`
+	Status       string `json:"status"`
+	AlreadyEnded bool   `json:"already_ended"`
+	Message      string `json:"message"`
+}
+
+func cancelOf(c *chat.CancelResult) cancelJSON {
+	return cancelJSON{RunID: c.RunID, Status: c.Status, AlreadyEnded: c.AlreadyEnded, Message: c.Message}
+}
+
+// diagnosticsJSON answers GET /v1/runs/{id}/diagnostics.
+type diagnosticsJSON struct {
+	RunID          string          `json:"run_id"`
+	SessionID      string          `json:"session_id"`
+	Agent          string          `json:"agent"`
+	Model          string          `json:"model"`
+	SystemPrompt   string          `json:"system_prompt"`
+	Tools          []string        `json:"tools"`
+	Temperature    *float64        `json:"temperature,omitempty"`
+	MaxTokens      int             `json:"max_tokens,omitempty"`
+	MaxIterations  int             `json:"max_iterations,omitempty"`
+	Context        map[string]any  `json:"context,omitempty"`
+	ModelCalls     int             `json:"model_calls"`
+	Request        json.RawMessage `json:"request"`
+	RequestOmitted string          `json:"request_omitted,omitempty"`
+}
+
+func diagnosticsOf(d *chat.Diagnostics) diagnosticsJSON {
+	return diagnosticsJSON{RunID: d.RunID, SessionID: d.SessionID, Agent: d.Agent, Model: d.Model,
+		SystemPrompt: d.SystemPrompt, Tools: d.Tools, Temperature: d.Temperature, MaxTokens: d.MaxTokens,
+		MaxIterations: d.MaxIterations, Context: d.Context, ModelCalls: d.ModelCalls, Request: d.Request,
+		RequestOmitted: d.RequestOmitted}
+}
+
+// MCPServer is one MCP server's state for GET /v1/mcp/servers. It holds no secret: LastError is
+// redacted by whoever fills it.
+type MCPServer struct {
+	Name        string     `json:"name"`
+	Transport   string     `json:"transport"`
+	State       string     `json:"state"`
+	Tools       int        `json:"tools"`
+	LastError   string     `json:"last_error,omitempty"`
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+	ConnectedAt *time.Time `json:"connected_at,omitempty"`
+	Attempts    int        `json:"attempts"`
+	PID         int        `json:"pid,omitempty"`
+	Protocol    string     `json:"protocol_version,omitempty"`
+}
