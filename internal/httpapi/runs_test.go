@@ -18,8 +18,8 @@ import (
 
 	"chatd/internal/httpapi"
 	"chatd/internal/llm/llmtest"
-	"chatd/internal/sse"
 	"chatd/internal/runevent"
+	"chatd/internal/sse"
 )
 
 // openStream starts a streamed send (or any SSE GET when body is "") and returns the response and an
