@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"chatd/internal/httpapi"
 	"chatd/internal/llm/llmtest"
@@ -153,4 +154,18 @@ func TestRouteGoldens(t *testing.T) {
 	step("missing_session", "GET", "/v1/sessions/"+sessionID, "")
 	step("missing_run", "GET", "/v1/runs/no-such-run", "")
 	step("bad_body", "POST", "/v1/chat", `{"message":`)
+}
+
+// TestMCPServersGolden pins GET /v1/mcp/servers with a server in every field.
+func TestMCPServersGolden(t *testing.T) {
+	at := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	e := newEnv(t, httpapi.Options{MCPServers: func() []httpapi.MCPServer {
+		return []httpapi.MCPServer{
+			{Name: "everything", Transport: "stdio", State: "connected", Tools: 11, LastError: "exit status 1",
+				LastErrorAt: &at, ConnectedAt: &at, Attempts: 2, PID: 4242, Protocol: "2025-06-18"},
+			{Name: "remote", Transport: "http", State: "connecting", Attempts: 1},
+		}
+	}})
+	resp, raw := e.do(t, "GET", "/v1/mcp/servers", "")
+	golden(t, "mcp_servers_full", fmt.Appendf(nil, "GET /v1/mcp/servers\n%d\nContent-Type: %s\n\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), raw))
 }
