@@ -31,19 +31,20 @@ const APIVersion = "2023-06-01"
 // on, the room left for the answer after the thinking budget.
 const DefaultMaxTokens = 8192
 
-// Options configure a Client. The zero value talks to Anthropic without a key.
-type Options struct {
-	// Name names the provider in errors, and is the Message.Origin whose thinking signatures and
-	// redacted thinking are sent back; default "anthropic".
-	Name    string
-	BaseURL string // the API's root, without /v1; default DefaultBaseURL
-	APIKey  string // sent as x-api-key when set
-	// Headers are sent with every request (anthropic-beta, a proxy's authentication); they may
-	// replace the default anthropic-version.
-	Headers  map[string]string
-	Timeouts upstream.Timeouts
-	// HTTPClient replaces the client built from Timeouts (tests).
-	HTTPClient *http.Client
+// Options configure a Client. The zero value talks to Anthropic without a key. Name, default
+// "anthropic", is the Message.Origin whose thinking signatures and redacted thinking are sent back;
+// BaseURL is the API's root without /v1; the key goes as x-api-key; Headers may replace the default
+// anthropic-version.
+type Options = upstream.Options
+
+// api is how New sets up the endpoint.
+var api = upstream.API{
+	Adapter:        "anthropic",
+	DefaultName:    "anthropic",
+	DefaultBaseURL: DefaultBaseURL,
+	Header:         http.Header{"Anthropic-Version": {APIVersion}},
+	KeyHeader:      "x-api-key",
+	ParseError:     parseError,
 }
 
 // Client streams messages from the Messages API. It is safe for concurrent use.
@@ -60,25 +61,11 @@ var (
 
 // New returns a client for the API at opts.BaseURL.
 func New(opts Options) (*Client, error) {
-	base, _, err := upstream.BaseURL("anthropic", opts.BaseURL, DefaultBaseURL)
+	ep, err := opts.Endpoint(api)
 	if err != nil {
 		return nil, err
 	}
-	name := cmp.Or(opts.Name, "anthropic")
-	header := make(http.Header)
-	header.Set("anthropic-version", APIVersion)
-	for k, v := range opts.Headers {
-		header.Set(k, v)
-	}
-	if opts.APIKey != "" {
-		header.Set("x-api-key", opts.APIKey)
-	}
-	ep := upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
-	ep.Secret = opts.APIKey
-	if opts.HTTPClient != nil {
-		ep.HTTP = opts.HTTPClient
-	}
-	return &Client{name: name, base: base, endpoint: ep}, nil
+	return &Client{name: ep.Provider, base: ep.Base, endpoint: ep}, nil
 }
 
 // Stream sends req and streams the model's answer.

@@ -27,18 +27,19 @@ const DefaultBaseURL = "https://generativelanguage.googleapis.com"
 // modelListLimit bounds one page of the model list; the whole list is a few hundred kilobytes.
 const modelListLimit = 8 << 20
 
-// Options configure a Client.
-type Options struct {
-	// Name names the provider in errors, and is the Origin of the messages it writes: thought
-	// signatures are sent back only to the provider of that name.
-	Name    string
-	BaseURL string // the host root; default DefaultBaseURL
-	APIKey  string // sent as x-goog-api-key, never in the URL
-	Headers map[string]string
-	// Timeouts bound each call; zero values take upstream's defaults.
-	Timeouts upstream.Timeouts
-	// HTTPClient replaces the client built from Timeouts (tests).
-	HTTPClient *http.Client
+// Options configure a Client. The zero value talks to Google without a key. Name, default "gemini", is
+// the Origin of the messages the client writes: thought signatures are sent back only to the provider
+// of that name. BaseURL is the host root; the key goes as x-goog-api-key, never in the URL.
+type Options = upstream.Options
+
+// api is how New sets up the endpoint.
+var api = upstream.API{
+	Adapter:        "gemini",
+	DefaultName:    "gemini",
+	DefaultBaseURL: DefaultBaseURL,
+	KeyHeader:      "x-goog-api-key",
+	ParseError:     parseError,
+	RetryDelay:     retryDelay,
 }
 
 // Client streams Gemini generations. It is safe for concurrent use.
@@ -55,28 +56,11 @@ var (
 
 // New returns a client for the API at opts.BaseURL.
 func New(opts Options) (*Client, error) {
-	base, _, err := upstream.BaseURL("gemini", opts.BaseURL, DefaultBaseURL)
+	ep, err := opts.Endpoint(api)
 	if err != nil {
 		return nil, err
 	}
-	name := opts.Name
-	if name == "" {
-		name = "gemini"
-	}
-	header := make(http.Header)
-	for k, v := range opts.Headers {
-		header.Set(k, v)
-	}
-	if opts.APIKey != "" {
-		header.Set("x-goog-api-key", opts.APIKey)
-	}
-	ep := upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
-	ep.Secret = opts.APIKey
-	ep.RetryDelay = retryDelay
-	if opts.HTTPClient != nil {
-		ep.HTTP = opts.HTTPClient
-	}
-	return &Client{name: name, base: base, ep: ep}, nil
+	return &Client{name: ep.Provider, base: ep.Base, ep: ep}, nil
 }
 
 // Stream sends req and streams the model's answer.
