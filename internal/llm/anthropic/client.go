@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
-	"net/url"
 	"time"
 
 	"chatd/internal/llm"
@@ -103,35 +102,26 @@ func (c *Client) Encode(req *llm.Request) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// maxModelList bounds one page of the model list.
-const maxModelList = 8 << 20
-
 // Models returns the ids of the models the API lists, every page of them.
 func (c *Client) Models(ctx context.Context) ([]string, error) {
-	var names []string
-	after := ""
-	for range 100 { // a bound in case a server keeps saying has_more
-		u := c.base + "/v1/models?limit=1000"
-		if after != "" {
-			u += "&after_id=" + url.QueryEscape(after)
-		}
-		raw, err := c.endpoint.Get(ctx, u, maxModelList)
-		if err != nil {
-			return nil, err
-		}
-		var page modelList
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return nil, &llm.Error{Provider: c.name, Kind: llm.KindStream, Message: "cannot decode the model list", Err: err}
-		}
-		for _, m := range page.Data {
-			names = append(names, m.ID)
-		}
-		if !page.HasMore || page.LastID == "" || page.LastID == after {
-			break
-		}
-		after = page.LastID
+	return c.endpoint.Models(ctx, upstream.ModelList{URL: c.base + "/v1/models?limit=1000", Cursor: "after_id",
+		Decode: decodeModels, MaxPages: 100})
+}
+
+// decodeModels reads a page of the model list: while has_more, its last_id asks for the next page.
+// An id is listed as the server sends it: it is what the API takes back as "model".
+func decodeModels(raw []byte) (ids []string, next string, err error) {
+	var page modelList
+	if err := json.Unmarshal(raw, &page); err != nil {
+		return nil, "", err
 	}
-	return names, nil
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	if !page.HasMore {
+		return ids, "", nil
+	}
+	return ids, page.LastID, nil
 }
 
 // parseError reads an error body: {"type":"error","error":{"type":…,"message":…},"request_id":…}.

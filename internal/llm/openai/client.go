@@ -88,27 +88,28 @@ func (c *Client) Encode(req *llm.Request) ([]byte, error) {
 	return body, nil
 }
 
-// Models lists the server's models (GET /models), as OpenAI, Ollama, vLLM and OpenRouter serve them.
+// Models lists the server's models (GET /models), as OpenAI, Ollama, vLLM and OpenRouter serve them,
+// in one page.
 func (c *Client) Models(ctx context.Context) ([]string, error) {
-	raw, err := c.endpoint.Get(ctx, c.base+"/models", 8<<20)
-	if err != nil {
-		return nil, err
-	}
+	return c.endpoint.Models(ctx, upstream.ModelList{URL: c.base + "/models", Decode: decodeModels})
+}
+
+// decodeModels reads the model list, leaving out entries without an id.
+func decodeModels(raw []byte) (ids []string, next string, err error) {
 	var list struct {
 		Data []struct {
 			ID string `json:"id"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, &llm.Error{Provider: c.name, Kind: llm.KindStream, Message: "cannot decode the model list", Err: err}
+		return nil, "", err
 	}
-	names := make([]string, 0, len(list.Data))
 	for _, m := range list.Data {
 		if m.ID != "" {
-			names = append(names, m.ID)
+			ids = append(ids, m.ID)
 		}
 	}
-	return names, nil
+	return ids, "", nil
 }
 
 // parseError reads an error body: OpenAI's envelope, or the bare {"message"} / {"detail"} of some

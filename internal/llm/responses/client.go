@@ -12,7 +12,6 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
-	"net/url"
 	"strings"
 	"time"
 
@@ -79,33 +78,27 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Eve
 	}
 }
 
-// Models returns the ids of the models the key may use, every page of the list.
+// Models returns the ids of the models the key may use, every page of the list. A compatible server's
+// "models/" prefix is trimmed, as Gemini's names carry it.
 func (c *Client) Models(ctx context.Context) ([]string, error) {
-	const maxPages = 50 // OpenAI answers in one page; the bound guards against a server that loops
-	var names []string
-	after := ""
-	for range maxPages {
-		u := c.base + "/models"
-		if after != "" {
-			u += "?after=" + url.QueryEscape(after)
-		}
-		raw, err := c.endpoint.Get(ctx, u, 8<<20)
-		if err != nil {
-			return nil, err
-		}
-		var page modelList
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return nil, &llm.Error{Provider: c.name, Kind: llm.KindStream, Message: "cannot decode the model list", Err: err}
-		}
-		for _, m := range page.Data {
-			names = append(names, strings.TrimPrefix(m.ID, "models/"))
-		}
-		if !page.HasMore || page.LastID == "" || page.LastID == after || len(page.Data) == 0 {
-			return names, nil
-		}
-		after = page.LastID
+	return c.endpoint.Models(ctx, upstream.ModelList{URL: c.base + "/models", Cursor: "after",
+		Decode: decodeModels, TrimPrefix: "models/"})
+}
+
+// decodeModels reads a page of the model list: while has_more, its last_id asks for the next page; an
+// empty page ends the list whatever it says.
+func decodeModels(raw []byte) (ids []string, next string, err error) {
+	var page modelList
+	if err := json.Unmarshal(raw, &page); err != nil {
+		return nil, "", err
 	}
-	return names, nil
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	if !page.HasMore || len(page.Data) == 0 {
+		return ids, "", nil
+	}
+	return ids, page.LastID, nil
 }
 
 // parseError reads OpenAI's error body, {"error":{"message","type","param","code"}}: the code, or the
