@@ -1,6 +1,9 @@
 // Package config reads chatd's configuration once — flags, then CHATD_* and provider environment
 // variables, then the YAML file, then defaults, the first that sets a value winning — into a Config.
 // Only cmd/chatd imports it.
+//
+// Its Config holds the option types of what it configures (provider.Config, tool.Scopes, chat.Agent),
+// so it imports those packages; it never imports a store driver, MCP or the HTTP API (deps_test.go).
 package config
 
 import (
