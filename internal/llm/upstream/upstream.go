@@ -1,6 +1,7 @@
-// Package upstream is the HTTP side every provider adapter shares: a client with connect and first-byte
-// timeouts, posting one streamed request, the watchdog that ends a stream gone quiet, and the reading of
-// an error response into an *llm.Error. What the bytes mean is each adapter's business.
+// Package upstream is the HTTP side every provider adapter shares: the Options each adapter takes and
+// the endpoint they configure, a client with connect and first-byte timeouts, posting one streamed
+// request, the watchdog that ends a stream gone quiet, the reading of an error response into an
+// *llm.Error, and paging through a model list. What the bytes mean is each adapter's business.
 //
 // It imports llm and the standard library only.
 package upstream
