@@ -45,7 +45,7 @@ func TestDependencies(t *testing.T) {
 	ours := func(path string) bool { return path == "chatd" || strings.HasPrefix(path, "chatd/") }
 
 	// Packages that import only the standard library.
-	for _, p := range []string{"chatd/internal/llm", "chatd/internal/sse", "chatd/internal/store"} {
+	for _, p := range []string{"chatd/internal/llm", "chatd/internal/sse", "chatd/internal/store", "chatd/internal/webui"} {
 		for _, imp := range pkgs[p].Imports {
 			if !std(imp) {
 				t.Errorf("%s imports %s; it may import only the standard library", p, imp)
@@ -74,7 +74,15 @@ func TestDependencies(t *testing.T) {
 			"chatd/internal/tool", "chatd/internal/sse"},
 		"chatd/internal/mcpclient": {"chatd/internal/tool"},
 		"chatd/internal/fetchurl":  {"chatd/internal/tool"},
+		"chatd/internal/webui":     nil,
+		// provider is the one package that knows every adapter.
+		"chatd/internal/provider": {"chatd/internal/llm", "chatd/internal/llm/upstream", "chatd/internal/sse",
+			"chatd/internal/llm/openai", "chatd/internal/llm/responses", "chatd/internal/llm/anthropic", "chatd/internal/llm/gemini"},
 	}
+	// config turns the file into the option types of what it configures: providers, tools and chat's
+	// agents, and so may reach what they reach, and nothing else (no store driver, no MCP, no HTTP API).
+	allowed["chatd/internal/config"] = slices.Concat([]string{"chatd/internal/chat", "chatd/internal/provider", "chatd/internal/tool"},
+		allowed["chatd/internal/chat"], allowed["chatd/internal/provider"])
 	for p, ok := range allowed {
 		if _, found := pkgs[p]; !found {
 			t.Errorf("package %s is gone: update this test", p)

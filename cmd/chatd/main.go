@@ -24,7 +24,6 @@ import (
 	"chatd/internal/config"
 	"chatd/internal/fetchurl"
 	"chatd/internal/httpapi"
-	"chatd/internal/llm"
 	"chatd/internal/mcpclient"
 	"chatd/internal/provider"
 	"chatd/internal/store/sqlite"
@@ -124,7 +123,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 	defer mcps.Close()
-	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: agents(cfg.Agents), Scopes: cfg.ToolScopes,
+	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: cfg.Agents, Scopes: cfg.ToolScopes,
 		DefaultModel: cfg.Model, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
 			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows},
 		Limits: chatLimits(lim)})
@@ -245,21 +244,6 @@ func closeTools(tools *tool.Registry, log *slog.Logger) {
 	}
 }
 
-func agents(in map[string]config.Agent) map[string]chat.Agent {
-	out := make(map[string]chat.Agent, len(in))
-	for name, a := range in {
-		ca := chat.Agent{Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
-			MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens,
-			Instructions: a.Instructions, Guidelines: a.Guidelines, ToolHistoryRounds: a.ToolHistoryRounds,
-			ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Scopes: a.ToolScopes}
-		if r := a.Reasoning; r != nil {
-			ca.Reasoning = &llm.Reasoning{Effort: r.Effort, BudgetTokens: r.BudgetTokens}
-		}
-		out[name] = ca
-	}
-	return out
-}
-
 // chatLimits are the limits the chat service enforces, from the config's limits: section.
 func chatLimits(l config.Limits) chat.Limits {
 	return chat.Limits{MessageBytes: l.MessageBytes, ContextBytes: l.ContextBytes, Attachments: l.Attachments, AttachmentBytes: l.AttachmentBytes,
@@ -270,7 +254,7 @@ func chatLimits(l config.Limits) chat.Limits {
 
 // checkAgentModels warns at start-up about agent models and fallbacks no configured provider serves:
 // requests to such an agent fail until the provider is configured.
-func checkAgentModels(in map[string]config.Agent, providers *provider.Set, log *slog.Logger) {
+func checkAgentModels(in map[string]chat.Agent, providers *provider.Set, log *slog.Logger) {
 	for name, a := range in {
 		for _, m := range append([]string{a.Model}, a.Fallbacks...) {
 			if m == "" {

@@ -1,6 +1,9 @@
 // Package config reads chatd's configuration once — flags, then CHATD_* and provider environment
 // variables, then the YAML file, then defaults, the first that sets a value winning — into a Config.
 // Only cmd/chatd imports it.
+//
+// Its Config holds the option types of what it configures (provider.Config, tool.Scopes, chat.Agent),
+// so it imports those packages; it never imports a store driver, MCP or the HTTP API (deps_test.go).
 package config
 
 import (
@@ -23,6 +26,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"chatd/internal/chat"
+	"chatd/internal/llm"
 	"chatd/internal/llm/upstream"
 	"chatd/internal/provider"
 	"chatd/internal/tool"
@@ -50,7 +55,7 @@ type Config struct {
 	AllowedHosts []string // Host header values accepted besides loopback names (behind a reverse proxy)
 	Providers    []provider.Config
 	Unconfigured []provider.Unconfigured
-	Agents       map[string]Agent
+	Agents       map[string]chat.Agent // the agents: section, by name
 	Context      Context
 	// MCPConfig is the path of the MCP servers file in the common {"mcpServers":{…}} shape
 	// (--mcp-config, CHATD_MCP_CONFIG or mcp_config); "" runs no MCP server.
@@ -129,8 +134,8 @@ type Context struct {
 	Windows map[string]int
 }
 
-// Agent is a named profile from the config file.
-type Agent struct {
+// fileAgent is a named profile as the config file writes it; agent converts it.
+type fileAgent struct {
 	Model string `yaml:"model"`
 	// Fallbacks are provider/model names tried in order when the model fails before any output.
 	Fallbacks     []string `yaml:"fallbacks"`
@@ -140,7 +145,7 @@ type Agent struct {
 	Temperature   *float64 `yaml:"temperature"`
 	MaxTokens     int      `yaml:"max_tokens"`
 	// Reasoning asks reasoning models to think: effort (low, medium, high) and/or budget_tokens.
-	Reasoning *Reasoning `yaml:"reasoning"`
+	Reasoning *fileReasoning `yaml:"reasoning"`
 	// The system prompt's sections after the identity (system_prompt) and the tools.
 	Instructions string `yaml:"instructions"`
 	Guidelines   string `yaml:"guidelines"`
@@ -152,10 +157,35 @@ type Agent struct {
 	ToolScopes *tool.Scopes `yaml:"tool_scopes"`
 }
 
-// Reasoning is an agent's thinking setting.
-type Reasoning struct {
+// fileReasoning is an agent's thinking setting.
+type fileReasoning struct {
 	Effort       string `yaml:"effort"`
 	BudgetTokens int    `yaml:"budget_tokens"`
+}
+
+// agent is the one place the file's agent becomes chat's: TestAgentConversion fails when a field of
+// either is left out.
+func (a fileAgent) agent() chat.Agent {
+	out := chat.Agent{Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
+		Scopes: a.ToolScopes, MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens,
+		Instructions: a.Instructions, Guidelines: a.Guidelines, ToolHistoryRounds: a.ToolHistoryRounds,
+		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt}
+	if r := a.Reasoning; r != nil {
+		out.Reasoning = &llm.Reasoning{Effort: r.Effort, BudgetTokens: r.BudgetTokens}
+	}
+	return out
+}
+
+// agents converts the file's agents; none stays nil.
+func agents(in map[string]fileAgent) map[string]chat.Agent {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string]chat.Agent, len(in))
+	for name, a := range in {
+		out[name] = a.agent()
+	}
+	return out
 }
 
 type file struct {
@@ -167,7 +197,7 @@ type file struct {
 	DrainTimeout time.Duration           `yaml:"drain_timeout"`
 	AllowedHosts []string                `yaml:"allowed_hosts"`
 	Providers    map[string]fileProvider `yaml:"providers"`
-	Agents       map[string]Agent        `yaml:"agents"`
+	Agents       map[string]fileAgent    `yaml:"agents"`
 
 	ToolHistoryRounds  *int           `yaml:"tool_history_rounds"`
 	ToolResultMaxBytes int            `yaml:"tool_result_max_bytes"`
@@ -242,7 +272,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 			}
 		}
 	}
-	c.Agents = f.Agents
+	c.Agents = agents(f.Agents)
 	c.MCPConfig = cmp.Or(*mcpConfig, getenv("CHATD_MCP_CONFIG"), f.MCPConfig)
 	if c.MCPConfig != "" && f.MCPConfig == c.MCPConfig && c.File != "" && !filepath.IsAbs(c.MCPConfig) {
 		c.MCPConfig = filepath.Join(filepath.Dir(c.File), c.MCPConfig) // relative to the file naming it
@@ -499,7 +529,7 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("config: agent %q: tools: %w", name, err)
 			}
 		}
-		if err := a.ToolScopes.Check(); err != nil {
+		if err := a.Scopes.Check(); err != nil {
 			return fmt.Errorf("config: agent %q: tool_scopes: %w", name, err)
 		}
 		if a.MaxIterations < 0 || a.MaxTokens < 0 || a.ContextWindow < 0 {

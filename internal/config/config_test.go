@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"chatd/internal/chat"
 	"chatd/internal/llm/upstream"
 	"chatd/internal/provider"
 )
@@ -199,7 +200,7 @@ agents:
 		t.Fatal(err)
 	}
 	temp := 0.2
-	if diff := cmp.Diff(map[string]Agent{"support": {SystemPrompt: "Be brief.", Tools: []string{"current_time"}, MaxIterations: 3, Temperature: &temp}}, c.Agents); diff != "" {
+	if diff := cmp.Diff(map[string]chat.Agent{"support": {SystemPrompt: "Be brief.", Tools: []string{"current_time"}, MaxIterations: 3, Temperature: &temp}}, c.Agents); diff != "" {
 		t.Errorf("agents (-want +got):\n%s", diff)
 	}
 	if c.ToolTimeout != 5*time.Second || c.Model != "router/a/b" || c.Providers[0].APIKey != "k" || c.Providers[0].Headers["X-Title"] != "chatd" {

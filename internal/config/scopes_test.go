@@ -52,7 +52,7 @@ agents:
 	if diff := cmp.Diff(want, c.ToolScopes); diff != "" {
 		t.Errorf("tool_scopes (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(&tool.Scopes{Pages: map[string]tool.PageScope{"home": {Tools: []string{"weather"}}}}, c.Agents["app"].ToolScopes); diff != "" {
+	if diff := cmp.Diff(&tool.Scopes{Pages: map[string]tool.PageScope{"home": {Tools: []string{"weather"}}}}, c.Agents["app"].Scopes); diff != "" {
 		t.Errorf("the agent's tool_scopes (-want +got):\n%s", diff)
 	}
 

@@ -96,15 +96,16 @@ func New(configs []Config, unconfigured []Unconfigured) (*Set, error) {
 }
 
 func build(c Config) (llm.Provider, error) {
+	opts := upstream.Options{Name: c.Name, BaseURL: c.BaseURL, APIKey: c.APIKey, Headers: c.Headers, Timeouts: c.Timeouts}
 	switch c.Type {
 	case TypeOpenAI:
-		return openai.New(openai.Options{Name: c.Name, BaseURL: c.BaseURL, APIKey: c.APIKey, Headers: c.Headers, Timeouts: c.Timeouts})
+		return openai.New(opts)
 	case TypeOpenAIResponses:
-		return responses.New(responses.Options{Name: c.Name, BaseURL: c.BaseURL, APIKey: c.APIKey, Headers: c.Headers, Timeouts: c.Timeouts})
+		return responses.New(opts)
 	case TypeAnthropic:
-		return anthropic.New(anthropic.Options{Name: c.Name, BaseURL: c.BaseURL, APIKey: c.APIKey, Headers: c.Headers, Timeouts: c.Timeouts})
+		return anthropic.New(opts)
 	case TypeGemini:
-		return gemini.New(gemini.Options{Name: c.Name, BaseURL: c.BaseURL, APIKey: c.APIKey, Headers: c.Headers, Timeouts: c.Timeouts})
+		return gemini.New(opts)
 	}
 	return nil, fmt.Errorf("type %q is not supported; supported: %s", c.Type, strings.Join(Types, ", "))
 }

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
-	"net/url"
 	"time"
 
 	"chatd/internal/llm"
@@ -31,19 +30,20 @@ const APIVersion = "2023-06-01"
 // on, the room left for the answer after the thinking budget.
 const DefaultMaxTokens = 8192
 
-// Options configure a Client. The zero value talks to Anthropic without a key.
-type Options struct {
-	// Name names the provider in errors, and is the Message.Origin whose thinking signatures and
-	// redacted thinking are sent back; default "anthropic".
-	Name    string
-	BaseURL string // the API's root, without /v1; default DefaultBaseURL
-	APIKey  string // sent as x-api-key when set
-	// Headers are sent with every request (anthropic-beta, a proxy's authentication); they may
-	// replace the default anthropic-version.
-	Headers  map[string]string
-	Timeouts upstream.Timeouts
-	// HTTPClient replaces the client built from Timeouts (tests).
-	HTTPClient *http.Client
+// Options configure a Client. The zero value talks to Anthropic without a key. Name, default
+// "anthropic", is the Message.Origin whose thinking signatures and redacted thinking are sent back;
+// BaseURL is the API's root without /v1; the key goes as x-api-key; Headers may replace the default
+// anthropic-version.
+type Options = upstream.Options
+
+// api is how New sets up the endpoint.
+var api = upstream.API{
+	Adapter:        "anthropic",
+	DefaultName:    "anthropic",
+	DefaultBaseURL: DefaultBaseURL,
+	Header:         http.Header{"Anthropic-Version": {APIVersion}},
+	KeyHeader:      "x-api-key",
+	ParseError:     parseError,
 }
 
 // Client streams messages from the Messages API. It is safe for concurrent use.
@@ -60,25 +60,11 @@ var (
 
 // New returns a client for the API at opts.BaseURL.
 func New(opts Options) (*Client, error) {
-	base, _, err := upstream.BaseURL("anthropic", opts.BaseURL, DefaultBaseURL)
+	ep, err := opts.Endpoint(api)
 	if err != nil {
 		return nil, err
 	}
-	name := cmp.Or(opts.Name, "anthropic")
-	header := make(http.Header)
-	header.Set("anthropic-version", APIVersion)
-	for k, v := range opts.Headers {
-		header.Set(k, v)
-	}
-	if opts.APIKey != "" {
-		header.Set("x-api-key", opts.APIKey)
-	}
-	ep := upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
-	ep.Secret = opts.APIKey
-	if opts.HTTPClient != nil {
-		ep.HTTP = opts.HTTPClient
-	}
-	return &Client{name: name, base: base, endpoint: ep}, nil
+	return &Client{name: ep.Provider, base: ep.Base, endpoint: ep}, nil
 }
 
 // Stream sends req and streams the model's answer.
@@ -116,35 +102,26 @@ func (c *Client) Encode(req *llm.Request) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// maxModelList bounds one page of the model list.
-const maxModelList = 8 << 20
-
 // Models returns the ids of the models the API lists, every page of them.
 func (c *Client) Models(ctx context.Context) ([]string, error) {
-	var names []string
-	after := ""
-	for range 100 { // a bound in case a server keeps saying has_more
-		u := c.base + "/v1/models?limit=1000"
-		if after != "" {
-			u += "&after_id=" + url.QueryEscape(after)
-		}
-		raw, err := c.endpoint.Get(ctx, u, maxModelList)
-		if err != nil {
-			return nil, err
-		}
-		var page modelList
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return nil, &llm.Error{Provider: c.name, Kind: llm.KindStream, Message: "cannot decode the model list", Err: err}
-		}
-		for _, m := range page.Data {
-			names = append(names, m.ID)
-		}
-		if !page.HasMore || page.LastID == "" || page.LastID == after {
-			break
-		}
-		after = page.LastID
+	return c.endpoint.Models(ctx, upstream.ModelList{URL: c.base + "/v1/models?limit=1000", Cursor: "after_id",
+		Decode: decodeModels, MaxPages: 100})
+}
+
+// decodeModels reads a page of the model list: while has_more, its last_id asks for the next page.
+// An id is listed as the server sends it: it is what the API takes back as "model".
+func decodeModels(raw []byte) (ids []string, next string, err error) {
+	var page modelList
+	if err := json.Unmarshal(raw, &page); err != nil {
+		return nil, "", err
 	}
-	return names, nil
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	if !page.HasMore {
+		return ids, "", nil
+	}
+	return ids, page.LastID, nil
 }
 
 // parseError reads an error body: {"type":"error","error":{"type":…,"message":…},"request_id":…}.

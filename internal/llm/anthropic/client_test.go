@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -107,5 +108,37 @@ func TestModelsKeepTheirIDs(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"models/claude-custom", "anthropic/claude-sonnet-4-5"}, got); diff != "" {
 		t.Errorf("models (-want +got):\n%s", diff)
+	}
+}
+
+// TestModelsPageCap: a server that says has_more forever, with a new last_id each time, is asked 100
+// times, not forever; one that hands out the same last_id again is not asked again.
+func TestModelsPageCap(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := requests.Add(1)
+		fmt.Fprintf(w, `{"data":[{"type":"model","id":"m%d"}],"has_more":true,"last_id":"m%d"}`, n, n)
+	}))
+	defer srv.Close()
+	got, err := newTestClient(t, srv.URL).Models(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := requests.Load(); n != 100 || len(got) != 100 || got[99] != "m100" {
+		t.Errorf("%d requests, %d models, want 100 of each", n, len(got))
+	}
+
+	requests.Store(0)
+	same := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		fmt.Fprint(w, `{"data":[{"type":"model","id":"m"}],"has_more":true,"last_id":"m"}`)
+	}))
+	defer same.Close()
+	got, err = newTestClient(t, same.URL).Models(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := requests.Load(); n != 2 || len(got) != 2 {
+		t.Errorf("%d requests, models %v; want 2 of each", n, got)
 	}
 }

@@ -24,21 +24,19 @@ import (
 // DefaultBaseURL is the Generative Language API's host root, as GEMINI_BASE_URL expects it (no /v1beta).
 const DefaultBaseURL = "https://generativelanguage.googleapis.com"
 
-// modelListLimit bounds one page of the model list; the whole list is a few hundred kilobytes.
-const modelListLimit = 8 << 20
+// Options configure a Client. The zero value talks to Google without a key. Name, default "gemini", is
+// the Origin of the messages the client writes: thought signatures are sent back only to the provider
+// of that name. BaseURL is the host root; the key goes as x-goog-api-key, never in the URL.
+type Options = upstream.Options
 
-// Options configure a Client.
-type Options struct {
-	// Name names the provider in errors, and is the Origin of the messages it writes: thought
-	// signatures are sent back only to the provider of that name.
-	Name    string
-	BaseURL string // the host root; default DefaultBaseURL
-	APIKey  string // sent as x-goog-api-key, never in the URL
-	Headers map[string]string
-	// Timeouts bound each call; zero values take upstream's defaults.
-	Timeouts upstream.Timeouts
-	// HTTPClient replaces the client built from Timeouts (tests).
-	HTTPClient *http.Client
+// api is how New sets up the endpoint.
+var api = upstream.API{
+	Adapter:        "gemini",
+	DefaultName:    "gemini",
+	DefaultBaseURL: DefaultBaseURL,
+	KeyHeader:      "x-goog-api-key",
+	ParseError:     parseError,
+	RetryDelay:     retryDelay,
 }
 
 // Client streams Gemini generations. It is safe for concurrent use.
@@ -55,28 +53,11 @@ var (
 
 // New returns a client for the API at opts.BaseURL.
 func New(opts Options) (*Client, error) {
-	base, _, err := upstream.BaseURL("gemini", opts.BaseURL, DefaultBaseURL)
+	ep, err := opts.Endpoint(api)
 	if err != nil {
 		return nil, err
 	}
-	name := opts.Name
-	if name == "" {
-		name = "gemini"
-	}
-	header := make(http.Header)
-	for k, v := range opts.Headers {
-		header.Set(k, v)
-	}
-	if opts.APIKey != "" {
-		header.Set("x-goog-api-key", opts.APIKey)
-	}
-	ep := upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
-	ep.Secret = opts.APIKey
-	ep.RetryDelay = retryDelay
-	if opts.HTTPClient != nil {
-		ep.HTTP = opts.HTTPClient
-	}
-	return &Client{name: name, base: base, ep: ep}, nil
+	return &Client{name: ep.Provider, base: ep.Base, ep: ep}, nil
 }
 
 // Stream sends req and streams the model's answer.
@@ -153,38 +134,26 @@ func retryDelay(body []byte) time.Duration {
 	return 0
 }
 
-// Models returns the names of the models that generate content, all pages of the list.
+// Models returns the names of the models that generate content, all pages of the list, without the
+// "models/" prefix of the API's names.
 func (c *Client) Models(ctx context.Context) ([]string, error) {
-	const maxPages = 50 // the API answers in one page of 1000; the bound guards against a server that loops
-	var names []string
-	seen := map[string]bool{}
-	token := ""
-	for range maxPages {
-		u := c.base + "/v1beta/models?pageSize=1000"
-		if token != "" {
-			u += "&pageToken=" + url.QueryEscape(token)
-		}
-		raw, err := c.ep.Get(ctx, u, modelListLimit)
-		if err != nil {
-			return nil, keyError(err)
-		}
-		var page modelList
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return nil, &llm.Error{Provider: c.name, Kind: llm.KindStream, Message: "cannot decode the model list", Err: err}
-		}
-		for _, m := range page.Models {
-			if m.generates() {
-				names = append(names, modelID(m.Name))
-			}
-		}
-		// A token seen before would loop forever: a broken server, not more models.
-		if page.NextPageToken == "" || seen[page.NextPageToken] {
-			return names, nil
-		}
-		seen[page.NextPageToken] = true
-		token = page.NextPageToken
+	ids, err := c.ep.Models(ctx, upstream.ModelList{URL: c.base + "/v1beta/models?pageSize=1000", Cursor: "pageToken",
+		Decode: decodeModels, TrimPrefix: "models/"})
+	return ids, keyError(err)
+}
+
+// decodeModels reads a page of the model list, keeping the models that generate content.
+func decodeModels(raw []byte) (names []string, next string, err error) {
+	var page modelList
+	if err := json.Unmarshal(raw, &page); err != nil {
+		return nil, "", err
 	}
-	return names, nil
+	for _, m := range page.Models {
+		if m.generates() {
+			names = append(names, m.Name)
+		}
+	}
+	return names, page.NextPageToken, nil
 }
 
 // generates reports whether a listed model serves generateContent; a server that does not list the

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
-	"net/http"
 	"strings"
 	"time"
 
@@ -20,16 +19,18 @@ import (
 // DefaultBaseURL is OpenAI's API, /v1 included, as OPENAI_BASE_URL expects.
 const DefaultBaseURL = "https://api.openai.com/v1"
 
-// Options configure a Client. The zero value talks to OpenAI without a key.
-type Options struct {
-	// Name names the provider in errors and logs ("openai", "ollama", a configured name).
-	Name     string
-	BaseURL  string // includes /v1; default DefaultBaseURL
-	APIKey   string // sent as a bearer token when set
-	Headers  map[string]string
-	Timeouts upstream.Timeouts
-	// HTTPClient replaces the client built from Timeouts (tests).
-	HTTPClient *http.Client
+// Options configure a Client. The zero value talks to OpenAI without a key. Name ("openai", "ollama", a
+// configured name) defaults to "openai"; BaseURL includes /v1; the key goes as a bearer token.
+type Options = upstream.Options
+
+// api is how New sets up the endpoint.
+var api = upstream.API{
+	Adapter:        "openai",
+	DefaultName:    "openai",
+	DefaultBaseURL: DefaultBaseURL,
+	KeyHeader:      "Authorization",
+	KeyPrefix:      "Bearer ",
+	ParseError:     parseError,
 }
 
 // Client streams chat completions. It is safe for concurrent use.
@@ -48,27 +49,11 @@ var (
 
 // New returns a client for the server at opts.BaseURL.
 func New(opts Options) (*Client, error) {
-	base, host, err := upstream.BaseURL("openai", opts.BaseURL, DefaultBaseURL)
+	ep, err := opts.Endpoint(api)
 	if err != nil {
 		return nil, err
 	}
-	name := opts.Name
-	if name == "" {
-		name = "openai"
-	}
-	header := make(http.Header)
-	for k, v := range opts.Headers {
-		header.Set(k, v)
-	}
-	if opts.APIKey != "" {
-		header.Set("Authorization", "Bearer "+opts.APIKey)
-	}
-	ep := upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
-	ep.Secret = opts.APIKey
-	if opts.HTTPClient != nil {
-		ep.HTTP = opts.HTTPClient
-	}
-	return &Client{name: name, base: base, endpoint: ep, maxCompletionTokens: host == "api.openai.com"}, nil
+	return &Client{name: ep.Provider, base: ep.Base, endpoint: ep, maxCompletionTokens: ep.Host() == "api.openai.com"}, nil
 }
 
 // Stream sends req and streams the model's answer.
@@ -103,27 +88,28 @@ func (c *Client) Encode(req *llm.Request) ([]byte, error) {
 	return body, nil
 }
 
-// Models lists the server's models (GET /models), as OpenAI, Ollama, vLLM and OpenRouter serve them.
+// Models lists the server's models (GET /models), as OpenAI, Ollama, vLLM and OpenRouter serve them,
+// in one page.
 func (c *Client) Models(ctx context.Context) ([]string, error) {
-	raw, err := c.endpoint.Get(ctx, c.base+"/models", 8<<20)
-	if err != nil {
-		return nil, err
-	}
+	return c.endpoint.Models(ctx, upstream.ModelList{URL: c.base + "/models", Decode: decodeModels})
+}
+
+// decodeModels reads the model list, leaving out entries without an id.
+func decodeModels(raw []byte) (ids []string, next string, err error) {
 	var list struct {
 		Data []struct {
 			ID string `json:"id"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, &llm.Error{Provider: c.name, Kind: llm.KindStream, Message: "cannot decode the model list", Err: err}
+		return nil, "", err
 	}
-	names := make([]string, 0, len(list.Data))
 	for _, m := range list.Data {
 		if m.ID != "" {
-			names = append(names, m.ID)
+			ids = append(ids, m.ID)
 		}
 	}
-	return names, nil
+	return ids, "", nil
 }
 
 // parseError reads an error body: OpenAI's envelope, or the bare {"message"} / {"detail"} of some

@@ -12,8 +12,6 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
-	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -24,18 +22,19 @@ import (
 // DefaultBaseURL is OpenAI's API, /v1 included, as OPENAI_BASE_URL expects.
 const DefaultBaseURL = "https://api.openai.com/v1"
 
-// Options configure a Client. The zero value talks to OpenAI without a key.
-type Options struct {
-	// Name names the provider in errors and logs, and is the Origin of the messages it writes: their
-	// reasoning items are sent back only to a client of the same name. Default "openai-responses".
-	Name    string
-	BaseURL string // includes /v1; default DefaultBaseURL
-	APIKey  string // sent as a bearer token when set
-	Headers map[string]string
-	// Timeouts bound the connection, the first byte and the silence between chunks.
-	Timeouts upstream.Timeouts
-	// HTTPClient replaces the client built from Timeouts (tests).
-	HTTPClient *http.Client
+// Options configure a Client. The zero value talks to OpenAI without a key. Name, default
+// "openai-responses", is the Origin of the messages the client writes: their reasoning items are sent
+// back only to a client of the same name. BaseURL includes /v1; the key goes as a bearer token.
+type Options = upstream.Options
+
+// api is how New sets up the endpoint.
+var api = upstream.API{
+	Adapter:        "responses",
+	DefaultName:    "openai-responses",
+	DefaultBaseURL: DefaultBaseURL,
+	KeyHeader:      "Authorization",
+	KeyPrefix:      "Bearer ",
+	ParseError:     parseError,
 }
 
 // Client streams responses. It is safe for concurrent use.
@@ -53,28 +52,11 @@ var (
 
 // New returns a client for the server at opts.BaseURL.
 func New(opts Options) (*Client, error) {
-	base, _, err := upstream.BaseURL("responses", opts.BaseURL, DefaultBaseURL)
+	ep, err := opts.Endpoint(api)
 	if err != nil {
 		return nil, err
 	}
-	name := opts.Name
-	if name == "" {
-		name = "openai-responses"
-	}
-	header := make(http.Header)
-	for k, v := range opts.Headers {
-		header.Set(k, v)
-	}
-	if opts.APIKey != "" {
-		header.Set("Authorization", "Bearer "+opts.APIKey)
-	}
-	c := &Client{name: name, base: base, key: opts.APIKey}
-	c.endpoint = upstream.NewEndpoint(name, opts.Timeouts, header, parseError)
-	c.endpoint.Secret = opts.APIKey
-	if opts.HTTPClient != nil {
-		c.endpoint.HTTP = opts.HTTPClient
-	}
-	return c, nil
+	return &Client{name: ep.Provider, base: ep.Base, endpoint: ep, key: opts.APIKey}, nil
 }
 
 // Stream sends req and streams the model's answer.
@@ -96,33 +78,27 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Eve
 	}
 }
 
-// Models returns the ids of the models the key may use, every page of the list.
+// Models returns the ids of the models the key may use, every page of the list. A compatible server's
+// "models/" prefix is trimmed, as Gemini's names carry it.
 func (c *Client) Models(ctx context.Context) ([]string, error) {
-	const maxPages = 50 // OpenAI answers in one page; the bound guards against a server that loops
-	var names []string
-	after := ""
-	for range maxPages {
-		u := c.base + "/models"
-		if after != "" {
-			u += "?after=" + url.QueryEscape(after)
-		}
-		raw, err := c.endpoint.Get(ctx, u, 8<<20)
-		if err != nil {
-			return nil, err
-		}
-		var page modelList
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return nil, &llm.Error{Provider: c.name, Kind: llm.KindStream, Message: "cannot decode the model list", Err: err}
-		}
-		for _, m := range page.Data {
-			names = append(names, strings.TrimPrefix(m.ID, "models/"))
-		}
-		if !page.HasMore || page.LastID == "" || page.LastID == after || len(page.Data) == 0 {
-			return names, nil
-		}
-		after = page.LastID
+	return c.endpoint.Models(ctx, upstream.ModelList{URL: c.base + "/models", Cursor: "after",
+		Decode: decodeModels, TrimPrefix: "models/"})
+}
+
+// decodeModels reads a page of the model list: while has_more, its last_id asks for the next page; an
+// empty page ends the list whatever it says.
+func decodeModels(raw []byte) (ids []string, next string, err error) {
+	var page modelList
+	if err := json.Unmarshal(raw, &page); err != nil {
+		return nil, "", err
 	}
-	return names, nil
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	if !page.HasMore || len(page.Data) == 0 {
+		return ids, "", nil
+	}
+	return ids, page.LastID, nil
 }
 
 // parseError reads OpenAI's error body, {"error":{"message","type","param","code"}}: the code, or the

@@ -52,3 +52,27 @@ func TestModelsError(t *testing.T) {
 		t.Fatalf("error = %#v, want an auth *llm.Error without the key", err)
 	}
 }
+
+// TestModelsEmptyPage: a page without models ends the list, whatever its has_more says.
+func TestModelsEmptyPage(t *testing.T) {
+	var paths []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths = append(paths, r.URL.RequestURI())
+		if r.URL.Query().Get("after") == "" {
+			w.Write([]byte(`{"object":"list","data":[{"id":"o4-mini"}],"has_more":true,"last_id":"o4-mini"}`))
+			return
+		}
+		w.Write([]byte(`{"object":"list","data":[],"has_more":true,"last_id":"o5"}`))
+	}))
+	defer srv.Close()
+	got, err := newTestClient(t, srv.URL+"/v1").Models(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"o4-mini"}, got); diff != "" {
+		t.Errorf("models (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"/v1/models", "/v1/models?after=o4-mini"}, paths); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+}

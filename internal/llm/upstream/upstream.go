@@ -1,6 +1,7 @@
-// Package upstream is the HTTP side every provider adapter shares: a client with connect and first-byte
-// timeouts, posting one streamed request, the watchdog that ends a stream gone quiet, and the reading of
-// an error response into an *llm.Error. What the bytes mean is each adapter's business.
+// Package upstream is the HTTP side every provider adapter shares: the Options each adapter takes and
+// the endpoint they configure, a client with connect and first-byte timeouts, posting one streamed
+// request, the watchdog that ends a stream gone quiet, the reading of an error response into an
+// *llm.Error, and paging through a model list. What the bytes mean is each adapter's business.
 //
 // It imports llm and the standard library only.
 package upstream
@@ -65,6 +66,7 @@ type ErrorParser func(body []byte) (code, message string)
 // Endpoint posts streamed requests for one provider.
 type Endpoint struct {
 	Provider string // names the provider in errors
+	Base     string // the API's root without a trailing slash, as Options.Endpoint checked it
 	HTTP     *http.Client
 	Idle     time.Duration
 	// FirstByte is the HTTP client's wait for the response's headers, as configured.
@@ -158,6 +160,15 @@ func (e *Endpoint) Get(ctx context.Context, url string, limit int64) ([]byte, er
 // llm.Patient reports.
 func (e *Endpoint) Patience() time.Duration {
 	return max(e.idle(), e.FirstByte)
+}
+
+// Host returns the host name of the API's root.
+func (e *Endpoint) Host() string {
+	u, err := url.Parse(e.Base)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
 }
 
 func (e *Endpoint) idle() time.Duration {
@@ -289,9 +300,9 @@ func Cut(provider string) error {
 	return &llm.Error{Provider: provider, Kind: llm.KindStream, Message: "the stream ended before the model finished"}
 }
 
-// BaseURL returns raw without trailing slashes, or def when raw is empty, and its host name. It is an
+// baseURL returns raw without trailing slashes, or def when raw is empty, and its host name. It is an
 // error unless the URL is http(s) with a host.
-func BaseURL(adapter, raw, def string) (base, host string, err error) {
+func baseURL(adapter, raw, def string) (base, host string, err error) {
 	base = strings.TrimRight(raw, "/")
 	if base == "" {
 		base = def
