@@ -121,7 +121,7 @@ func TestCancelMidStream(t *testing.T) {
 		t.Errorf("partial answer: %+v", last)
 	}
 	// The outcome, as the batch endpoint gets it once the run has left memory.
-	eventually(t, "the run to leave memory", func() bool { return f.svc.ActiveRun(user, st.SessionID) == "" })
+	eventually(t, "the run to leave memory", func() bool { return f.svc.LiveRun(user, st.SessionID) == "" })
 	if o := f.wait(t, st.RunID); o.Status != store.RunCancelled || o.Message == nil || o.Message.Content != partial {
 		t.Errorf("stored outcome: %+v", o)
 	}
@@ -202,7 +202,7 @@ func TestCancelMidTool(t *testing.T) {
 			if r := storedRun(t, f.db, st.RunID); r.Status != store.RunCancelled {
 				t.Errorf("stored run: %+v", r)
 			}
-			eventually(t, "the run to leave memory", func() bool { return f.svc.ActiveRun(user, st.SessionID) == "" })
+			eventually(t, "the run to leave memory", func() bool { return f.svc.LiveRun(user, st.SessionID) == "" })
 			o := f.wait(t, st.RunID)
 			if o.Status != store.RunCancelled || o.Message == nil || o.Message.Content != "Starting." ||
 				len(o.ToolHistory) != 1 || o.ToolHistory[0].ToolCallID != "call_1" || o.ToolHistory[0].Success {

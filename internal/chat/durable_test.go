@@ -53,7 +53,7 @@ func TestEventLogIsTheStream(t *testing.T) {
 	}
 
 	// Once the run has left memory, its outcome is rebuilt from the stored log.
-	eventually(t, "the run to leave memory", func() bool { return f.svc.ActiveRun(user, st.SessionID) == "" })
+	eventually(t, "the run to leave memory", func() bool { return f.svc.LiveRun(user, st.SessionID) == "" })
 	o := f.wait(t, st.RunID)
 	if o.Status != store.RunCompleted || o.Message == nil || o.Message.Content != "It is noon." ||
 		len(o.ToolHistory) != 1 || o.ToolHistory[0].Name != "current_time" || !o.ToolHistory[0].Success {
@@ -182,7 +182,7 @@ func TestFollowResumes(t *testing.T) {
 	}
 
 	// Not live any more: the same from the store.
-	eventually(t, "the run to leave memory", func() bool { return f.svc.ActiveRun(user, st.SessionID) == "" })
+	eventually(t, "the run to leave memory", func() bool { return f.svc.LiveRun(user, st.SessionID) == "" })
 	n := int64(len(all))
 	for _, after := range []int64{0, 1, k, n - 1, n} {
 		if diff := cmp.Diff(all[after:], f.follow(t, st.RunID, after).all(), cmpopts.EquateEmpty()); diff != "" {

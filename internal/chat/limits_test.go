@@ -234,7 +234,7 @@ func TestQueueHasALimit(t *testing.T) {
 	}
 	g.open()
 	f.wait(t, first.RunID)
-	eventually(t, "the queue to drain", func() bool { return f.svc.ActiveRun(user, first.SessionID) == "" })
+	eventually(t, "the queue to drain", func() bool { return f.svc.LiveRun(user, first.SessionID) == "" })
 	if got := transcript(records(t, f.db, first.SessionID)); len(got) != 6 {
 		t.Errorf("records: %v; want the three messages answered, not the refused one", got)
 	}

@@ -63,7 +63,7 @@ func TestRejectWhileBusy(t *testing.T) {
 	}
 	g.open()
 	f.wait(t, a.RunID)
-	eventually(t, "the run to leave memory", func() bool { return f.svc.ActiveRun(user, a.SessionID) == "" })
+	eventually(t, "the run to leave memory", func() bool { return f.svc.LiveRun(user, a.SessionID) == "" })
 	b := f.send(t, chat.Request{SessionID: a.SessionID, Message: "second"}, chat.StartOptions{})
 	if o := f.wait(t, b.RunID); o.Status != store.RunCompleted {
 		t.Errorf("send after the run ended: %+v", o)
@@ -285,7 +285,7 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	g.open()
 	f.wait(t, first.RunID)
-	eventually(t, "the run to leave memory", func() bool { return f.svc.ActiveRun(user, first.SessionID) == "" })
+	eventually(t, "the run to leave memory", func() bool { return f.svc.LiveRun(user, first.SessionID) == "" })
 	ended := f.send(t, req, key)
 	want.Status = store.RunCompleted
 	if diff := cmp.Diff(want, *ended); diff != "" {

@@ -526,16 +526,28 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 
 var errPanic = errors.New("internal error")
 
-// ActiveRun returns the id of a live run (running or queued) of the user's session, or "".
-func (s *Service) ActiveRun(user, sessionID string) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.runs {
-		if r.SessionID == sessionID && r.user == user {
-			return r.ID
-		}
+// CreateSession stores a new session of the user under one of the configured agents ("" is the
+// default agent).
+func (s *Service) CreateSession(ctx context.Context, user string, sess *store.Session) error {
+	sess.Agent = cmp.Or(sess.Agent, "default")
+	if _, ok := s.opts.Agents[sess.Agent]; !ok {
+		return invalid("unknown_agent", "no agent %q", sess.Agent)
 	}
-	return ""
+	return s.opts.Store.CreateSession(ctx, user, sess)
+}
+
+// DeleteSession deletes one of the user's sessions with its records and runs. The store refuses while
+// the session has a queued or running run: ErrBusy naming the run.
+func (s *Service) DeleteSession(ctx context.Context, user, id string) error {
+	err := s.opts.Store.DeleteSession(ctx, user, id)
+	if busy, ok := errors.AsType[*store.BusyError](err); ok {
+		return &Error{Kind: ErrBusy, Code: "session_busy", RunID: busy.RunID,
+			Message: "the session has an active run; wait for it to end before deleting the session"}
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return &Error{Kind: store.ErrNotFound, Code: "session_not_found", Message: fmt.Sprintf("no session %q", id)}
+	}
+	return err
 }
 
 // AgentNames lists the configured agents.

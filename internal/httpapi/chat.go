@@ -3,7 +3,6 @@ package httpapi
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"chatd/internal/chat"
@@ -209,10 +208,7 @@ func (s *server) chatBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	status := http.StatusOK
 	if o.Error != nil && !st.Replayed {
-		status = http.StatusInternalServerError
-		if strings.HasPrefix(o.Error.Code, "upstream_") {
-			status = http.StatusBadGateway
-		}
+		status = runErrorStatus(o.Error)
 	}
 	return writeJSON(w, status, batchResponse{
 		SessionID: st.SessionID, RunID: st.RunID, Status: o.Status, Message: o.Message,

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"chatd/internal/chat"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -72,6 +74,15 @@ func toAPIError(err error) *apiError {
 		return &apiError{status: http.StatusConflict, code: "conflict", message: "the request conflicts with the current state"}
 	}
 	return &apiError{status: http.StatusInternalServerError, code: "internal", message: "internal error; the server log has the details"}
+}
+
+// runErrorStatus is the status of POST /v1/chat for a run that failed: 502 when its model provider
+// failed (an upstream_ code), else 500. The answer still carries the run, since the message is stored.
+func runErrorStatus(e *runevent.Error) int {
+	if strings.HasPrefix(e.Code, "upstream_") {
+		return http.StatusBadGateway
+	}
+	return http.StatusInternalServerError
 }
 
 func byteSize(n int64) string {

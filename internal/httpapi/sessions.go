@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -52,16 +51,10 @@ func (s *server) createSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	sess := &store.Session{Agent: in.Agent, Metadata: in.Metadata}
-	if sess.Agent == "" {
-		sess.Agent = "default"
-	}
-	if !slices.Contains(s.Chat.AgentNames(), sess.Agent) {
-		return &apiError{status: http.StatusBadRequest, code: "unknown_agent", message: "no agent " + strconv.Quote(sess.Agent)}
-	}
 	if in.Title != nil {
 		sess.Title = *in.Title
 	}
-	if err := s.Store.CreateSession(r.Context(), user(r.Context()), sess); err != nil {
+	if err := s.Chat.CreateSession(r.Context(), user(r.Context()), sess); err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusCreated, sessionOf(sess))
@@ -118,13 +111,8 @@ func (s *server) updateSession(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) deleteSession(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if run := s.Chat.ActiveRun(user(r.Context()), id); run != "" {
-		return &apiError{status: http.StatusConflict, code: "session_busy", extra: map[string]any{"run_id": run},
-			message: "the session has an active run; wait for it to end before deleting the session"}
-	}
-	if err := s.Store.DeleteSession(r.Context(), user(r.Context()), id); err != nil {
-		return sessionErr(err, r)
+	if err := s.Chat.DeleteSession(r.Context(), user(r.Context()), r.PathValue("id")); err != nil {
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -2,11 +2,11 @@ package httpapi
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
 
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -25,7 +25,7 @@ type uiMessageMeta struct {
 	RunID     string       `json:"run_id,omitempty"`
 	SessionID string       `json:"session_id"`
 	Model     string       `json:"model,omitempty"`
-	Usage     *store.Usage `json:"usage,omitempty"`
+	Usage     *runevent.Usage `json:"usage,omitempty"`
 }
 
 // uiHistory answers GET /v1/ui/chat/{id}.
@@ -36,44 +36,15 @@ func (s *server) uiHistory(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx := r.Context()
 	u := user(ctx)
-	sess, err := s.Store.Session(ctx, u, id)
+	// The records and the running run are read from one snapshot: a run that starts or ends meanwhile
+	// is seen with its records or not at all, so no question is shown without its answer and no answer
+	// cut short that no stream completes.
+	tr, err := s.Store.Transcript(ctx, u, id)
 	if err != nil {
 		return sessionErr(err, r)
 	}
-	// The records and the active run are two reads: a run that starts or ends between them would leave
-	// a question without its answer, or an answer cut short that no stream completes. Read the active
-	// run on both sides of the records until it is the same.
-	active, err := s.activeRun(r, id)
-	if err != nil {
-		return err
-	}
-	for attempt := 0; ; attempt++ {
-		recs, err := s.Store.Records(ctx, u, id)
-		if err != nil {
-			return sessionErr(err, r)
-		}
-		after, err := s.activeRun(r, id)
-		if err != nil {
-			return err
-		}
-		if after == active || attempt == 4 {
-			return writeJSON(w, http.StatusOK, map[string]any{"id": sess.ID, "title": sess.Title,
-				"active_run_id": after, "messages": uiMessages(id, store.Current(recs), after)})
-		}
-		active = after
-	}
-}
-
-// activeRun is the id of the session's running run, or "".
-func (s *server) activeRun(r *http.Request, sessionID string) (string, error) {
-	run, err := s.Store.ActiveRun(r.Context(), user(r.Context()), sessionID)
-	if errors.Is(err, store.ErrNotFound) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	return run.ID, nil
+	return writeJSON(w, http.StatusOK, map[string]any{"id": tr.Session.ID, "title": tr.Session.Title,
+		"active_run_id": tr.RunningRunID, "messages": uiMessages(id, store.Current(tr.Records), tr.RunningRunID)})
 }
 
 // uiMessages converts a conversation's current records: a user record is a user message; the
@@ -106,9 +77,9 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 			cur.Metadata.Model = rec.Model
 			if rec.Usage != nil {
 				if cur.Metadata.Usage == nil {
-					cur.Metadata.Usage = &store.Usage{}
+					cur.Metadata.Usage = &runevent.Usage{}
 				}
-				cur.Metadata.Usage.Add(*rec.Usage)
+				cur.Metadata.Usage.Add(runevent.UsageOf(*rec.Usage))
 			}
 			cur.Parts = append(cur.Parts, map[string]any{"type": "step-start"})
 			if rec.Reasoning != "" {

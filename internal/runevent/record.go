@@ -57,6 +57,15 @@ type Usage struct {
 	ReasoningTokens  int64 `json:"reasoning_tokens"`
 }
 
+// Add adds v to u.
+func (u *Usage) Add(v Usage) {
+	u.InputTokens += v.InputTokens
+	u.OutputTokens += v.OutputTokens
+	u.CacheReadTokens += v.CacheReadTokens
+	u.CacheWriteTokens += v.CacheWriteTokens
+	u.ReasoningTokens += v.ReasoningTokens
+}
+
 // UsageOf returns the API's shape of store usage.
 func UsageOf(u store.Usage) Usage {
 	return Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens,

@@ -61,6 +61,26 @@ type Session struct {
 	UpdatedAt time.Time
 }
 
+// Transcript is a session as one moment saw it: its records, oldest first, and its running run's
+// id ("" when none).
+type Transcript struct {
+	Session      Session
+	Records      []Record
+	RunningRunID string
+}
+
+// BusyError is ErrBusy naming the run that keeps the session busy.
+type BusyError struct {
+	SessionID, RunID string
+}
+
+func (e *BusyError) Error() string {
+	return "session " + e.SessionID + " has a run that has not ended: " + e.RunID
+}
+
+// Is makes a BusyError ErrBusy.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
 // SessionPatch changes the non-nil fields of a session.
 type SessionPatch struct {
 	Title    *string
@@ -299,8 +319,12 @@ type Store interface {
 	// ("" on the last page).
 	Sessions(ctx context.Context, user string, p Page) ([]Session, string, error)
 	UpdateSession(ctx context.Context, user, id string, p SessionPatch) (*Session, error)
-	// DeleteSession deletes a session with its records and runs.
+	// DeleteSession deletes a session with its records and runs. It refuses with a *BusyError (which
+	// is ErrBusy) while the session has a queued or running run, checked in the same transaction.
 	DeleteSession(ctx context.Context, user, id string) error
+	// Transcript reads a session, its records and its running run from one snapshot: a run that starts
+	// or ends meanwhile is seen with its records or not at all.
+	Transcript(ctx context.Context, user, sessionID string) (*Transcript, error)
 
 	// Records returns the session's records, oldest first.
 	Records(ctx context.Context, user, sessionID string) ([]Record, error)

@@ -275,6 +275,36 @@ func (db *DB) Attachment(ctx context.Context, user, sessionID, recordID string, 
 	return &all[n], nil
 }
 
+// Transcript reads the session, its records and its running run in one read transaction.
+func (db *DB) Transcript(ctx context.Context, user, sessionID string) (*store.Transcript, error) {
+	var t store.Transcript
+	err := db.read(ctx, "transcript", func(tx *sql.Tx) error {
+		s, err := scanSession(tx.QueryRowContext(ctx, selectSessionSQL, sessionID, user))
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("session", sessionID)
+		}
+		if err != nil {
+			return err
+		}
+		t.Session = *s
+		if t.Records, err = selectRecords(ctx, tx, user, sessionID); err != nil {
+			return err
+		}
+		if err := addToolCalls(ctx, tx, user, sessionID, t.Records); err != nil {
+			return err
+		}
+		err = tx.QueryRowContext(ctx, runningInSQL, sessionID, user).Scan(&t.RunningRunID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
 // Records returns the session's records, oldest first, read from one snapshot.
 func (db *DB) Records(ctx context.Context, user, sessionID string) ([]store.Record, error) {
 	var recs []store.Record

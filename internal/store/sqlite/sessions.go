@@ -43,6 +43,7 @@ WHERE id = $1 AND user_id = $2
 RETURNING ` + sessionColumns
 
 	deleteSessionSQL = `DELETE FROM sessions WHERE id = $1 AND user_id = $2`
+	unendedInSQL     = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('queued', 'running') ORDER BY created_at LIMIT 1`
 )
 
 // CreateSession stores s, assigning ID (when empty), CreatedAt and UpdatedAt, and Metadata {} when nil.
@@ -174,6 +175,14 @@ func (db *DB) UpdateSession(ctx context.Context, user, id string, p store.Sessio
 // its usage entries stay.
 func (db *DB) DeleteSession(ctx context.Context, user, id string) error {
 	return db.write(ctx, "delete session", func(tx *sql.Tx) error {
+		var runID string
+		err := tx.QueryRowContext(ctx, unendedInSQL, id, user).Scan(&runID)
+		if err == nil {
+			return &store.BusyError{SessionID: id, RunID: runID}
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, deleteSessionSQL, id, user)
 		if err != nil {
 			return err

@@ -336,6 +336,7 @@ func TestQueryPlans(t *testing.T) {
 			[]any{"s", "u"}, false},
 		{"busy check", runningInSQL, "SEARCH runs USING INDEX runs_one_running_per_session (session_id=?)",
 			[]any{"s", "u"}, false},
+		{"unended run", unendedInSQL, "SEARCH runs USING INDEX runs_by_session (session_id=?)", []any{"s", "u"}, false},
 		{"run by key", runByKeySQL,
 			"SEARCH runs USING INDEX runs_by_idempotency_key (user_id=? AND idempotency_key=?)", []any{"u", "k"}, false},
 		{"key taken", keyTakenSQL, "SEARCH runs USING COVERING INDEX runs_by_idempotency_key", []any{"u", "k"}, false},

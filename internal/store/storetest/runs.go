@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -214,6 +215,7 @@ func testDeleteCascades(t *testing.T, s store.Store) {
 		t.Fatalf("AddUsage: %v", err)
 	}
 
+	mustFinish(t, s, alice, run.ID, store.RunEnd{Status: store.RunCompleted})
 	if err := s.DeleteSession(ctx, alice, sess.ID); err != nil {
 		t.Fatalf("DeleteSession: %v", err)
 	}
@@ -377,4 +379,63 @@ func interruptLeft(t *testing.T, s store.Store, left []leftRun) {
 		end.Usage = store.Usage{InputTokens: 20, OutputTokens: 6}
 		checkEnded(t, s, l.user, l.run, end)
 	}
+}
+
+// testDeleteRefusedWhileBusy: a session with a running or queued run is not deleted; the refusal names
+// the run, and nothing of the session goes.
+func testDeleteRefusedWhileBusy(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	sess := createSession(t, s, alice)
+	mustAppend(t, s, alice, userRecord(sess.ID, "hello"))
+	running := createRun(t, s, alice, sess.ID)
+	queued := queueRun(t, s, alice, sess.ID, `{"n":1}`)
+	refused := func(what, runID string) {
+		t.Helper()
+		err := s.DeleteSession(ctx, alice, sess.ID)
+		busy, ok := errors.AsType[*store.BusyError](err)
+		if !ok || !errors.Is(err, store.ErrBusy) || busy.RunID != runID || busy.SessionID != sess.ID {
+			t.Fatalf("DeleteSession %s: %v, want a BusyError naming %s", what, err, runID)
+		}
+		if recs := records(t, s, alice, sess.ID); len(recs) != 1 {
+			t.Errorf("DeleteSession %s: %d records left, want 1", what, len(recs))
+		}
+	}
+	refused("while a run runs", running.ID)
+	mustFinish(t, s, alice, running.ID, store.RunEnd{Status: store.RunCompleted})
+	refused("while a run is queued", queued.ID)
+	mustFinish(t, s, alice, queued.ID, store.RunEnd{Status: store.RunCancelled})
+	if err := s.DeleteSession(ctx, newUser("bob"), sess.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("bob's DeleteSession: %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteSession(ctx, alice, sess.ID); err != nil {
+		t.Fatalf("DeleteSession once idle: %v", err)
+	}
+}
+
+// testTranscript: the session, its records and its running run, read together; another user's
+// session is not found.
+func testTranscript(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	sess := createSession(t, s, alice)
+	first := mustAppend(t, s, alice, userRecord(sess.ID, "hello"))
+	tr, err := s.Transcript(ctx, alice, sess.ID)
+	if err != nil {
+		t.Fatalf("Transcript: %v", err)
+	}
+	if tr.Session.ID != sess.ID || len(tr.Records) != 1 || tr.Records[0].ID != first.ID || tr.RunningRunID != "" {
+		t.Errorf("Transcript of an idle session = %+v", tr)
+	}
+	run := createRun(t, s, alice, sess.ID)
+	asst := mustAppend(t, s, alice, runAssistant(run, "call_1"))
+	tr, err = s.Transcript(ctx, alice, sess.ID)
+	if err != nil {
+		t.Fatalf("Transcript: %v", err)
+	}
+	if tr.RunningRunID != run.ID || len(tr.Records) != 2 || len(tr.Records[1].ToolCalls) != 1 || tr.Records[1].ID != asst.ID {
+		t.Errorf("Transcript while a run runs = %+v", tr)
+	}
+	_, err = s.Transcript(ctx, newUser("bob"), sess.ID)
+	wantErr(t, "bob's Transcript", err, store.ErrNotFound)
+	_, err = s.Transcript(ctx, alice, "no-such-session")
+	wantErr(t, "Transcript(unknown)", err, store.ErrNotFound)
 }

@@ -59,6 +59,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AppendEventsAtomic", testAppendEventsAtomic},
 		{"FinishRunEvents", testFinishRunEvents},
 		{"DeleteCascades", testDeleteCascades},
+		{"DeleteRefusedWhileBusy", testDeleteRefusedWhileBusy},
+		{"Transcript", testTranscript},
 		{"Usage", testUsage},
 		{"ConcurrentAppend", testConcurrentAppend},
 		{"Retracts", testRetracts},
