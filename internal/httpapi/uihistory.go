@@ -22,9 +22,9 @@ type uiHistoryMessage struct {
 }
 
 type uiMessageMeta struct {
-	RunID     string       `json:"run_id,omitempty"`
-	SessionID string       `json:"session_id"`
-	Model     string       `json:"model,omitempty"`
+	RunID     string          `json:"run_id,omitempty"`
+	SessionID string          `json:"session_id"`
+	Model     string          `json:"model,omitempty"`
 	Usage     *runevent.Usage `json:"usage,omitempty"`
 }
 
