@@ -110,14 +110,11 @@ type Model struct {
 	ProviderName string
 }
 
-// Config is one run's settings. The zero value of each limit means its default.
+// Config is one run's settings. Models is required; the zero value of each limit means its default.
 type Config struct {
-	Provider     llm.Provider
-	Model        string // the provider's model name
-	ProviderName string // the provider's configured name
-	// Fallbacks are tried in order when a model call fails before any output, once the retries of
-	// the model before them are spent.
-	Fallbacks   []Model
+	// Models are the models a model call may use, in order: the first is the primary, and each next one
+	// is tried when a call fails before any output, once the retries of the model before it are spent.
+	Models      []Model
 	System      string
 	ToolSpecs   []llm.ToolSpec // the tools the model sees; nil: none
 	Tools       Tools
@@ -243,6 +240,9 @@ type Result struct {
 // tool calls, the iteration cap, a failure, or ctx is cancelled. Cancelling ctx keeps the partial answer:
 // the observer still gets the turn and a result for every call, on a context that is not cancelled.
 func Run(ctx context.Context, cfg Config, history []llm.Message, obs Observer) Result {
+	if len(cfg.Models) == 0 {
+		return Result{Status: StatusFailed, FinishReason: "error", Err: errors.New("agent: no model to call")}
+	}
 	cfg.defaults()
 	r := &runner{cfg: cfg, obs: obs, messages: history}
 	return r.run(ctx)

@@ -134,8 +134,7 @@ func config(t *testing.T, srv *llmtest.Server, tools agent.Tools) agent.Config {
 		t.Fatal(err)
 	}
 	return agent.Config{
-		Provider:  c,
-		Model:     "llmtest-1",
+		Models:    []agent.Model{{Provider: c, Name: "llmtest-1"}},
 		ToolSpecs: []llm.ToolSpec{{Name: "read_time"}, {Name: "write_note"}},
 		Tools:     tools,
 		RetryBase: time.Millisecond,

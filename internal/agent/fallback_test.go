@@ -33,8 +33,8 @@ func TestFallbackAfterRetries(t *testing.T) {
 	}
 	backup := llmtest.NewServer(t, llmtest.Turn{Text: "from the backup"})
 	cfg := config(t, primary, fakeTools{})
-	cfg.ProviderName = "primary"
-	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"}}
+	cfg.Models[0].ProviderName = "primary"
+	cfg.Models = append(cfg.Models, agent.Model{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"})
 	rec := &recorder{}
 	res := agent.Run(t.Context(), cfg, hello, rec)
 	if res.Status != agent.StatusCompleted || res.Final == nil || res.Final.Text != "from the backup" {
@@ -59,7 +59,7 @@ func TestNoFallbackAfterOutput(t *testing.T) {
 	primary := llmtest.NewServer(t, llmtest.Turn{Text: "half an ans", CutAfterChunks: 3})
 	backup := llmtest.NewServer(t, llmtest.Turn{Text: "never"})
 	cfg := config(t, primary, fakeTools{})
-	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"}}
+	cfg.Models = append(cfg.Models, agent.Model{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"})
 	res := agent.Run(t.Context(), cfg, hello, &recorder{})
 	if res.Status != agent.StatusFailed || res.Final == nil || res.Final.Text == "" {
 		t.Fatalf("result = %+v", res)
@@ -74,7 +74,7 @@ func TestFallbackOnAuthError(t *testing.T) {
 	primary := llmtest.NewServer(t, llmtest.Turn{Status: http.StatusUnauthorized, ErrorMessage: "Incorrect API key provided"})
 	backup := llmtest.NewServer(t, llmtest.Turn{Text: "ok"})
 	cfg := config(t, primary, fakeTools{})
-	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "b", ProviderName: "backup"}}
+	cfg.Models = append(cfg.Models, agent.Model{Provider: provider(t, backup), Name: "b", ProviderName: "backup"})
 	res := agent.Run(t.Context(), cfg, hello, &recorder{})
 	if res.Status != agent.StatusCompleted || len(primary.Requests()) != 1 {
 		t.Fatalf("result = %+v after %d primary requests", res, len(primary.Requests()))
@@ -135,7 +135,7 @@ func TestSignedPartsKept(t *testing.T) {
 		{Kind: llm.EventText, Text: "Noon."},
 		{Kind: llm.EventFinish, FinishReason: llm.FinishStop},
 	}}}
-	cfg := agent.Config{Provider: p, Model: "m", ProviderName: "claude", ToolSpecs: []llm.ToolSpec{{Name: "read_time"}},
+	cfg := agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "claude"}}, ToolSpecs: []llm.ToolSpec{{Name: "read_time"}},
 		Tools: fakeTools{"read_time": echo}}
 	rec := &recorder{}
 	res := agent.Run(t.Context(), cfg, hello, rec)
@@ -168,7 +168,7 @@ func TestPauseContinues(t *testing.T) {
 		{{Kind: llm.EventText, Text: "part two."}, {Kind: llm.EventFinish, FinishReason: llm.FinishStop}},
 	}}
 	rec := &recorder{}
-	res := agent.Run(t.Context(), agent.Config{Provider: p, Model: "m", ProviderName: "claude"}, hello, rec)
+	res := agent.Run(t.Context(), agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "claude"}}}, hello, rec)
 	if res.Status != agent.StatusCompleted || len(rec.turns) != 1 || rec.turns[0].Text != "Part one, part two." {
 		t.Fatalf("result = %+v turns = %+v", res, rec.turns)
 	}

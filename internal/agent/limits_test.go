@@ -137,7 +137,7 @@ func (q *quiet) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Even
 func TestQuietModelStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := &quiet{events: []llm.Event{{Kind: llm.EventText, Text: "Hel"}}}
-		cfg := agent.Config{Provider: q, Model: "m", ProviderName: "p", RetryBase: time.Millisecond,
+		cfg := agent.Config{Models: []agent.Model{{Provider: q, Name: "m", ProviderName: "p"}}, RetryBase: time.Millisecond,
 			Limits: agent.Limits{IdleTime: time.Minute}}
 		rec := &recorder{}
 		start := time.Now()
@@ -156,7 +156,7 @@ func TestQuietModelStream(t *testing.T) {
 	})
 	synctest.Test(t, func(t *testing.T) {
 		q := &quiet{}
-		cfg := agent.Config{Provider: q, Model: "m", ProviderName: "p", RetryBase: time.Millisecond, Retries: 2, RetryWindow: 10 * time.Minute,
+		cfg := agent.Config{Models: []agent.Model{{Provider: q, Name: "m", ProviderName: "p"}}, RetryBase: time.Millisecond, Retries: 2, RetryWindow: 10 * time.Minute,
 			Limits: agent.Limits{IdleTime: time.Minute}}
 		res := agent.Run(t.Context(), cfg, hello, &recorder{})
 		if res.Status != agent.StatusFailed || q.calls != 3 {
@@ -192,7 +192,7 @@ func TestLimitCancelsTheRun(t *testing.T) {
 		ctx, cancel := context.WithTimeoutCause(t.Context(), 10*time.Minute,
 			&agent.LimitError{Code: "run_timeout", Message: "the run passed its time limit of 10m"})
 		defer cancel()
-		cfg := agent.Config{Provider: drip{}, Model: "m", ProviderName: "p", Limits: agent.Limits{IdleTime: time.Minute}}
+		cfg := agent.Config{Models: []agent.Model{{Provider: drip{}, Name: "m", ProviderName: "p"}}, Limits: agent.Limits{IdleTime: time.Minute}}
 		rec := &recorder{}
 		res := agent.Run(ctx, cfg, hello, rec)
 		var lim *agent.LimitError
@@ -230,7 +230,7 @@ func TestOpaqueOutputCountsTowardTheLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := agent.Config{Provider: c, Model: "m", ProviderName: "anthropic", RetryBase: time.Millisecond,
+	cfg := agent.Config{Models: []agent.Model{{Provider: c, Name: "m", ProviderName: "anthropic"}}, RetryBase: time.Millisecond,
 		Limits: agent.Limits{OutputBytes: 4096, RunOutputBytes: 8192}}
 	rec := &recorder{}
 	res := agent.Run(t.Context(), cfg, hello, rec)
@@ -276,7 +276,7 @@ func TestEmptyDeltasDoNotHoldTheIdleLimit(t *testing.T) {
 			&agent.LimitError{Code: "run_timeout", Message: "the run passed its time limit of 15m"})
 		defer cancel()
 		p := &emptyCalls{}
-		cfg := agent.Config{Provider: p, Model: "m", ProviderName: "p", Retries: -1, Limits: agent.Limits{IdleTime: time.Minute}}
+		cfg := agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "p"}}, Retries: -1, Limits: agent.Limits{IdleTime: time.Minute}}
 		start := time.Now()
 		res := agent.Run(ctx, cfg, hello, &recorder{})
 		if took := time.Since(start); took != time.Minute || res.Status != agent.StatusFailed {
@@ -295,7 +295,7 @@ func (p *patient) Patience() time.Duration { return 10 * time.Minute }
 func TestIdleLimitLeavesPatientProvidersTheirTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &patient{}
-		cfg := agent.Config{Provider: p, Model: "m", ProviderName: "p", Retries: -1, Limits: agent.Limits{IdleTime: time.Minute}}
+		cfg := agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "p"}}, Retries: -1, Limits: agent.Limits{IdleTime: time.Minute}}
 		start := time.Now()
 		res := agent.Run(t.Context(), cfg, hello, &recorder{})
 		if took := time.Since(start); took != 10*time.Minute || res.Status != agent.StatusFailed {

@@ -146,7 +146,7 @@ func (r *runner) tooLong(ctx context.Context, err error) bool {
 
 func (r *runner) request(noTools bool) *llm.Request {
 	req := &llm.Request{
-		Model:       r.cfg.Model,
+		Model:       r.cfg.Models[0].Name,
 		System:      r.cfg.System,
 		Messages:    r.messages,
 		Tools:       r.cfg.ToolSpecs,
@@ -181,15 +181,10 @@ func (r *runner) continuation(req *llm.Request, t *turnState) *llm.Request {
 // origin is what the messages m writes carry as their Origin.
 func (m Model) origin() string { return llm.Origin(m.ProviderName, m.Name) }
 
-// models lists the models a call may use, in order: the primary, then the fallbacks.
-func (r *runner) models() []Model {
-	return append([]Model{{Provider: r.cfg.Provider, Name: r.cfg.Model, ProviderName: r.cfg.ProviderName}}, r.cfg.Fallbacks...)
-}
-
 // stream runs one model call into t. A call that fails before any output is retried, then handed to
 // the next fallback model; once a model has streamed output, the turn stays with it.
 func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noTools bool) error {
-	models := r.models()
+	models := r.cfg.Models
 	if t.model.Provider != nil {
 		models = []Model{t.model} // a continuation
 	}
@@ -465,7 +460,7 @@ func (r *runner) finishTurn(ctx context.Context, t *turnState, streamErr error) 
 	t.Parts = t.parts.Parts()
 	t.Text, t.Reasoning = t.parts.Text(), t.parts.Reasoning()
 	if t.model.Provider == nil { // no call was made
-		t.model = r.models()[0]
+		t.model = r.cfg.Models[0]
 	}
 	t.Model, t.Origin = t.model.Name, t.model.origin()
 	switch {
