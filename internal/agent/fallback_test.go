@@ -36,7 +36,7 @@ func TestFallbackAfterRetries(t *testing.T) {
 	cfg.Models[0].ProviderName = "primary"
 	cfg.Models = append(cfg.Models, agent.Model{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"})
 	rec := &recorder{}
-	res := agent.Run(t.Context(), cfg, hello, rec)
+	res := run(t.Context(), cfg, rec)
 	if res.Status != agent.StatusCompleted || res.Final == nil || res.Final.Text != "from the backup" {
 		t.Fatalf("result = %+v", res)
 	}
@@ -60,7 +60,7 @@ func TestNoFallbackAfterOutput(t *testing.T) {
 	backup := llmtest.NewServer(t, llmtest.Turn{Text: "never"})
 	cfg := config(t, primary, fakeTools{})
 	cfg.Models = append(cfg.Models, agent.Model{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"})
-	res := agent.Run(t.Context(), cfg, hello, &recorder{})
+	res := run(t.Context(), cfg, &recorder{})
 	if res.Status != agent.StatusFailed || res.Final == nil || res.Final.Text == "" {
 		t.Fatalf("result = %+v", res)
 	}
@@ -75,7 +75,7 @@ func TestFallbackOnAuthError(t *testing.T) {
 	backup := llmtest.NewServer(t, llmtest.Turn{Text: "ok"})
 	cfg := config(t, primary, fakeTools{})
 	cfg.Models = append(cfg.Models, agent.Model{Provider: provider(t, backup), Name: "b", ProviderName: "backup"})
-	res := agent.Run(t.Context(), cfg, hello, &recorder{})
+	res := run(t.Context(), cfg, &recorder{})
 	if res.Status != agent.StatusCompleted || len(primary.Requests()) != 1 {
 		t.Fatalf("result = %+v after %d primary requests", res, len(primary.Requests()))
 	}
@@ -90,7 +90,7 @@ func TestRetryWindow(t *testing.T) {
 	cfg := config(t, srv, fakeTools{})
 	cfg.Retries = 5
 	cfg.RetryWindow = 1500 * time.Millisecond
-	res := agent.Run(t.Context(), cfg, hello, &recorder{})
+	res := run(t.Context(), cfg, &recorder{})
 	if res.Status != agent.StatusFailed {
 		t.Fatalf("result = %+v", res)
 	}
@@ -138,7 +138,7 @@ func TestSignedPartsKept(t *testing.T) {
 	cfg := agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "claude"}}, ToolSpecs: []llm.ToolSpec{{Name: "read_time"}},
 		Tools: fakeTools{"read_time": echo}}
 	rec := &recorder{}
-	res := agent.Run(t.Context(), cfg, hello, rec)
+	res := run(t.Context(), cfg, rec)
 	if res.Status != agent.StatusCompleted {
 		t.Fatalf("result = %+v", res)
 	}
@@ -168,7 +168,7 @@ func TestPauseContinues(t *testing.T) {
 		{{Kind: llm.EventText, Text: "part two."}, {Kind: llm.EventFinish, FinishReason: llm.FinishStop}},
 	}}
 	rec := &recorder{}
-	res := agent.Run(t.Context(), agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "claude"}}}, hello, rec)
+	res := run(t.Context(), agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "claude"}}}, rec)
 	if res.Status != agent.StatusCompleted || len(rec.turns) != 1 || rec.turns[0].Text != "Part one, part two." {
 		t.Fatalf("result = %+v turns = %+v", res, rec.turns)
 	}

@@ -516,7 +516,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 			}
 		}
 	}()
-	res := agent.Run(ctx, cfg, nil, obs)
+	res := agent.Run(ctx, cfg, obs, obs)
 	obs.finish(res)
 }
 
