@@ -5,6 +5,7 @@ import (
 	"iter"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -81,22 +82,33 @@ func TestFallbackOnAuthError(t *testing.T) {
 	}
 }
 
-// TestRetryWindow: a retry that would start after the window is not made.
+// refusing is a provider that refuses every call with a rate limit asking to retry after a second.
+type refusing struct{ calls int }
+
+func (p *refusing) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
+	return func(yield func(llm.Event, error) bool) {
+		p.calls++
+		yield(llm.Event{}, &llm.Error{Provider: "p", Kind: llm.KindRateLimit, Status: http.StatusTooManyRequests,
+			RetryAfter: time.Second, Message: "slow down"})
+	}
+}
+
+// TestRetryWindow: a retry that would start after the window is not made. (The clock is synctest's: the
+// test once waited a real second and failed when the first call took over half a second.)
 func TestRetryWindow(t *testing.T) {
-	srv := llmtest.NewServer(t)
-	srv.Respond = func(n int, req llmtest.Request) llmtest.Turn {
-		return llmtest.Turn{Status: http.StatusTooManyRequests, RetryAfter: "1", ErrorMessage: "slow down"}
-	}
-	cfg := config(t, srv, fakeTools{})
-	cfg.Retries = 5
-	cfg.RetryWindow = 1500 * time.Millisecond
-	res := run(t.Context(), cfg, &recorder{})
-	if res.Status != agent.StatusFailed {
-		t.Fatalf("result = %+v", res)
-	}
-	if n := len(srv.Requests()); n != 2 {
-		t.Errorf("%d requests, want 2: the second retry would start after the 1.5s window", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		p := &refusing{}
+		cfg := agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "p"}}, Retries: 5,
+			RetryWindow: 1500 * time.Millisecond}
+		start := time.Now()
+		res := run(t.Context(), cfg, &recorder{})
+		if res.Status != agent.StatusFailed {
+			t.Fatalf("result = %+v", res)
+		}
+		if p.calls != 2 || time.Since(start) != time.Second {
+			t.Errorf("%d calls over %s, want 2 over 1s: the second retry would start after the 1.5s window", p.calls, time.Since(start))
+		}
+	})
 }
 
 // scripted is a provider that plays event lists, one per call, and keeps the requests.
