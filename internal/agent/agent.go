@@ -1,7 +1,8 @@
-// Package agent runs the model ⇄ tools loop of one run: it streams each model call, hands every step to an
-// Observer as it happens, runs tool calls in parallel (read-only ones while the model still streams),
+// Package agent runs the model ⇄ tools loop of one run: it streams each model call, emits every step to a
+// Sink as it happens, runs tool calls in parallel (read-only ones while the model still streams),
 // continues answers cut by the token limit, and stops at an answer without tool calls or at the iteration
-// cap. It owns no storage: the Observer persists each turn and each tool result, and the loop waits for it.
+// cap. It owns no storage: a Recorder stores each turn and each tool result, the loop waits for it, and
+// the Context builds every model call's conversation from what was stored.
 //
 // It imports llm and the standard library; tools are reached through the Tools interface declared here.
 package agent
@@ -35,27 +36,6 @@ type ToolResult struct {
 	Attachments []llm.Part
 	Success     bool
 	Duration    time.Duration
-}
-
-// Observer receives the steps of a run in order, from the goroutine that called Run — except
-// ToolComplete, which is called from the call's own goroutine the moment it ends, so that a client sees
-// a finished tool at once, also while the model still streams.
-type Observer interface {
-	Status(message string)
-	TextDelta(text string)
-	ReasoningDelta(text string)
-	ToolCallDelta(index int, id, name, argumentsDelta string)
-	ToolStart(call llm.ToolCall)
-	// ToolComplete may run concurrently with the other methods, and before the turn is stored.
-	ToolComplete(call llm.ToolCall, res ToolResult)
-	// Usage reports the usage of one model call, and the model that made it.
-	Usage(m Model, u llm.Usage)
-	// Turn is called once when a model turn has ended (continuations included). The observer stores it;
-	// an error fails the run.
-	Turn(ctx context.Context, t *Turn) error
-	// ToolResult is called once for every call of a stored turn, as each call ends. The observer stores
-	// it; an error fails the run.
-	ToolResult(ctx context.Context, t *Turn, call llm.ToolCall, res ToolResult) error
 }
 
 // Turn is one assistant turn: what the model said, thought and asked to call.
@@ -110,14 +90,12 @@ type Model struct {
 	ProviderName string
 }
 
-// Config is one run's settings. The zero value of each limit means its default.
+// Config is one run's settings. Models and Context are required; the zero value of each limit means its
+// default.
 type Config struct {
-	Provider     llm.Provider
-	Model        string // the provider's model name
-	ProviderName string // the provider's configured name
-	// Fallbacks are tried in order when a model call fails before any output, once the retries of
-	// the model before them are spent.
-	Fallbacks   []Model
+	// Models are the models a model call may use, in order: the first is the primary, and each next one
+	// is tried when a call fails before any output, once the retries of the model before it are spent.
+	Models      []Model
 	System      string
 	ToolSpecs   []llm.ToolSpec // the tools the model sees; nil: none
 	Tools       Tools
@@ -138,8 +116,8 @@ type Config struct {
 	RetryWindow time.Duration
 	// Limits on what the models stream; zero values are the defaults.
 	Limits Limits
-	// Context, when set, builds the conversation of every model call from what the observer stored, and
-	// the history passed to Run is ignored. Without it the loop keeps the conversation itself.
+	// Context builds the conversation of every model call from what the Recorder stored: it holds the
+	// history, the user's new message last.
 	Context Context
 	Logger  *slog.Logger
 	// Sending, when set, is told of every model call before it is sent: the model and the request. It
@@ -239,18 +217,30 @@ type Result struct {
 	Err error
 }
 
-// Run runs the loop on history (which ends with the user's new message) until the model answers without
-// tool calls, the iteration cap, a failure, or ctx is cancelled. Cancelling ctx keeps the partial answer:
-// the observer still gets the turn and a result for every call, on a context that is not cancelled.
-func Run(ctx context.Context, cfg Config, history []llm.Message, obs Observer) Result {
+// Run runs the loop on the conversation cfg.Context builds until the model answers without tool calls,
+// the iteration cap, a failure, or ctx is cancelled. It emits every step to sink (nil: none) and stores
+// every turn and tool result with rec. Cancelling ctx keeps the partial answer: rec still gets the turn
+// and a result for every call, on a context that is not cancelled.
+func Run(ctx context.Context, cfg Config, rec Recorder, sink Sink) Result {
+	switch {
+	case len(cfg.Models) == 0:
+		return Result{Status: StatusFailed, FinishReason: "error", Err: errors.New("agent: no model to call")}
+	case cfg.Context == nil || rec == nil:
+		return Result{Status: StatusFailed, FinishReason: "error", Err: errors.New("agent: a run needs a Context and a Recorder")}
+	}
+	if sink == nil {
+		sink = discard{}
+	}
 	cfg.defaults()
-	r := &runner{cfg: cfg, obs: obs, messages: history}
+	r := &runner{cfg: cfg, rec: rec, sink: sink}
 	return r.run(ctx)
 }
 
 type runner struct {
-	cfg      Config
-	obs      Observer
+	cfg  Config
+	rec  Recorder
+	sink Sink
+	// messages is the conversation of the next model call, as the Context last built it.
 	messages []llm.Message
 	usage    llm.Usage
 	final    *Turn

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,71 +21,149 @@ import (
 	"chatd/internal/llm/openai"
 )
 
-// recorder is an Observer that keeps a readable log of every step and the stored turns and results.
+// recorder is a run's Sink, Recorder and Context at once, as chat's observer and conversation are: it
+// keeps a readable log of every step, stores the turns and their results, and builds every model call's
+// conversation from what it stored, after the history it was given.
 type recorder struct {
 	mu      sync.Mutex
 	log     []string
+	grew    chan struct{} // closed, and replaced, when the log grows
+	history []llm.Message // the conversation before the run, the user's new message last
+	stored  []*storedTurn
 	turns   []agent.Turn
 	results map[string]agent.ToolResult // by call id, the last turn's
-	seen    map[string]bool             // turn and call id: a second result is a bug
 	failOn  string                      // "turn" or "tool": storing fails
+}
+
+// storedTurn is a turn the recorder stored, with the results stored for its calls.
+type storedTurn struct {
+	at      *agent.Turn // the turn as the loop passes it
+	turn    agent.Turn
+	results map[string]agent.ToolResult
 }
 
 func (r *recorder) add(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.log = append(r.log, fmt.Sprintf(format, args...))
+	if r.grew != nil {
+		close(r.grew)
+		r.grew = nil
+	}
 }
 
-func (r *recorder) Status(m string)         { r.add("status %s", m) }
-func (r *recorder) TextDelta(t string)      { r.add("text %s", t) }
-func (r *recorder) ReasoningDelta(t string) { r.add("reasoning %s", t) }
-func (r *recorder) Usage(m agent.Model, u llm.Usage) {
-	r.add("usage %s in=%d out=%d", m.Name, u.InputTokens, u.OutputTokens)
-}
-func (r *recorder) ToolCallDelta(i int, id, name, args string) {
-	r.add("tool_call_delta %d", i)
-}
-func (r *recorder) ToolStart(c llm.ToolCall) { r.add("tool_start %s %s %s", c.ID, c.Name, c.Arguments) }
-func (r *recorder) ToolComplete(c llm.ToolCall, res agent.ToolResult) {
-	r.add("tool_complete %s %v %s", c.ID, res.Success, res.Content)
+func (r *recorder) Emit(e agent.Event) {
+	switch e := e.(type) {
+	case agent.StatusMessage:
+		r.add("status %s", e.Message)
+	case agent.TextDelta:
+		r.add("text %s", e.Text)
+	case agent.ReasoningDelta:
+		r.add("reasoning %s", e.Text)
+	case agent.Usage:
+		r.add("usage %s in=%d out=%d", e.Model.Name, e.Usage.InputTokens, e.Usage.OutputTokens)
+	case agent.ToolCallDelta:
+		r.add("tool_call_delta %d", e.Index)
+	case agent.ToolStart:
+		r.add("tool_start %s %s %s", e.Call.ID, e.Call.Name, e.Call.Arguments)
+	case agent.ToolComplete:
+		r.add("tool_complete %s %v %s", e.Call.ID, e.Result.Success, e.Result.Content)
+	default:
+		r.add("unknown event %T", e)
+	}
 }
 
-func (r *recorder) Turn(ctx context.Context, t *agent.Turn) error {
+func (r *recorder) RecordTurn(ctx context.Context, t *agent.Turn) error {
 	if ctx.Err() != nil {
-		return errors.New("Turn got a cancelled context")
+		return errors.New("RecordTurn got a cancelled context")
 	}
 	if r.failOn == "turn" {
 		return errors.New("disk full")
 	}
 	r.add("turn %q calls=%d finish=%s", t.Text, len(t.ToolCalls), t.FinishReason)
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.turns = append(r.turns, *t)
-	r.mu.Unlock()
+	r.stored = append(r.stored, &storedTurn{at: t, turn: *t, results: map[string]agent.ToolResult{}})
 	return nil
 }
 
-func (r *recorder) ToolResult(ctx context.Context, t *agent.Turn, c llm.ToolCall, res agent.ToolResult) error {
+func (r *recorder) RecordToolResult(ctx context.Context, t *agent.Turn, c llm.ToolCall, res agent.ToolResult) error {
 	if ctx.Err() != nil {
-		return errors.New("ToolResult got a cancelled context")
+		return errors.New("RecordToolResult got a cancelled context")
 	}
 	if r.failOn == "tool" {
 		return errors.New("disk full")
 	}
 	r.add("tool_result %s %v", c.ID, res.Success)
 	r.mu.Lock()
-	if r.results == nil {
-		r.results, r.seen = map[string]agent.ToolResult{}, map[string]bool{}
+	defer r.mu.Unlock()
+	i := slices.IndexFunc(r.stored, func(s *storedTurn) bool { return s.at == t })
+	if i < 0 {
+		return fmt.Errorf("result of %s for a turn that was not stored", c.ID)
 	}
-	key := fmt.Sprintf("%p/%s", t, c.ID)
-	if r.seen[key] {
-		r.mu.Unlock()
+	if _, ok := r.stored[i].results[c.ID]; ok {
 		return fmt.Errorf("second result for %s", c.ID)
 	}
-	r.seen[key] = true
+	r.stored[i].results[c.ID] = res
+	if r.results == nil {
+		r.results = map[string]agent.ToolResult{}
+	}
 	r.results[c.ID] = res
-	r.mu.Unlock()
 	return nil
+}
+
+// Messages builds the conversation the way chat's does: the history, then each stored turn followed by
+// the results of its calls in call order.
+func (r *recorder) Messages(ctx context.Context, compact bool) ([]llm.Message, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	msgs := slices.Clone(r.history)
+	for _, s := range r.stored {
+		t := &s.turn
+		msgs = append(msgs, llm.Message{Role: llm.RoleAssistant, Parts: t.Parts, ToolCalls: t.ToolCalls, Origin: t.Origin})
+		for _, c := range t.ToolCalls {
+			if res, ok := s.results[c.ID]; ok {
+				m := llm.TextMessage(llm.RoleTool, res.Content)
+				m.ToolCallID, m.ToolName, m.IsError = c.ID, c.Name, !res.Success
+				msgs = append(msgs, m)
+			}
+		}
+	}
+	return msgs, nil
+}
+
+// waitFor waits until a step starting with prefix is logged, or ctx is done.
+func (r *recorder) waitFor(ctx context.Context, prefix string) error {
+	for {
+		r.mu.Lock()
+		found := slices.ContainsFunc(r.log, func(l string) bool { return strings.HasPrefix(l, prefix) })
+		if r.grew == nil {
+			r.grew = make(chan struct{})
+		}
+		grew := r.grew
+		r.mu.Unlock()
+		if found {
+			return nil
+		}
+		select {
+		case <-grew:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %q: %w", prefix, context.Cause(ctx))
+		}
+	}
+}
+
+// run runs cfg on the user's "hello" with rec as the run's recorder, sink and context.
+func run(ctx context.Context, cfg agent.Config, rec *recorder) agent.Result {
+	return runTo(ctx, cfg, rec, rec)
+}
+
+// runTo is run with another sink.
+func runTo(ctx context.Context, cfg agent.Config, rec *recorder, sink agent.Sink) agent.Result {
+	rec.history = hello
+	cfg.Context = rec
+	return agent.Run(ctx, cfg, rec, sink)
 }
 
 func (r *recorder) has(prefix string) int {
@@ -134,8 +213,7 @@ func config(t *testing.T, srv *llmtest.Server, tools agent.Tools) agent.Config {
 		t.Fatal(err)
 	}
 	return agent.Config{
-		Provider:  c,
-		Model:     "llmtest-1",
+		Models:    []agent.Model{{Provider: c, Name: "llmtest-1"}},
 		ToolSpecs: []llm.ToolSpec{{Name: "read_time"}, {Name: "write_note"}},
 		Tools:     tools,
 		RetryBase: time.Millisecond,
@@ -151,7 +229,7 @@ func TestMain(m *testing.M) {
 func TestTextAnswer(t *testing.T) {
 	srv := llmtest.NewServer(t, llmtest.Turn{Reasoning: "think", Text: "Hello there!", ChunkRunes: 5})
 	rec := &recorder{}
-	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, rec)
+	res := run(t.Context(), config(t, srv, fakeTools{}), rec)
 	if res.Status != agent.StatusCompleted || res.FinishReason != "stop" || res.Err != nil {
 		t.Fatalf("result = %+v", res)
 	}
@@ -204,7 +282,7 @@ func TestReadOnlyToolsStartWhileStreaming(t *testing.T) {
 	}
 	srv := llmtest.NewServer(t, turn, llmtest.Turn{Text: "Done."})
 	rec := &recorder{}
-	res := agent.Run(t.Context(), config(t, srv, tools), hello, rec)
+	res := run(t.Context(), config(t, srv, tools), rec)
 	if res.Status != agent.StatusCompleted {
 		t.Fatalf("result = %+v", res)
 	}
@@ -239,7 +317,7 @@ func TestMaxIterations(t *testing.T) {
 	cfg := config(t, srv, fakeTools{"write_note": echo})
 	cfg.MaxIterations = 2
 	rec := &recorder{}
-	res := agent.Run(t.Context(), cfg, hello, rec)
+	res := run(t.Context(), cfg, rec)
 	if res.Status != agent.StatusMaxIterations {
 		t.Fatalf("status = %s, want max_iterations (%v)", res.Status, res.Err)
 	}
@@ -266,7 +344,7 @@ func TestLengthContinues(t *testing.T) {
 		llmtest.Turn{Text: "end.", FinishReason: "stop"},
 	)
 	rec := &recorder{}
-	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, rec)
+	res := run(t.Context(), config(t, srv, fakeTools{}), rec)
 	if res.Status != agent.StatusCompleted || res.FinishReason != "stop" {
 		t.Fatalf("result = %+v", res)
 	}
@@ -287,7 +365,7 @@ func TestLengthContinuesAtMostThreeTimes(t *testing.T) {
 	cut := llmtest.Turn{Text: "more ", FinishReason: "length"}
 	srv := llmtest.NewServer(t, cut, cut, cut, cut, cut)
 	rec := &recorder{}
-	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, rec)
+	res := run(t.Context(), config(t, srv, fakeTools{}), rec)
 	if n := len(srv.Requests()); n != 4 {
 		t.Fatalf("%d model calls, want 4", n)
 	}
@@ -310,7 +388,7 @@ func TestTruncatedCallNeverRuns(t *testing.T) {
 		llmtest.Turn{Text: "ok"},
 	)
 	rec := &recorder{}
-	res := agent.Run(t.Context(), config(t, srv, tools), hello, rec)
+	res := run(t.Context(), config(t, srv, tools), rec)
 	if res.Status != agent.StatusCompleted {
 		t.Fatalf("result = %+v", res)
 	}
@@ -334,27 +412,28 @@ func TestCancelKeepsPartialAnswer(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	rec := &recorder{}
 	tools := fakeTools{"read_time": func(ctx context.Context, a json.RawMessage) agent.ToolResult {
-		// Wait for call_2 to stream (the loop is busy reading it, so this waits a moment at most).
-		for i := 0; i < 500 && rec.has("tool_call_delta 1") == 0; i++ {
-			time.Sleep(2 * time.Millisecond)
+		// Wait for call_2 to stream: the server sends it before it blocks.
+		if err := rec.waitFor(ctx, "tool_call_delta 1"); err != nil {
+			return agent.ToolResult{Content: err.Error()}
 		}
 		cancel() // the user cancels while the read-only tool runs
 		<-ctx.Done()
 		return agent.ToolResult{Content: "cancelled"}
 	}}
-	res := agent.Run(ctx, config(t, srv, tools), hello, rec)
+	res := run(ctx, config(t, srv, tools), rec)
 	if res.Status != agent.StatusCancelled {
 		t.Fatalf("status = %s", res.Status)
 	}
 	if len(rec.turns) != 1 || rec.turns[0].Text != "Partial answer" || rec.turns[0].FinishReason != "cancelled" {
 		t.Fatalf("turns = %+v", rec.turns)
 	}
-	// The cancel may land before the client has read call_2: every call the turn holds has a result.
+	// The cancel landed after call_2 streamed: every call the turn holds has a result, call_2's
+	// saying it never ran.
 	calls := rec.turns[0].ToolCalls
-	if len(rec.results) != len(calls) || rec.results["call_1"].Success {
+	if len(calls) != 2 || len(rec.results) != len(calls) || rec.results["call_1"].Success {
 		t.Fatalf("results = %+v for calls %+v", rec.results, calls)
 	}
-	if r, ok := rec.results["call_2"]; ok && r.Content != "The run was cancelled before this call ran." {
+	if r := rec.results["call_2"]; r.Content != "The run was cancelled before this call ran." {
 		t.Errorf("call_2 result = %+v", r)
 	}
 }
@@ -366,7 +445,7 @@ func TestRetryBeforeOutput(t *testing.T) {
 		llmtest.Turn{Text: "finally"},
 	)
 	rec := &recorder{}
-	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, rec)
+	res := run(t.Context(), config(t, srv, fakeTools{}), rec)
 	if res.Status != agent.StatusCompleted || res.Final.Text != "finally" {
 		t.Fatalf("result = %+v", res)
 	}
@@ -377,7 +456,7 @@ func TestRetryBeforeOutput(t *testing.T) {
 
 func TestNoRetryOfBadRequest(t *testing.T) {
 	srv := llmtest.NewServer(t, llmtest.Turn{Status: 400, ErrorMessage: "bad"}, llmtest.Turn{Text: "never"})
-	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, &recorder{})
+	res := run(t.Context(), config(t, srv, fakeTools{}), &recorder{})
 	var e *llm.Error
 	if res.Status != agent.StatusFailed || !errors.As(res.Err, &e) || e.Status != 400 || len(srv.Requests()) != 1 {
 		t.Fatalf("result = %+v after %d requests", res, len(srv.Requests()))
@@ -390,7 +469,7 @@ func TestNoRetryOfBadRequest(t *testing.T) {
 func TestFailureAfterOutputKeepsText(t *testing.T) {
 	srv := llmtest.NewServer(t, llmtest.Turn{Text: "Half an ans", InBandError: "The server had an error"}, llmtest.Turn{Text: "never"})
 	rec := &recorder{}
-	res := agent.Run(t.Context(), config(t, srv, fakeTools{}), hello, rec)
+	res := run(t.Context(), config(t, srv, fakeTools{}), rec)
 	if res.Status != agent.StatusFailed || res.Err == nil || len(srv.Requests()) != 1 {
 		t.Fatalf("result = %+v", res)
 	}
@@ -405,7 +484,7 @@ func TestCutConnectionClosesCalls(t *testing.T) {
 		CutAfterChunks: 4,
 	})
 	rec := &recorder{}
-	res := agent.Run(t.Context(), config(t, srv, fakeTools{"write_note": echo}), hello, rec)
+	res := run(t.Context(), config(t, srv, fakeTools{"write_note": echo}), rec)
 	if res.Status != agent.StatusFailed {
 		t.Fatalf("result = %+v", res)
 	}
@@ -425,7 +504,7 @@ func TestMissingAndRepeatedIDsAreMadeUnique(t *testing.T) {
 		llmtest.Turn{Text: "ok"},
 	)
 	rec := &recorder{}
-	agent.Run(t.Context(), config(t, srv, fakeTools{"write_note": echo}), hello, rec)
+	run(t.Context(), config(t, srv, fakeTools{"write_note": echo}), rec)
 	seen := map[string]bool{}
 	for _, c := range rec.turns[0].ToolCalls {
 		if c.ID == "" || seen[c.ID] {
@@ -445,7 +524,7 @@ func TestStoreFailureEndsTheRun(t *testing.T) {
 				{ID: "c1", Name: "read_time", Arguments: `{}`}, {ID: "c2", Name: "write_note", Arguments: `{}`},
 			}}, llmtest.Turn{Text: "never"})
 			rec := &recorder{failOn: failOn}
-			res := agent.Run(t.Context(), config(t, srv, fakeTools{"read_time": echo, "write_note": echo}), hello, rec)
+			res := run(t.Context(), config(t, srv, fakeTools{"read_time": echo, "write_note": echo}), rec)
 			if res.Status != agent.StatusFailed || !strings.Contains(fmt.Sprint(res.Err), "disk full") || len(srv.Requests()) != 1 {
 				t.Fatalf("result = %+v", res)
 			}
@@ -475,7 +554,7 @@ func TestToolsRunInParallel(t *testing.T) {
 		calls = append(calls, llmtest.ToolCall{ID: fmt.Sprint("c", i), Name: "write_note", Arguments: `{}`})
 	}
 	srv := llmtest.NewServer(t, llmtest.Turn{ToolCalls: calls}, llmtest.Turn{Text: "ok"})
-	res := agent.Run(t.Context(), config(t, srv, fakeTools{"write_note": slow}), hello, &recorder{})
+	res := run(t.Context(), config(t, srv, fakeTools{"write_note": slow}), &recorder{})
 	if res.Status != agent.StatusCompleted || peak.Load() != n {
 		t.Fatalf("status %s, %d calls ran at once; want all %d", res.Status, peak.Load(), n)
 	}
@@ -496,7 +575,7 @@ func TestCallCutBeforeItsArgumentsNeverRuns(t *testing.T) {
 				llmtest.Turn{Text: "ok"},
 			)
 			rec := &recorder{}
-			agent.Run(t.Context(), config(t, srv, tools), hello, rec)
+			run(t.Context(), config(t, srv, tools), rec)
 			if ran.Load() != 0 || rec.results["call_cut"].Success {
 				t.Fatalf("the cut call ran %d time(s); result %+v", ran.Load(), rec.results["call_cut"])
 			}
@@ -512,7 +591,7 @@ func TestWholeArgumentsDoubleEncoded(t *testing.T) {
 		llmtest.Turn{Text: "ok"},
 	)
 	rec := &recorder{}
-	agent.Run(t.Context(), config(t, srv, fakeTools{"read_time": echo}), hello, rec)
+	run(t.Context(), config(t, srv, fakeTools{"read_time": echo}), rec)
 	if got := string(rec.turns[0].ToolCalls[0].Arguments); got != `{"timezone":"Europe/Paris"}` {
 		t.Errorf("stored arguments = %s", got)
 	}
@@ -531,22 +610,41 @@ func TestToolCompleteWhileTheModelIsQuiet(t *testing.T) {
 		ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "read_time", Arguments: `{}`}},
 		BeforeFinish: func() {
 			// The model is silent until tool_complete has been reported.
-			deadline := time.After(20 * time.Second)
-			for rec.has("tool_complete c1") == 0 {
-				select {
-				case <-deadline:
-					return
-				case <-time.After(time.Millisecond):
-				}
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			if rec.waitFor(ctx, "tool_complete c1") == nil {
+				once.Do(func() { close(reported) })
 			}
-			once.Do(func() { close(reported) })
 		},
 	}
 	srv := llmtest.NewServer(t, turn, llmtest.Turn{Text: "ok"})
-	agent.Run(t.Context(), config(t, srv, fakeTools{"read_time": echo}), hello, rec)
+	run(t.Context(), config(t, srv, fakeTools{"read_time": echo}), rec)
 	select {
 	case <-reported:
 	default:
 		t.Fatal("tool_complete waited for the model's next chunk")
+	}
+}
+
+// TestRunNeedsModelsAndContext: a run without a model or a Context fails at once; a nil sink is
+// allowed.
+func TestRunNeedsModelsAndContext(t *testing.T) {
+	srv := llmtest.NewServer(t, llmtest.Turn{Text: "Hi."})
+	rec := &recorder{history: hello}
+	cfg := config(t, srv, fakeTools{})
+	if res := agent.Run(t.Context(), cfg, rec, rec); res.Status != agent.StatusFailed || res.Err == nil {
+		t.Errorf("without a Context: %+v", res)
+	}
+	cfg.Context = rec
+	noModel := cfg
+	noModel.Models = nil
+	if res := agent.Run(t.Context(), noModel, rec, rec); res.Status != agent.StatusFailed || res.Err == nil {
+		t.Errorf("without a model: %+v", res)
+	}
+	if len(srv.Requests()) != 0 || len(rec.log) != 0 {
+		t.Fatalf("a run that cannot start called the model or emitted: %q", rec.log)
+	}
+	if res := agent.Run(t.Context(), cfg, rec, nil); res.Status != agent.StatusCompleted || res.Final.Text != "Hi." {
+		t.Errorf("with no sink: %+v", res)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"iter"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -33,10 +34,10 @@ func TestFallbackAfterRetries(t *testing.T) {
 	}
 	backup := llmtest.NewServer(t, llmtest.Turn{Text: "from the backup"})
 	cfg := config(t, primary, fakeTools{})
-	cfg.ProviderName = "primary"
-	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"}}
+	cfg.Models[0].ProviderName = "primary"
+	cfg.Models = append(cfg.Models, agent.Model{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"})
 	rec := &recorder{}
-	res := agent.Run(t.Context(), cfg, hello, rec)
+	res := run(t.Context(), cfg, rec)
 	if res.Status != agent.StatusCompleted || res.Final == nil || res.Final.Text != "from the backup" {
 		t.Fatalf("result = %+v", res)
 	}
@@ -59,8 +60,8 @@ func TestNoFallbackAfterOutput(t *testing.T) {
 	primary := llmtest.NewServer(t, llmtest.Turn{Text: "half an ans", CutAfterChunks: 3})
 	backup := llmtest.NewServer(t, llmtest.Turn{Text: "never"})
 	cfg := config(t, primary, fakeTools{})
-	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"}}
-	res := agent.Run(t.Context(), cfg, hello, &recorder{})
+	cfg.Models = append(cfg.Models, agent.Model{Provider: provider(t, backup), Name: "backup-1", ProviderName: "backup"})
+	res := run(t.Context(), cfg, &recorder{})
 	if res.Status != agent.StatusFailed || res.Final == nil || res.Final.Text == "" {
 		t.Fatalf("result = %+v", res)
 	}
@@ -74,29 +75,40 @@ func TestFallbackOnAuthError(t *testing.T) {
 	primary := llmtest.NewServer(t, llmtest.Turn{Status: http.StatusUnauthorized, ErrorMessage: "Incorrect API key provided"})
 	backup := llmtest.NewServer(t, llmtest.Turn{Text: "ok"})
 	cfg := config(t, primary, fakeTools{})
-	cfg.Fallbacks = []agent.Model{{Provider: provider(t, backup), Name: "b", ProviderName: "backup"}}
-	res := agent.Run(t.Context(), cfg, hello, &recorder{})
+	cfg.Models = append(cfg.Models, agent.Model{Provider: provider(t, backup), Name: "b", ProviderName: "backup"})
+	res := run(t.Context(), cfg, &recorder{})
 	if res.Status != agent.StatusCompleted || len(primary.Requests()) != 1 {
 		t.Fatalf("result = %+v after %d primary requests", res, len(primary.Requests()))
 	}
 }
 
-// TestRetryWindow: a retry that would start after the window is not made.
+// refusing is a provider that refuses every call with a rate limit asking to retry after a second.
+type refusing struct{ calls int }
+
+func (p *refusing) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
+	return func(yield func(llm.Event, error) bool) {
+		p.calls++
+		yield(llm.Event{}, &llm.Error{Provider: "p", Kind: llm.KindRateLimit, Status: http.StatusTooManyRequests,
+			RetryAfter: time.Second, Message: "slow down"})
+	}
+}
+
+// TestRetryWindow: a retry that would start after the window is not made. (The clock is synctest's: the
+// test once waited a real second and failed when the first call took over half a second.)
 func TestRetryWindow(t *testing.T) {
-	srv := llmtest.NewServer(t)
-	srv.Respond = func(n int, req llmtest.Request) llmtest.Turn {
-		return llmtest.Turn{Status: http.StatusTooManyRequests, RetryAfter: "1", ErrorMessage: "slow down"}
-	}
-	cfg := config(t, srv, fakeTools{})
-	cfg.Retries = 5
-	cfg.RetryWindow = 1500 * time.Millisecond
-	res := agent.Run(t.Context(), cfg, hello, &recorder{})
-	if res.Status != agent.StatusFailed {
-		t.Fatalf("result = %+v", res)
-	}
-	if n := len(srv.Requests()); n != 2 {
-		t.Errorf("%d requests, want 2: the second retry would start after the 1.5s window", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		p := &refusing{}
+		cfg := agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "p"}}, Retries: 5,
+			RetryWindow: 1500 * time.Millisecond}
+		start := time.Now()
+		res := run(t.Context(), cfg, &recorder{})
+		if res.Status != agent.StatusFailed {
+			t.Fatalf("result = %+v", res)
+		}
+		if p.calls != 2 || time.Since(start) != time.Second {
+			t.Errorf("%d calls over %s, want 2 over 1s: the second retry would start after the 1.5s window", p.calls, time.Since(start))
+		}
+	})
 }
 
 // scripted is a provider that plays event lists, one per call, and keeps the requests.
@@ -135,10 +147,10 @@ func TestSignedPartsKept(t *testing.T) {
 		{Kind: llm.EventText, Text: "Noon."},
 		{Kind: llm.EventFinish, FinishReason: llm.FinishStop},
 	}}}
-	cfg := agent.Config{Provider: p, Model: "m", ProviderName: "claude", ToolSpecs: []llm.ToolSpec{{Name: "read_time"}},
+	cfg := agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "claude"}}, ToolSpecs: []llm.ToolSpec{{Name: "read_time"}},
 		Tools: fakeTools{"read_time": echo}}
 	rec := &recorder{}
-	res := agent.Run(t.Context(), cfg, hello, rec)
+	res := run(t.Context(), cfg, rec)
 	if res.Status != agent.StatusCompleted {
 		t.Fatalf("result = %+v", res)
 	}
@@ -168,7 +180,7 @@ func TestPauseContinues(t *testing.T) {
 		{{Kind: llm.EventText, Text: "part two."}, {Kind: llm.EventFinish, FinishReason: llm.FinishStop}},
 	}}
 	rec := &recorder{}
-	res := agent.Run(t.Context(), agent.Config{Provider: p, Model: "m", ProviderName: "claude"}, hello, rec)
+	res := run(t.Context(), agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "claude"}}}, rec)
 	if res.Status != agent.StatusCompleted || len(rec.turns) != 1 || rec.turns[0].Text != "Part one, part two." {
 		t.Fatalf("result = %+v turns = %+v", res, rec.turns)
 	}

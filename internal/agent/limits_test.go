@@ -20,7 +20,7 @@ import (
 
 // TestToolArgumentsOverTheLimit: a call whose arguments pass the per-call limit, or the limit of one
 // answer's calls together, is not run: its result says why, it is stored with empty arguments, no more
-// of its arguments reach the observer, and the other calls run. The model is told and goes on.
+// of its arguments reach the sink, and the other calls run. The model is told and goes on.
 func TestToolArgumentsOverTheLimit(t *testing.T) {
 	big := `{"text":"` + strings.Repeat("a", 5000) + `"}`
 	mid := `{"text":"` + strings.Repeat("b", 700) + `"}`
@@ -33,9 +33,9 @@ func TestToolArgumentsOverTheLimit(t *testing.T) {
 		llmtest.Turn{Text: "Sorry, that note was too long."})
 	cfg := config(t, srv, fakeTools{"write_note": echo})
 	cfg.Limits = agent.Limits{ArgumentBytes: 1024, TurnArgumentBytes: 1200}
-	var shown int
-	rec := &argCounter{recorder: &recorder{}, shown: &shown}
-	res := agent.Run(t.Context(), cfg, hello, rec)
+	rec := &recorder{}
+	sink := &argCounter{Sink: rec}
+	res := runTo(t.Context(), cfg, rec, sink)
 	if res.Status != agent.StatusCompleted {
 		t.Fatalf("result = %+v", res)
 	}
@@ -58,23 +58,26 @@ func TestToolArgumentsOverTheLimit(t *testing.T) {
 	if r := rec.results["call_ok"]; !r.Success {
 		t.Errorf("the call within the limits: %+v", r)
 	}
-	if shown > 1024+1200 {
-		t.Errorf("the observer was shown %d bytes of arguments; the limits allow %d", shown, 1024+1200)
+	if sink.shown > 1024+1200 {
+		t.Errorf("the sink was shown %d bytes of arguments; the limits allow %d", sink.shown, 1024+1200)
 	}
 	if n := len(srv.Requests()); n != 2 {
 		t.Errorf("%d model calls, want 2: the model is told and answers", n)
 	}
 }
 
-// argCounter counts the argument bytes shown to the observer.
+// argCounter is a sink that counts the argument bytes it is shown before passing events on. Tool-call
+// deltas come from the loop's goroutine only.
 type argCounter struct {
-	*recorder
-	shown *int
+	agent.Sink
+	shown int
 }
 
-func (a *argCounter) ToolCallDelta(i int, id, name, args string) {
-	*a.shown += len(args)
-	a.recorder.ToolCallDelta(i, id, name, args)
+func (a *argCounter) Emit(e agent.Event) {
+	if d, ok := e.(agent.ToolCallDelta); ok {
+		a.shown += len(d.ArgumentsDelta)
+	}
+	a.Sink.Emit(e)
 }
 
 // TestModelOutputLimit: a model call that streams more than the output limit fails the run with
@@ -84,7 +87,7 @@ func TestModelOutputLimit(t *testing.T) {
 	cfg := config(t, srv, fakeTools{})
 	cfg.Limits = agent.Limits{OutputBytes: 4096}
 	rec := &recorder{}
-	res := agent.Run(t.Context(), cfg, hello, rec)
+	res := run(t.Context(), cfg, rec)
 	var lim *agent.LimitError
 	if res.Status != agent.StatusFailed || !errors.As(res.Err, &lim) || lim.Code != "output_limit" {
 		t.Fatalf("result = %+v; want failed with output_limit", res)
@@ -103,7 +106,7 @@ func TestRunOutputLimit(t *testing.T) {
 	cfg := config(t, srv, fakeTools{"read_time": echo})
 	cfg.Limits = agent.Limits{RunOutputBytes: 5000}
 	rec := &recorder{}
-	res := agent.Run(t.Context(), cfg, hello, rec)
+	res := run(t.Context(), cfg, rec)
 	var lim *agent.LimitError
 	if res.Status != agent.StatusFailed || !errors.As(res.Err, &lim) || lim.Code != "output_limit" {
 		t.Fatalf("result = %+v; want failed with output_limit", res)
@@ -137,11 +140,11 @@ func (q *quiet) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Even
 func TestQuietModelStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := &quiet{events: []llm.Event{{Kind: llm.EventText, Text: "Hel"}}}
-		cfg := agent.Config{Provider: q, Model: "m", ProviderName: "p", RetryBase: time.Millisecond,
+		cfg := agent.Config{Models: []agent.Model{{Provider: q, Name: "m", ProviderName: "p"}}, RetryBase: time.Millisecond,
 			Limits: agent.Limits{IdleTime: time.Minute}}
 		rec := &recorder{}
 		start := time.Now()
-		res := agent.Run(t.Context(), cfg, hello, rec)
+		res := run(t.Context(), cfg, rec)
 		var e *llm.Error
 		if res.Status != agent.StatusFailed || !errors.As(res.Err, &e) || e.Kind != llm.KindTransport ||
 			!strings.Contains(e.Message, "nothing for 1m0s") {
@@ -156,9 +159,9 @@ func TestQuietModelStream(t *testing.T) {
 	})
 	synctest.Test(t, func(t *testing.T) {
 		q := &quiet{}
-		cfg := agent.Config{Provider: q, Model: "m", ProviderName: "p", RetryBase: time.Millisecond, Retries: 2, RetryWindow: 10 * time.Minute,
+		cfg := agent.Config{Models: []agent.Model{{Provider: q, Name: "m", ProviderName: "p"}}, RetryBase: time.Millisecond, Retries: 2, RetryWindow: 10 * time.Minute,
 			Limits: agent.Limits{IdleTime: time.Minute}}
-		res := agent.Run(t.Context(), cfg, hello, &recorder{})
+		res := run(t.Context(), cfg, &recorder{})
 		if res.Status != agent.StatusFailed || q.calls != 3 {
 			t.Errorf("result %+v after %d calls; want 3 calls (2 retries), then failed", res, q.calls)
 		}
@@ -192,9 +195,9 @@ func TestLimitCancelsTheRun(t *testing.T) {
 		ctx, cancel := context.WithTimeoutCause(t.Context(), 10*time.Minute,
 			&agent.LimitError{Code: "run_timeout", Message: "the run passed its time limit of 10m"})
 		defer cancel()
-		cfg := agent.Config{Provider: drip{}, Model: "m", ProviderName: "p", Limits: agent.Limits{IdleTime: time.Minute}}
+		cfg := agent.Config{Models: []agent.Model{{Provider: drip{}, Name: "m", ProviderName: "p"}}, Limits: agent.Limits{IdleTime: time.Minute}}
 		rec := &recorder{}
-		res := agent.Run(ctx, cfg, hello, rec)
+		res := run(ctx, cfg, rec)
 		var lim *agent.LimitError
 		if res.Status != agent.StatusFailed || !errors.As(res.Err, &lim) || lim.Code != "run_timeout" || res.FinishReason != "error" {
 			t.Fatalf("result = %+v; want failed with run_timeout", res)
@@ -230,10 +233,10 @@ func TestOpaqueOutputCountsTowardTheLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := agent.Config{Provider: c, Model: "m", ProviderName: "anthropic", RetryBase: time.Millisecond,
+	cfg := agent.Config{Models: []agent.Model{{Provider: c, Name: "m", ProviderName: "anthropic"}}, RetryBase: time.Millisecond,
 		Limits: agent.Limits{OutputBytes: 4096, RunOutputBytes: 8192}}
 	rec := &recorder{}
-	res := agent.Run(t.Context(), cfg, hello, rec)
+	res := run(t.Context(), cfg, rec)
 	held := 0
 	for _, tr := range rec.turns {
 		for _, p := range tr.Parts {
@@ -247,7 +250,7 @@ func TestOpaqueOutputCountsTowardTheLimits(t *testing.T) {
 }
 
 // emptyCalls is a provider that streams tool-call deltas with no content for an index past the kept
-// calls: no output is counted, nothing reaches the observer, but each event pokes the idle watchdog.
+// calls: no output is counted, nothing reaches the sink, but each event pokes the idle watchdog.
 type emptyCalls struct{ n int }
 
 func (e *emptyCalls) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Event, error] {
@@ -276,9 +279,9 @@ func TestEmptyDeltasDoNotHoldTheIdleLimit(t *testing.T) {
 			&agent.LimitError{Code: "run_timeout", Message: "the run passed its time limit of 15m"})
 		defer cancel()
 		p := &emptyCalls{}
-		cfg := agent.Config{Provider: p, Model: "m", ProviderName: "p", Retries: -1, Limits: agent.Limits{IdleTime: time.Minute}}
+		cfg := agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "p"}}, Retries: -1, Limits: agent.Limits{IdleTime: time.Minute}}
 		start := time.Now()
-		res := agent.Run(ctx, cfg, hello, &recorder{})
+		res := run(ctx, cfg, &recorder{})
 		if took := time.Since(start); took != time.Minute || res.Status != agent.StatusFailed {
 			t.Errorf("status %s, err %v after %s and %d empty deltas; want failed at the 1m idle limit", res.Status, res.Err, took, p.n)
 		}
@@ -295,9 +298,9 @@ func (p *patient) Patience() time.Duration { return 10 * time.Minute }
 func TestIdleLimitLeavesPatientProvidersTheirTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &patient{}
-		cfg := agent.Config{Provider: p, Model: "m", ProviderName: "p", Retries: -1, Limits: agent.Limits{IdleTime: time.Minute}}
+		cfg := agent.Config{Models: []agent.Model{{Provider: p, Name: "m", ProviderName: "p"}}, Retries: -1, Limits: agent.Limits{IdleTime: time.Minute}}
 		start := time.Now()
-		res := agent.Run(t.Context(), cfg, hello, &recorder{})
+		res := run(t.Context(), cfg, &recorder{})
 		if took := time.Since(start); took != 10*time.Minute || res.Status != agent.StatusFailed {
 			t.Errorf("status %s after %s; want failed after the provider's 10m", res.Status, took)
 		}

@@ -27,7 +27,7 @@ type turnState struct {
 	parts  llm.Collector // text and reasoning, with their part boundaries and signatures
 	model  Model         // the model that answered
 	finish llm.FinishReason
-	output bool // something reached the observer
+	output bool // something reached the sink
 	// compacted: the conversation was compacted after a context-length error; another such error
 	// goes to the fallbacks.
 	compacted bool
@@ -83,7 +83,7 @@ func (r *runner) runPhaseModel(ctx context.Context, noTools bool) (*turnState, e
 	}
 	t := r.newTurn(ctx)
 	req := r.request(noTools)
-	r.obs.Status("Thinking…")
+	r.sink.Emit(StatusMessage{Message: "Thinking…"})
 	var err error
 	for n := 0; ; n++ {
 		err = r.stream(ctx, req, t, noTools)
@@ -97,7 +97,7 @@ func (r *runner) runPhaseModel(ctx context.Context, noTools bool) (*turnState, e
 				return nil, cerr
 			}
 			req, t.model = r.request(noTools), Model{}
-			r.obs.Status("Thinking…")
+			r.sink.Emit(StatusMessage{Message: "Thinking…"})
 			n--
 			continue
 		}
@@ -105,7 +105,7 @@ func (r *runner) runPhaseModel(ctx context.Context, noTools bool) (*turnState, e
 		if err != nil || ctx.Err() != nil || !cut || len(t.calls) > 0 || n >= r.cfg.MaxContinuations {
 			break
 		}
-		r.obs.Status("Continuing the answer…")
+		r.sink.Emit(StatusMessage{Message: "Continuing the answer…"})
 		req = r.continuation(req, t)
 	}
 	if !t.output && (err != nil || ctx.Err() != nil) {
@@ -113,19 +113,15 @@ func (r *runner) runPhaseModel(ctx context.Context, noTools bool) (*turnState, e
 		return nil, err
 	}
 	r.finishTurn(ctx, t, err)
-	if perr := r.obs.Turn(context.WithoutCancel(ctx), &t.Turn); perr != nil {
+	if perr := r.rec.RecordTurn(context.WithoutCancel(ctx), &t.Turn); perr != nil {
 		t.abandon()
 		return nil, fmt.Errorf("store turn: %w", perr)
 	}
-	r.messages = append(r.messages, assistantMessage(&t.Turn))
 	return t, err
 }
 
-// refresh rebuilds the conversation from what is stored, when a Context builds it.
+// refresh rebuilds the conversation from what is stored.
 func (r *runner) refresh(ctx context.Context, compact bool) error {
-	if r.cfg.Context == nil {
-		return nil
-	}
 	msgs, err := r.cfg.Context.Messages(ctx, compact)
 	if err != nil {
 		return fmt.Errorf("build the conversation: %w", err)
@@ -134,10 +130,10 @@ func (r *runner) refresh(ctx context.Context, compact bool) error {
 	return nil
 }
 
-// tooLong reports whether err is the provider's answer that the request does not fit its window, and
-// a Context can compact the conversation.
+// tooLong reports whether err is the provider's answer that the request does not fit its window: the
+// Context can compact the conversation.
 func (r *runner) tooLong(ctx context.Context, err error) bool {
-	if r.cfg.Context == nil || err == nil || ctx.Err() != nil {
+	if err == nil || ctx.Err() != nil {
 		return false
 	}
 	e, ok := errors.AsType[*llm.Error](err)
@@ -146,7 +142,7 @@ func (r *runner) tooLong(ctx context.Context, err error) bool {
 
 func (r *runner) request(noTools bool) *llm.Request {
 	req := &llm.Request{
-		Model:       r.cfg.Model,
+		Model:       r.cfg.Models[0].Name,
 		System:      r.cfg.System,
 		Messages:    r.messages,
 		Tools:       r.cfg.ToolSpecs,
@@ -181,15 +177,10 @@ func (r *runner) continuation(req *llm.Request, t *turnState) *llm.Request {
 // origin is what the messages m writes carry as their Origin.
 func (m Model) origin() string { return llm.Origin(m.ProviderName, m.Name) }
 
-// models lists the models a call may use, in order: the primary, then the fallbacks.
-func (r *runner) models() []Model {
-	return append([]Model{{Provider: r.cfg.Provider, Name: r.cfg.Model, ProviderName: r.cfg.ProviderName}}, r.cfg.Fallbacks...)
-}
-
 // stream runs one model call into t. A call that fails before any output is retried, then handed to
 // the next fallback model; once a model has streamed output, the turn stays with it.
 func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noTools bool) error {
-	models := r.models()
+	models := r.cfg.Models
 	if t.model.Provider != nil {
 		models = []Model{t.model} // a continuation
 	}
@@ -197,7 +188,7 @@ func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noT
 	for i, m := range models {
 		if i > 0 {
 			r.cfg.Logger.Warn("model failed; trying a fallback", "model", models[i-1].Name, "fallback", m.Name, "err", err)
-			r.obs.Status(fmt.Sprintf("%s is unavailable; trying %s…", models[i-1].Name, m.Name))
+			r.sink.Emit(StatusMessage{Message: fmt.Sprintf("%s is unavailable; trying %s…", models[i-1].Name, m.Name)})
 		}
 		t.model = m
 		call := *req
@@ -234,7 +225,7 @@ func (r *runner) streamRetrying(ctx context.Context, req *llm.Request, t *turnSt
 			return err
 		}
 		r.cfg.Logger.Warn("model call failed; retrying", "model", req.Model, "attempt", attempt+1, "wait", wait, "err", err)
-		r.obs.Status(fmt.Sprintf("The model is unavailable; retrying in %s…", wait.Round(100*time.Millisecond)))
+		r.sink.Emit(StatusMessage{Message: fmt.Sprintf("The model is unavailable; retrying in %s…", wait.Round(100*time.Millisecond))})
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -243,7 +234,7 @@ func (r *runner) streamRetrying(ctx context.Context, req *llm.Request, t *turnSt
 	}
 }
 
-// streamOnce consumes one stream. output reports whether any event reached the observer.
+// streamOnce consumes one stream. output reports whether any event reached the sink.
 // A retry or a continuation starts with no calls accumulated (it follows a call without output, or an
 // answer without calls), so the stream's indexes are the turn's. The call fails when the model streams
 // more than the output limits allow, or goes quiet for longer than the idle limit.
@@ -297,9 +288,9 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 				break
 			}
 			if ev.Kind == llm.EventText {
-				r.obs.TextDelta(ev.Text)
+				r.sink.Emit(TextDelta{Text: ev.Text})
 			} else {
-				r.obs.ReasoningDelta(ev.Text)
+				r.sink.Emit(ReasoningDelta{Text: ev.Text})
 			}
 		case llm.EventReasoningEnd:
 			output, t.output = true, true
@@ -318,7 +309,7 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 			if pc.oversize {
 				break // the arguments so far are dropped; no more of them is shown
 			}
-			r.obs.ToolCallDelta(pc.index, pc.id, pc.name, ev.Text)
+			r.sink.Emit(ToolCallDelta{Index: pc.index, ID: pc.id, Name: pc.name, ArgumentsDelta: ev.Text})
 			if !noTools && endsObject(ev.Text) {
 				r.startEarly(t, pc)
 			}
@@ -329,7 +320,7 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 		case llm.EventUsage:
 			t.Usage.Add(ev.Usage)
 			r.usage.Add(ev.Usage)
-			r.obs.Usage(t.model, ev.Usage)
+			r.sink.Emit(Usage{Model: t.model, Usage: ev.Usage})
 		case llm.EventFinish:
 			t.finish = ev.FinishReason
 		}
@@ -465,7 +456,7 @@ func (r *runner) finishTurn(ctx context.Context, t *turnState, streamErr error) 
 	t.Parts = t.parts.Parts()
 	t.Text, t.Reasoning = t.parts.Text(), t.parts.Reasoning()
 	if t.model.Provider == nil { // no call was made
-		t.model = r.models()[0]
+		t.model = r.cfg.Models[0]
 	}
 	t.Model, t.Origin = t.model.Name, t.model.origin()
 	switch {
@@ -520,8 +511,4 @@ func (t *turnState) assignID(pc *pendingCall) {
 func (t *turnState) abandon() {
 	t.cancelTools()
 	t.wg.Wait()
-}
-
-func assistantMessage(t *Turn) llm.Message {
-	return llm.Message{Role: llm.RoleAssistant, Parts: t.Parts, ToolCalls: t.ToolCalls, Origin: t.Origin}
 }

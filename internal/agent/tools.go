@@ -20,7 +20,7 @@ func (r *runner) startEarly(t *turnState, pc *pendingCall) {
 	r.start(t, pc)
 }
 
-// start runs the call in its own goroutine, which reports ToolComplete and sends the result on t.results.
+// start runs the call in its own goroutine, which emits ToolComplete and sends the result on t.results.
 func (r *runner) start(t *turnState, pc *pendingCall) {
 	pc.started = true
 	t.running++
@@ -29,14 +29,14 @@ func (r *runner) start(t *turnState, pc *pendingCall) {
 		args = emptyArgs
 	}
 	shown := llm.ToolCall{ID: pc.id, Name: pc.name, Arguments: args}
-	r.obs.ToolStart(shown)
-	r.obs.Status("Running " + pc.name + "…")
+	r.sink.Emit(ToolStart{Call: shown})
+	r.sink.Emit(StatusMessage{Message: "Running " + pc.name + "…"})
 	// The tool gets the raw text: the registry repairs and validates it, and reports what is wrong.
 	call := llm.ToolCall{ID: pc.id, Name: pc.name, Arguments: pc.args}
-	tools, obs, ctx, i := r.cfg.Tools, r.obs, t.toolCtx, pc.index
+	tools, sink, ctx, i := r.cfg.Tools, r.sink, t.toolCtx, pc.index
 	t.wg.Go(func() {
 		res := tools.Call(ctx, call)
-		obs.ToolComplete(shown, res)
+		sink.Emit(ToolComplete{Call: shown, Result: res})
 		t.results <- toolDone{index: i, res: res}
 	})
 }
@@ -50,7 +50,7 @@ func (r *runner) runPhaseTools(ctx context.Context, t *turnState, reason string)
 		if err != nil {
 			return // a store failed: the others are only drained
 		}
-		if serr := r.obs.ToolResult(context.WithoutCancel(ctx), &t.Turn, t.ToolCalls[pc.index], pc.result); serr != nil {
+		if serr := r.rec.RecordToolResult(context.WithoutCancel(ctx), &t.Turn, t.ToolCalls[pc.index], pc.result); serr != nil {
 			err = fmt.Errorf("store tool result: %w", serr)
 			t.cancelTools()
 		}
@@ -68,7 +68,7 @@ func (r *runner) runPhaseTools(ctx context.Context, t *turnState, reason string)
 			continue
 		}
 		pc.started, pc.result = true, ToolResult{Content: pc.notRun}
-		r.obs.ToolComplete(t.ToolCalls[pc.index], pc.result)
+		r.sink.Emit(ToolComplete{Call: t.ToolCalls[pc.index], Result: pc.result})
 		store(pc)
 	}
 	for ; t.running > 0; t.running-- {
@@ -78,14 +78,5 @@ func (r *runner) runPhaseTools(ctx context.Context, t *turnState, reason string)
 		store(pc)
 	}
 	t.wg.Wait()
-	for _, pc := range t.calls {
-		r.messages = append(r.messages, toolMessage(t.ToolCalls[pc.index], pc.result))
-	}
 	return err
-}
-
-func toolMessage(call llm.ToolCall, res ToolResult) llm.Message {
-	m := llm.TextMessage(llm.RoleTool, res.Content)
-	m.ToolCallID, m.ToolName, m.IsError = call.ID, call.Name, !res.Success
-	return m
 }

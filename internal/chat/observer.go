@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"chatd/internal/agent"
@@ -14,8 +15,9 @@ import (
 	"chatd/internal/tool"
 )
 
-// observer stores what the agent loop produces and turns it into run events. The loop calls it from one
-// goroutine.
+// observer stores what the agent loop produces (it is the loop's agent.Recorder) and turns the loop's
+// events into run events (its agent.Sink). The loop calls it from one goroutine, except for the
+// ToolComplete events of calls that end while it streams.
 type observer struct {
 	s   *Service
 	p   *plan
@@ -30,10 +32,35 @@ type observer struct {
 	conv *conversation
 }
 
-var _ agent.Observer = (*observer)(nil)
+var (
+	_ agent.Sink     = (*observer)(nil)
+	_ agent.Recorder = (*observer)(nil)
+)
 
 func newObserver(s *Service, p *plan, run *Run) *observer {
 	return &observer{s: s, p: p, run: run, ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{}}
+}
+
+// Emit sends an event of the loop to the run's readers.
+func (o *observer) Emit(e agent.Event) {
+	switch e := e.(type) {
+	case agent.StatusMessage:
+		o.Status(e.Message)
+	case agent.TextDelta:
+		o.TextDelta(e.Text)
+	case agent.ReasoningDelta:
+		o.ReasoningDelta(e.Text)
+	case agent.ToolCallDelta:
+		o.ToolCallDelta(e.Index, e.ID, e.Name, e.ArgumentsDelta)
+	case agent.ToolStart:
+		o.ToolStart(e.Call)
+	case agent.ToolComplete:
+		o.ToolComplete(e.Call, e.Result)
+	case agent.Usage:
+		o.Usage(e.Model, e.Usage)
+	default:
+		o.s.log.Error("unknown agent event", "run", o.run.ID, "type", fmt.Sprintf("%T", e))
+	}
 }
 
 func (o *observer) Status(message string) {
@@ -85,7 +112,8 @@ func (o *observer) recordUsage(model string, u llm.Usage) {
 	}
 }
 
-func (o *observer) Turn(ctx context.Context, t *agent.Turn) error {
+// RecordTurn stores a turn of the loop.
+func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 	u := storeUsage(t.Usage)
 	rec := &store.Record{
 		SessionID: o.run.SessionID, RunID: o.run.ID, Role: store.RoleAssistant,
@@ -104,7 +132,8 @@ func (o *observer) Turn(ctx context.Context, t *agent.Turn) error {
 	return nil
 }
 
-func (o *observer) ToolResult(ctx context.Context, t *agent.Turn, call llm.ToolCall, res agent.ToolResult) error {
+// RecordToolResult stores the result of a call of a stored turn.
+func (o *observer) RecordToolResult(ctx context.Context, t *agent.Turn, call llm.ToolCall, res agent.ToolResult) error {
 	parent := o.parents[t]
 	if parent == nil {
 		return errors.New("tool result for a turn that was not stored")

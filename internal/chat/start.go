@@ -492,10 +492,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 	system := systemPrompt(p, records)
 	obs.conv = newConversation(s, p, run, records, system, obs)
 	cfg := agent.Config{
-		Provider:      p.provider,
-		Model:         p.upstream,
-		ProviderName:  p.provName,
-		Fallbacks:     p.fallbacks,
+		Models:        append([]agent.Model{{Provider: p.provider, Name: p.upstream, ProviderName: p.provName}}, p.fallbacks...),
 		Reasoning:     p.agent.Reasoning,
 		System:        system,
 		ToolSpecs:     p.tools.specs,
@@ -520,7 +517,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 			}
 		}
 	}()
-	res := agent.Run(ctx, cfg, nil, obs)
+	res := agent.Run(ctx, cfg, obs, obs)
 	obs.finish(res)
 }
 
