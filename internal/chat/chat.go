@@ -102,6 +102,8 @@ type Options struct {
 	InterruptWait time.Duration
 	// Limits bound what a request and a run may hold; zero values are the defaults.
 	Limits Limits
+	// Now is the clock that paces tool progress reports (default time.Now): tests step it.
+	Now func() time.Time
 }
 
 // Limits bound a request and the resources of a run. The zero value of each is its default; every one
@@ -192,6 +194,9 @@ func New(opts Options) *Service {
 		opts.InterruptWait = 30 * time.Second
 	}
 	opts.Limits.defaults()
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	agents := map[string]Agent{"default": {}}
 	for name, a := range opts.Agents {
 		agents[name] = a

@@ -56,15 +56,10 @@ func BenchmarkEventLog(b *testing.B) {
 		<-done
 	}
 	for _, r := range rs {
-		for {
-			r.mu.Lock()
-			ok := r.persisted == int64(len(r.events))
-			r.mu.Unlock()
-			if ok {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+		r.mu.Lock()
+		n := int64(len(r.events))
+		r.mu.Unlock()
+		waitPersisted(b, r, n)
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
@@ -95,8 +90,8 @@ func TestEventLogWritesEveryEventOnce(t *testing.T) {
 	const n = 3000
 	for i := range n {
 		r.emit(runevent.TypeTextDelta, runevent.EncodeText(strconv.Itoa(i)))
-		if i%500 == 0 {
-			time.Sleep(3 * time.Millisecond) // let batches be written mid-stream
+		if i%500 == 499 {
+			waitPersisted(t, r, int64(i+1)) // batches are written mid-stream, between emits
 		}
 	}
 	l.close()
@@ -174,5 +169,27 @@ func BenchmarkEmitToReader(b *testing.B) {
 			}
 			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "latency-ns/token")
 		})
+	}
+}
+
+// waitPersisted waits until the event log has written the run's first n events: it does so on its own
+// goroutine, at its interval.
+func waitPersisted(tb testing.TB, r *Run, n int64) {
+	tb.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(time.Minute) // a safety net
+	for {
+		r.mu.Lock()
+		done := r.persisted >= n
+		r.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			tb.Fatalf("the event log did not write %d events within a minute", n)
+		}
 	}
 }

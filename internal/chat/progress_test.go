@@ -3,7 +3,9 @@ package chat_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
+	"time"
 
 	"chatd/internal/chat"
 	"chatd/internal/llm/llmtest"
@@ -12,9 +14,31 @@ import (
 	"chatd/internal/tool"
 )
 
-// progressTool reports three steps at once, with a flood of reports between the first two, returns an
-// image, and reports once more after returning, as an MCP server may.
-type progressTool struct{ late chan func() }
+// progressTool reports a step, a flood of reports at the same moment, then, a quarter of a second
+// later on the service's clock, two more steps; it returns an image, and reports once more after
+// returning, as an MCP server may.
+type progressTool struct {
+	late  chan func()
+	clock *stepClock
+}
+
+// stepClock is a clock that moves only when told.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
 
 func (progressTool) Info() tool.Info {
 	return tool.Info{Name: "render", Description: "Renders a chart."}
@@ -25,6 +49,7 @@ func (p progressTool) Call(ctx context.Context, _ json.RawMessage) (tool.Result,
 	for range 10_000 {
 		tool.ReportProgress(ctx, tool.Progress{Progress: 1.5, Total: 3, Message: "flood"})
 	}
+	p.clock.Advance(250 * time.Millisecond)
 	for i := 2; i <= 3; i++ {
 		tool.ReportProgress(ctx, tool.Progress{Progress: float64(i), Total: 3, Message: "step"})
 	}
@@ -38,7 +63,8 @@ func (p progressTool) Call(ctx context.Context, _ json.RawMessage) (tool.Result,
 // attachments of its stored record.
 func TestToolProgressAndAttachments(t *testing.T) {
 	late := make(chan func(), 1)
-	f := newFixture(t, setup{Tools: []tool.Tool{progressTool{late: late}}, Respond: func(n int, _ llmtest.Request) llmtest.Turn {
+	clock := &stepClock{now: time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)}
+	f := newFixture(t, setup{Now: clock.Now, Tools: []tool.Tool{progressTool{late: late, clock: clock}}, Respond: func(n int, _ llmtest.Request) llmtest.Turn {
 		if n == 0 {
 			return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "render", Arguments: `{}`}}}
 		}
@@ -68,12 +94,12 @@ func TestToolProgressAndAttachments(t *testing.T) {
 			completeAt = i
 		}
 	}
-	// The reports came within microseconds: the first passes, the flood and step 2 are too close to it,
-	// and step 3 completes the total.
-	if len(got) != 2 {
-		t.Fatalf("%d tool_progress events, want 2: %+v; log: %s", len(got), got, types(events))
+	// The first report passes; the flood came at the same moment and is dropped; step 2 came 250ms
+	// later and passes; step 3, right after it, passes because it completes the total.
+	if len(got) != 3 {
+		t.Fatalf("%d tool_progress events, want 3: %+v; log: %s", len(got), got, types(events))
 	}
-	for i, want := range []float64{1, 3} {
+	for i, want := range []float64{1, 2, 3} {
 		if p := got[i]; p.ToolCallID != "call_1" || p.Progress != want || p.Total != 3 || p.Message != "step" {
 			t.Errorf("tool_progress %d = %+v, want progress %v", i+1, p, want)
 		}

@@ -37,7 +37,7 @@ const user = "local"
 
 // patience bounds every wait of these tests. It is a safety net, not a timing: a wait that needs it has
 // failed.
-const patience = 30 * time.Second
+const patience = 2 * time.Minute
 
 type oneModel struct{ p llm.Provider }
 
@@ -62,6 +62,7 @@ type setup struct {
 	Context  chat.ContextOptions
 	Logger   *slog.Logger
 	Limits   chat.Limits
+	Now      func() time.Time // the service's clock for pacing progress; nil is time.Now
 }
 
 // fixture is a service wired as chatd wires it: a real SQLite store, the openai adapter talking to a
@@ -93,7 +94,7 @@ func newFixture(t *testing.T, s setup) *fixture {
 	}
 	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
 		FlushInterval: s.FlushInterval, RetryBase: time.Millisecond, Agents: s.Agents, Context: s.Context, Logger: s.Logger,
-		Limits: s.Limits})
+		Limits: s.Limits, Now: s.Now})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
@@ -381,12 +382,15 @@ func storedRun(t *testing.T, db store.Store, runID string) *store.Run {
 // by the event log — until it holds.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(patience)
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-tick.C:
+		case <-deadline:
 			t.Fatalf("waited %s for %s", patience, what)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -420,6 +424,7 @@ func TestCloseWhileStarting(t *testing.T) {
 	var mu sync.Mutex
 	var runs []*chat.Started
 	var wg sync.WaitGroup
+	started := make(chan struct{}, 16)
 	for range 16 {
 		wg.Go(func() {
 			run, err := svc.Start(t.Context(), "local", chat.Request{Message: "hi"}, chat.StartOptions{})
@@ -433,15 +438,19 @@ func TestCloseWhileStarting(t *testing.T) {
 			mu.Lock()
 			runs = append(runs, run)
 			mu.Unlock()
+			started <- struct{}{}
 		})
 	}
-	time.Sleep(20 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	<-started // close while runs run, and others may still be starting
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
 	defer cancel()
 	if err := svc.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
+	if len(runs) == 0 {
+		t.Fatal("no run started")
+	}
 	for _, run := range runs {
 		stored, err := db.Run(t.Context(), "local", run.RunID)
 		if err != nil || stored.EndedAt == nil {

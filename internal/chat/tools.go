@@ -21,6 +21,7 @@ type toolSet struct {
 	specs   []llm.ToolSpec
 	// progress receives the progress reports of running calls; nil drops them.
 	progress func(callID string, p tool.Progress)
+	now      func() time.Time // paces progress reports
 }
 
 var _ agent.Tools = (*toolSet)(nil)
@@ -39,7 +40,7 @@ func (s *Service) toolsFor(name string, a Agent, reqCtx map[string]any, selected
 	if selected != nil {
 		infos = slices.DeleteFunc(infos, func(info tool.Info) bool { return !slices.Contains(selected, info.Name) })
 	}
-	ts := &toolSet{reg: s.opts.Tools, allowed: make(map[string]bool, len(infos))}
+	ts := &toolSet{reg: s.opts.Tools, allowed: make(map[string]bool, len(infos)), now: s.opts.Now}
 	if len(infos) > 0 {
 		ts.specs = make([]llm.ToolSpec, 0, len(infos))
 	}
@@ -127,7 +128,7 @@ func (ts *toolSet) Call(ctx context.Context, call llm.ToolCall) agent.ToolResult
 	}
 	var stop func()
 	if ts.progress != nil {
-		ctx, stop = withProgress(ctx, call.ID, ts.progress)
+		ctx, stop = withProgress(ctx, call.ID, ts.now, ts.progress)
 	}
 	out := ts.reg.Call(ctx, call.Name, call.Arguments)
 	if stop != nil {
@@ -156,7 +157,7 @@ const (
 // withProgress gives one call a progress reporter; stop, called once the call has returned, makes it
 // drop every later report (an MCP server may send progress after the result, or after a cancel).
 // Reports closer together than progressEvery are dropped, except one that completes the total.
-func withProgress(ctx context.Context, callID string, f func(string, tool.Progress)) (context.Context, func()) {
+func withProgress(ctx context.Context, callID string, clock func() time.Time, f func(string, tool.Progress)) (context.Context, func()) {
 	var (
 		mu      sync.Mutex
 		stopped bool
@@ -166,7 +167,7 @@ func withProgress(ctx context.Context, callID string, f func(string, tool.Progre
 	report := func(p tool.Progress) {
 		mu.Lock()
 		defer mu.Unlock()
-		now := time.Now()
+		now := clock()
 		final := p.Total > 0 && p.Progress >= p.Total
 		if stopped || sent == maxProgress || (!final && now.Sub(last) < progressEvery) {
 			return

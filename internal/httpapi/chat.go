@@ -154,7 +154,7 @@ func (s *server) follow(w http.ResponseWriter, r *http.Request, runID string, af
 			events = events[len(batch):]
 			rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
 			if err := write(out, batch); err != nil {
-				s.log.Debug("stream client gone or too slow", "run", runID, "seq", batch[0].Seq, "err", err)
+				s.log.Debug("stream client gone or too slow", "run", runID, "path", r.URL.Path, "seq", batch[0].Seq, "err", err)
 				return nil
 			}
 			ping.Reset(s.PingInterval)

@@ -261,7 +261,14 @@ func TestOnActiveRun(t *testing.T) {
 	third := e.openStream(t, t.Context(), "POST", "/v1/chat/stream", `{"message":"three","session_id":"`+sessionID+`"}`, nil)
 	defer third.Body.Close()
 	defer close(g.gate("three")) // its answer never finishes: the upstream handler waits here until the end
-	readEvents(t, third.Body, func(ev event) bool { return ev.Type == "text_delta" })
+	// All of its text streamed (the answer waits at its gate): the partial answer kept is all of it.
+	var partial strings.Builder
+	readEvents(t, third.Body, func(ev event) bool {
+		if ev.Type == "text_delta" {
+			partial.WriteString(ev.Data["text"].(string))
+		}
+		return partial.String() == "re: three"
+	})
 	close(g.gate("four"))
 	fourth := e.openStream(t, t.Context(), "POST", "/v1/chat/stream", `{"message":"four","session_id":"`+sessionID+`","on_active_run":"interrupt"}`, nil)
 	defer fourth.Body.Close()
@@ -425,7 +432,8 @@ func TestSlowReaderIsDisconnected(t *testing.T) {
 	t.Run("is cut", func(t *testing.T) {
 		cut := make(chan struct{})
 		var once sync.Once
-		log := slog.New(onMessage{"stream client gone or too slow", func() { once.Do(func() { close(cut) }) }})
+		// The stuck reader's cut, not the sender's: the POST that started the run left at once.
+		log := slog.New(onMessage{"stream client gone or too slow", "/events", func() { once.Do(func() { close(cut) }) }})
 		e, runID, stuck, release := start(t, httpapi.Options{WriteTimeout: 200 * time.Millisecond, Logger: log})
 		select {
 		case <-cut:
@@ -458,17 +466,25 @@ func TestSlowReaderIsDisconnected(t *testing.T) {
 	})
 }
 
-// onMessage is a slog handler that calls f when a record with message msg is logged, at any level.
+// onMessage is a slog handler that calls f when a record with message msg, and a path attribute ending
+// in path, is logged at any level.
 type onMessage struct {
-	msg string
-	f   func()
+	msg, path string
+	f         func()
 }
 
 func (h onMessage) Enabled(context.Context, slog.Level) bool { return true }
 func (h onMessage) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == h.msg {
-		h.f()
+	if r.Message != h.msg {
+		return nil
 	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "path" && strings.HasSuffix(a.Value.String(), h.path) {
+			h.f()
+			return false
+		}
+		return true
+	})
 	return nil
 }
 func (h onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"chatd/internal/httpapi"
 )
@@ -16,7 +15,7 @@ import (
 // whether it ended with [DONE].
 func uiChunks(t *testing.T, e *env, method, path, body string) (*http.Response, []map[string]any, bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, method, e.srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
