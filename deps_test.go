@@ -38,7 +38,8 @@ func listPackages(t *testing.T) map[string]pkg {
 	return pkgs
 }
 
-// TestDependencies pins the import graph of STYLE.md: one concept per package, imports pointing one way.
+// TestDependencies pins the import graph: one concept per package, imports pointing one way (from the
+// HTTP API and the binary down to the store, the model adapters and the standard library).
 func TestDependencies(t *testing.T) {
 	pkgs := listPackages(t)
 	std := func(path string) bool { return pkgs[path].Standard || strings.HasPrefix(path, "vendor/") }

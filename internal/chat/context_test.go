@@ -184,8 +184,8 @@ func TestContextTooLong(t *testing.T) {
 	}
 }
 
-// TestCorruptRecordsContinue: a session whose stored records cannot be right (seed 004: thousands of
-// tool results in one turn, answering no call) still continues: the model gets a valid request
+// TestCorruptRecordsContinue: a session whose stored records cannot be right (thousands of tool
+// results in one turn, answering no call, as one production history held) still continues: the model gets a valid request
 // (strict mode), the records stay as they are, and the log warns once, with figures.
 func TestCorruptRecordsContinue(t *testing.T) {
 	path := dbPath(t)

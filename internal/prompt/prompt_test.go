@@ -145,7 +145,7 @@ func TestResultCap(t *testing.T) {
 	}
 }
 
-// TestCorruptRecords: seed 004 found one message with 37,130 tool results. Loading keeps one result
+// TestCorruptRecords: one production history held a message with 37,130 tool results. Loading keeps one result
 // per call, drops results that answer nothing, fills in a failed result for a call none answers, and
 // counts what it did.
 func TestCorruptRecords(t *testing.T) {

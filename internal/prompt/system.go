@@ -9,7 +9,7 @@ import (
 	"chatd/internal/store"
 )
 
-// Sections are the parts of a system prompt, in the order they are assembled (seed 003): who the
+// Sections are the parts of a system prompt, in the order they are assembled: who the
 // assistant is, the state of the application the user is in, the payloads earlier turns produced, what
 // the assistant can do, the instructions of this deployment, and how to answer. Each is left out when
 // empty.

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Scopes are the tools bound to where the user is in an application (seed 003): global tools, then
+// Scopes are the tools bound to where the user is in an application: global tools, then
 // the tools of the request context's page, of its tab within that page, and of its subtab within that
 // tab. Each list holds patterns (see Match).
 //
