@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -91,22 +89,11 @@ func TestRouteGoldens(t *testing.T) {
 	var sessionID, runID string
 	step := func(name, method, path, body string) []byte {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, e.srv.URL+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		var header map[string]string
 		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
+			header = map[string]string{"Content-Type": "application/json"}
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp, raw := e.send(t, method, path, header, body)
 		shown := raw
 		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && bytes.HasPrefix(raw, []byte("id: ")) {
 			shown = frames(raw)

@@ -41,71 +41,34 @@ func TestEventsGolden(t *testing.T) {
 	history := []runevent.ToolHistory{{ToolCallID: "call_a", Name: "current_time", Arguments: json.RawMessage(`{"timezone":"Europe/Paris"}`),
 		Success: true, Content: `{"time":"10:00"}`, DurationMS: 12, Payload: json.RawMessage(`{"time":"10:00"}`)}}
 	var out bytes.Buffer
-	check := func(typ string, data []byte, roundTrip func([]byte) (any, error), want any) {
-		t.Helper()
-		fmt.Fprintf(&out, "event: %s\ndata: %s\n\n", typ, data)
-		if !json.Valid(data) {
-			t.Errorf("%s: not JSON: %s", typ, data)
+	// The events of a run that called a tool and answered, in the order they come.
+	roundTrip(t, &out, runevent.TypeRunStart, runevent.RunStart{RunID: "run_1", SessionID: "ses_1", Model: "openai/gpt-4o-mini", Agent: "default"})
+	roundTrip(t, &out, runevent.TypeStatus, runevent.Status{Message: "Thinking…"})
+	roundTrip(t, &out, runevent.TypeRecord, runevent.RecordEvent{Message: rec})
+	roundTrip(t, &out, runevent.TypeToolCallDelta, runevent.ToolCallDelta{Index: 0, ID: "call_a", Name: "current_time", ArgumentsDelta: `{"timezone":"Eu`})
+	roundTrip(t, &out, runevent.TypeToolStart, runevent.ToolStart{ToolCallID: "call_a", Name: "current_time", Arguments: json.RawMessage(`{"timezone":"Europe/Paris"}`)})
+	roundTrip(t, &out, runevent.TypeToolProgress, runevent.ToolProgress{ToolCallID: "call_a", Progress: 1, Total: 4, Message: "fetching"})
+	roundTrip(t, &out, runevent.TypeToolComplete, runevent.ToolComplete{ToolCallID: "call_a", Name: "current_time", Success: true,
+		Content: `{"time":"10:00"}`, DurationMS: 12, Payload: json.RawMessage(`{"time":"10:00"}`)})
+	roundTrip(t, &out, runevent.TypeRecord, runevent.RecordEvent{Message: toolRec})
+	roundTrip(t, &out, runevent.TypeUsage, runevent.UsageEvent{Model: "openai/gpt-4o-mini", Usage: runevent.Usage{InputTokens: 42, OutputTokens: 8, CacheReadTokens: 3}})
+	roundTrip(t, &out, runevent.TypeReasoningDelta, runevent.Text{Text: "The user wants…"})
+	roundTrip(t, &out, runevent.TypeTextDelta, runevent.Text{Text: "In Paris it is \"10:00\"\n"})
+	roundTrip(t, &out, runevent.TypeComplete, runevent.Complete{Message: rec, FinishReason: "stop", Usage: runevent.Usage{InputTokens: 84, OutputTokens: 23},
+		ToolHistory: history, SuggestedValues: []json.RawMessage{}, SuggestedActions: []json.RawMessage{}, Payloads: []json.RawMessage{}})
+	roundTrip(t, &out, runevent.TypeError, runevent.Error{Code: "upstream_auth", Message: "openai: auth (HTTP 401)", Retryable: false})
+	roundTrip(t, &out, runevent.TypeCancelled, runevent.Cancelled{Reason: "the user stopped the run"})
+	roundTrip(t, &out, runevent.TypeDone, runevent.Done{Status: "completed"})
+
+	// The per-token encoders write what Encode would.
+	for _, text := range []string{"Thinking…", "In Paris it is \"10:00\"\n", "<b>&</b>", "\u2028"} {
+		if got, err := runevent.Decode[runevent.Text](runevent.EncodeText(text)); err != nil || got.Text != text {
+			t.Errorf("EncodeText(%q) decodes to %q, %v", text, got.Text, err)
 		}
-		got, err := roundTrip(data)
-		if err != nil {
-			t.Errorf("%s: %v", typ, err)
-		} else if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("%s: decoded differs (-want +got):\n%s", typ, diff)
-		}
-	}
-	events := []struct {
-		typ  string
-		data any
-	}{
-		{runevent.TypeRunStart, runevent.RunStart{RunID: "run_1", SessionID: "ses_1", Model: "openai/gpt-4o-mini", Agent: "default"}},
-		{runevent.TypeRecord, runevent.RecordEvent{Message: rec}},
-		{runevent.TypeToolCallDelta, runevent.ToolCallDelta{Index: 0, ID: "call_a", Name: "current_time", ArgumentsDelta: `{"timezone":"Eu`}},
-		{runevent.TypeToolStart, runevent.ToolStart{ToolCallID: "call_a", Name: "current_time", Arguments: json.RawMessage(`{"timezone":"Europe/Paris"}`)}},
-		{runevent.TypeToolProgress, runevent.ToolProgress{ToolCallID: "call_a", Progress: 1, Total: 4, Message: "fetching"}},
-		{runevent.TypeToolComplete, runevent.ToolComplete{ToolCallID: "call_a", Name: "current_time", Success: true,
-			Content: `{"time":"10:00"}`, DurationMS: 12, Payload: json.RawMessage(`{"time":"10:00"}`)}},
-		{runevent.TypeRecord, runevent.RecordEvent{Message: toolRec}},
-		{runevent.TypeUsage, runevent.UsageEvent{Model: "openai/gpt-4o-mini", Usage: runevent.Usage{InputTokens: 42, OutputTokens: 8, CacheReadTokens: 3}}},
-		{runevent.TypeComplete, runevent.Complete{Message: rec, FinishReason: "stop", Usage: runevent.Usage{InputTokens: 84, OutputTokens: 23},
-			ToolHistory: history, SuggestedValues: []json.RawMessage{}, SuggestedActions: []json.RawMessage{}, Payloads: []json.RawMessage{}}},
-		{runevent.TypeError, runevent.Error{Code: "upstream_auth", Message: "openai: auth (HTTP 401)", Retryable: false}},
-		{runevent.TypeCancelled, runevent.Cancelled{Reason: "the user stopped the run"}},
-		{runevent.TypeDone, runevent.Done{Status: "completed"}},
-	}
-	for _, e := range events {
-		switch d := e.data.(type) {
-		case runevent.RunStart:
-			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.RunStart](b) }, d)
-		case runevent.RecordEvent:
-			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.RecordEvent](b) }, d)
-		case runevent.ToolCallDelta:
-			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.ToolCallDelta](b) }, d)
-		case runevent.ToolStart:
-			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.ToolStart](b) }, d)
-		case runevent.ToolProgress:
-			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.ToolProgress](b) }, d)
-		case runevent.ToolComplete:
-			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.ToolComplete](b) }, d)
-		case runevent.UsageEvent:
-			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.UsageEvent](b) }, d)
-		case runevent.Complete:
-			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.Complete](b) }, d)
-		case runevent.Error:
-			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.Error](b) }, d)
-		case runevent.Cancelled:
-			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.Cancelled](b) }, d)
-		case runevent.Done:
-			check(e.typ, runevent.Encode(d), func(b []byte) (any, error) { return runevent.Decode[runevent.Done](b) }, d)
-		default:
-			t.Fatalf("no case for %T", d)
+		if got, err := runevent.Decode[runevent.Status](runevent.EncodeStatus(text)); err != nil || got.Message != text {
+			t.Errorf("EncodeStatus(%q) decodes to %q, %v", text, got.Message, err)
 		}
 	}
-	text := func(b []byte) (any, error) { return runevent.Decode[runevent.Text](b) }
-	check(runevent.TypeStatus, runevent.EncodeStatus("Thinking…"), func(b []byte) (any, error) { return runevent.Decode[runevent.Status](b) },
-		runevent.Status{Message: "Thinking…"})
-	check(runevent.TypeTextDelta, runevent.EncodeText("In Paris it is \"10:00\"\n"), text, runevent.Text{Text: "In Paris it is \"10:00\"\n"})
-	check(runevent.TypeReasoningDelta, runevent.EncodeText("The user wants…"), text, runevent.Text{Text: "The user wants…"})
 
 	path := filepath.Join("testdata", "events.golden")
 	if *update {
@@ -120,6 +83,31 @@ func TestEventsGolden(t *testing.T) {
 	}
 	if diff := cmp.Diff(string(want), out.String()); diff != "" {
 		t.Errorf("event data changed (-golden +now); run with -update if that is meant:\n%s", diff)
+	}
+}
+
+// roundTrip writes the event's data to out, as the golden file shows it, and checks that it is JSON
+// that decodes back to d. Text and status data are written by the per-token encoders, as chat does.
+func roundTrip[T runevent.Data](t *testing.T, out *bytes.Buffer, typ string, d T) {
+	t.Helper()
+	var data []byte
+	switch v := any(d).(type) {
+	case runevent.Text:
+		data = runevent.EncodeText(v.Text)
+	case runevent.Status:
+		data = runevent.EncodeStatus(v.Message)
+	default:
+		data = runevent.Encode(d)
+	}
+	fmt.Fprintf(out, "event: %s\ndata: %s\n\n", typ, data)
+	if !json.Valid(data) {
+		t.Errorf("%s: not JSON: %s", typ, data)
+	}
+	got, err := runevent.Decode[T](data)
+	if err != nil {
+		t.Errorf("%s: %v", typ, err)
+	} else if diff := cmp.Diff(d, got); diff != "" {
+		t.Errorf("%s: decoded differs (-want +got):\n%s", typ, diff)
 	}
 }
 
