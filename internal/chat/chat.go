@@ -160,11 +160,11 @@ type Service struct {
 	wg     sync.WaitGroup // running runs
 
 	mu      sync.Mutex
-	runs    map[string]*Run   // live runs (queued or running) by id
-	queues  map[string]*queue // by session id
+	runs    map[string]*Run // live runs (queued or running) by id
 	closing bool
 
-	diag diagnostics // the latest request of recent runs
+	queues *sessionQueues // the runs waiting for their session's running run
+	diag   diagnostics    // the latest request of recent runs
 	// interrupters serializes the sends that interrupt a session's run.
 	interrupters keyedMutex
 
@@ -172,12 +172,6 @@ type Service struct {
 	calib   map[string]*prompt.Calibration // token estimate corrections by model
 	// estimates are the token estimates of sessions' records, kept between their runs.
 	estimates map[string]*prompt.Estimates
-}
-
-// queue is a session's queued runs, oldest first. Its mutex serializes starting them.
-type queue struct {
-	mu   sync.Mutex
-	runs []*Run
 }
 
 // New returns a service. Close it to cancel and wait for its runs.
@@ -197,8 +191,9 @@ func New(opts Options) *Service {
 		agents[name] = a
 	}
 	opts.Agents = agents
-	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{}, queues: map[string]*queue{},
+	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
 		calib: map[string]*prompt.Calibration{}, estimates: map[string]*prompt.Estimates{}}
+	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)
 	}

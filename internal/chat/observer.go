@@ -227,10 +227,6 @@ func (o *observer) finish(res agent.Result) {
 	run.end(last, stored, out)
 	run.flushMu.Unlock()
 	o.s.retire(run)
-	// The next queued run of the session starts on its own goroutine: finish is also called by kick
-	// itself (a queued run that cannot start), under the queue's lock. It ends when that run has
-	// started, after one store write.
-	go o.s.kick(run.SessionID)
 }
 
 // finishRetrying writes the end of a running run whose first write failed, again and again with a

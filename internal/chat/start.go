@@ -414,7 +414,8 @@ func (s *Service) admit(run *Run) error {
 }
 
 // launch runs a stored run whose user message (first) is stored: it loads the history and executes the
-// agent loop on its own goroutine. The caller counted it in s.wg.
+// agent loop on its own goroutine, and then starts the session's next queued run. The caller counted it
+// in s.wg.
 func (s *Service) launch(run *Run, first *store.Record) {
 	runCtx, cancel := context.WithCancelCause(s.base)
 	lim := s.opts.Limits.RunTime
@@ -424,19 +425,21 @@ func (s *Service) launch(run *Run, first *store.Record) {
 	run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
 	go func() { // counted by admit or startQueued
 		defer s.wg.Done()
+		// The session is free once the run has ended: its next queued run starts here, still counted,
+		// so that Close waits for the start (one store write) as it waits for the run.
+		defer s.queues.kick(run.SessionID)
 		defer cancel(nil)
 		defer stop()
 		records, err := s.opts.Store.Records(context.WithoutCancel(runCtx), run.user, run.SessionID)
 		if err != nil {
-			obs := newObserver(s, run.plan, run)
-			obs.finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
+			newObserver(s, run.plan, run).finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
 			return
 		}
 		s.execute(runCtx, run.plan, run, store.Current(records))
 	}()
 }
 
-// retire forgets a run that ended, or never started, and starts the next queued run of its session.
+// retire forgets a run that ended, or never started.
 func (s *Service) retire(run *Run) {
 	s.mu.Lock()
 	if s.runs[run.ID] == run {
@@ -575,7 +578,7 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	for _, r := range queued {
-		if !s.cancelQueued(r, shutdownReason) {
+		if !s.queues.cancel(r, shutdownReason) {
 			r.requestCancel(shutdownReason) // it started meanwhile
 		}
 	}
