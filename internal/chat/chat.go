@@ -21,7 +21,6 @@ import (
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
-	"chatd/internal/prompt"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
@@ -165,13 +164,9 @@ type Service struct {
 
 	queues *sessionQueues // the runs waiting for their session's running run
 	diag   diagnostics    // the latest request of recent runs
+	est    *estimator     // token estimates, kept between runs
 	// interrupters serializes the sends that interrupt a session's run.
 	interrupters keyedMutex
-
-	calibMu sync.Mutex
-	calib   map[string]*prompt.Calibration // token estimate corrections by model
-	// estimates are the token estimates of sessions' records, kept between their runs.
-	estimates map[string]*prompt.Estimates
 }
 
 // New returns a service. Close it to cancel and wait for its runs.
@@ -191,8 +186,7 @@ func New(opts Options) *Service {
 		agents[name] = a
 	}
 	opts.Agents = agents
-	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
-		calib: map[string]*prompt.Calibration{}, estimates: map[string]*prompt.Estimates{}}
+	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{}, est: newEstimator()}
 	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)

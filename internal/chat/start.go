@@ -493,7 +493,7 @@ func title(msg string) string {
 func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []store.Record) {
 	obs := newObserver(s, p, run)
 	system := systemPrompt(p, records)
-	obs.conv = newConversation(s, p, run, records, system, obs)
+	obs.conv = s.newConversation(p, run, records, system, obs)
 	cfg := agent.Config{
 		Models:        append([]agent.Model{{Provider: p.provider, Name: p.upstream, ProviderName: p.provName}}, p.fallbacks...),
 		Reasoning:     p.agent.Reasoning,
