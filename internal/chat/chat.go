@@ -163,7 +163,7 @@ type Service struct {
 	closing bool
 
 	queues *sessionQueues // the runs waiting for their session's running run
-	diag   diagnostics    // the latest request of recent runs
+	diag   *diagnostics   // the latest request of recent runs
 	est    *estimator     // token estimates, kept between runs
 	// interrupters serializes the sends that interrupt a session's run.
 	interrupters keyedMutex
@@ -186,12 +186,12 @@ func New(opts Options) *Service {
 		agents[name] = a
 	}
 	opts.Agents = agents
-	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{}, est: newEstimator()}
+	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
+		diag: newDiagnostics(opts.Limits.DiagnosticsBytes, opts.Logger), est: newEstimator()}
 	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)
 	}
-	s.diag.limit = opts.Limits.DiagnosticsBytes
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s
 }
