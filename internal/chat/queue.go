@@ -202,5 +202,5 @@ func (s *Service) startQueued(run *Run) error {
 
 // finishQueued ends a queued run that never started: the queues' finish.
 func (s *Service) finishQueued(run *Run, res agent.Result) {
-	newObserver(s, run.plan, run).finish(res)
+	s.newObserver(run.plan, run).finish(res)
 }

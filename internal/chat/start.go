@@ -432,7 +432,7 @@ func (s *Service) launch(run *Run, first *store.Record) {
 		defer stop()
 		records, err := s.opts.Store.Records(context.WithoutCancel(runCtx), run.user, run.SessionID)
 		if err != nil {
-			newObserver(s, run.plan, run).finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
+			s.newObserver(run.plan, run).finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
 			return
 		}
 		s.execute(runCtx, run.plan, run, store.Current(records))
@@ -491,7 +491,7 @@ func title(msg string) string {
 
 // execute runs the agent loop on the session's records (its new user message last) and ends the run.
 func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []store.Record) {
-	obs := newObserver(s, p, run)
+	obs := s.newObserver(p, run)
 	system := systemPrompt(p, records)
 	obs.conv = s.newConversation(p, run, records, system, obs)
 	cfg := agent.Config{
