@@ -21,7 +21,6 @@ import (
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
-	"chatd/internal/prompt"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
@@ -162,24 +161,14 @@ type Service struct {
 	wg     sync.WaitGroup // running runs
 
 	mu      sync.Mutex
-	runs    map[string]*Run   // live runs (queued or running) by id
-	queues  map[string]*queue // by session id
+	runs    map[string]*Run // live runs (queued or running) by id
 	closing bool
 
-	diag diagnostics // the latest request of recent runs
+	queues *sessionQueues // the runs waiting for their session's running run
+	diag   *diagnostics   // the latest request of recent runs
+	est    *estimator     // token estimates, kept between runs
 	// interrupters serializes the sends that interrupt a session's run.
 	interrupters keyedMutex
-
-	calibMu sync.Mutex
-	calib   map[string]*prompt.Calibration // token estimate corrections by model
-	// estimates are the token estimates of sessions' records, kept between their runs.
-	estimates map[string]*prompt.Estimates
-}
-
-// queue is a session's queued runs, oldest first. Its mutex serializes starting them.
-type queue struct {
-	mu   sync.Mutex
-	runs []*Run
 }
 
 // New returns a service. Close it to cancel and wait for its runs.
@@ -202,12 +191,12 @@ func New(opts Options) *Service {
 		agents[name] = a
 	}
 	opts.Agents = agents
-	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{}, queues: map[string]*queue{},
-		calib: map[string]*prompt.Calibration{}, estimates: map[string]*prompt.Estimates{}}
+	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
+		diag: newDiagnostics(opts.Limits.DiagnosticsBytes, opts.Logger), est: newEstimator()}
+	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)
 	}
-	s.diag.limit = opts.Limits.DiagnosticsBytes
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s
 }

@@ -34,7 +34,8 @@ const defaultIdentity = "You are a helpful assistant."
 // the conversation of every model call is built. It is the agent loop's agent.Context, and is used from
 // the loop's goroutine only.
 type conversation struct {
-	s       *Service
+	est     *estimator
+	store   recordStore
 	p       *plan
 	run     *Run
 	log     *slog.Logger
@@ -56,15 +57,22 @@ type conversation struct {
 
 var _ agent.Context = (*conversation)(nil)
 
-func newConversation(s *Service, p *plan, run *Run, records []store.Record, system string, obs *observer) *conversation {
+// recordStore is the part of the store that a run's context writes: the summaries it compacts to.
+type recordStore interface {
+	AppendRecord(ctx context.Context, user string, r *store.Record) error
+}
+
+// newConversation is the context of a run with the session's records; obs stores the usage of its
+// summaries.
+func (s *Service) newConversation(p *plan, run *Run, records []store.Record, system string, obs *observer) *conversation {
 	a, d := p.agent, s.opts.Context
-	c := &conversation{s: s, p: p, run: run, records: records, model: p.model, logged: map[string]bool{},
-		log: s.log.With("run", run.ID, "session", run.SessionID)}
+	c := &conversation{est: s.est, store: s.opts.Store, p: p, run: run, records: records, model: p.model,
+		logged: map[string]bool{}, log: s.log.With("run", run.ID, "session", run.SessionID)}
 	c.opts = prompt.Options{
 		ToolHistoryRounds: cmp.Or(a.ToolHistoryRounds, d.ToolHistoryRounds),
 		ResultMaxBytes:    d.ResultMaxBytes,
 		Tools:             len(p.tools.specs) > 0,
-		Estimates:         s.takeEstimates(run.SessionID),
+		Estimates:         s.est.take(run.SessionID),
 	}
 	c.window = cmp.Or(a.ContextWindow, d.Windows.Lookup(p.provName, p.upstream))
 	at := cmp.Or(a.CompactAt, d.CompactAt, DefaultCompactAt)
@@ -78,7 +86,7 @@ func newConversation(s *Service, p *plan, run *Run, records []store.Record, syst
 
 // release hands the conversation's token estimates back for the session's next run.
 func (c *conversation) release() {
-	c.s.keepEstimates(c.run.SessionID, c.opts.Estimates)
+	c.est.keep(c.run.SessionID, c.opts.Estimates)
 }
 
 // add appends a record the run stored.
@@ -91,7 +99,7 @@ func (c *conversation) add(r *store.Record) {
 func (c *conversation) Messages(ctx context.Context, compact bool) ([]llm.Message, error) {
 	b := prompt.Build(c.records, c.opts)
 	c.report(b)
-	tokens := c.s.calibrated(c.model, c.fixed+b.Tokens)
+	tokens := c.est.calibrated(c.model, c.fixed+b.Tokens)
 	if compact || tokens > c.limit && tokens > c.stuck+c.stuck/10 {
 		if nb := c.compact(ctx, b, tokens, compact); nb != nil {
 			b = nb
@@ -105,7 +113,7 @@ func (c *conversation) Messages(ctx context.Context, compact bool) ([]llm.Messag
 // Only the first report counts: a continuation of the same turn sends more than was built.
 func (c *conversation) observe(inputTokens int64) {
 	if inputTokens > 0 && c.estimate > 0 {
-		c.s.calibrate(c.model, c.estimate, int(inputTokens))
+		c.est.calibrate(c.model, c.estimate, int(inputTokens))
 		c.estimate = 0
 	}
 }
@@ -114,18 +122,18 @@ func (c *conversation) observe(inputTokens int64) {
 // built with it; nil when there is nothing to summarize or the summary failed (the conversation is then
 // sent as it is: if it does not fit, the provider says so and the run fails with its error).
 func (c *conversation) compact(ctx context.Context, b *prompt.Built, tokens int, forced bool) *prompt.Built {
-	ratio := c.s.ratio(c.model)
+	ratio := c.est.ratio(c.model)
 	allowance := prompt.SummaryTokens(c.window) // what the summary will take
 	keep := int(float64(c.limit/2)/ratio) - c.fixed - allowance
 	if forced {
 		keep /= 2 // the estimate was wrong by more than the margin: keep less
 	}
 	cut, ok := b.Cut(max(keep, 0))
-	after := c.s.calibrated(c.model, c.fixed+allowance+b.Kept(cut))
+	after := c.est.calibrated(c.model, c.fixed+allowance+b.Kept(cut))
 	if !ok || (!forced && after >= c.limit) {
 		c.stuck = tokens
 		c.log.Warn("the conversation nears the context window, and summarizing the older turns would not bring it under the limit",
-			"tokens", tokens, "limit", c.limit, "window", c.window, "system_and_tools", c.s.calibrated(c.model, c.fixed))
+			"tokens", tokens, "limit", c.limit, "window", c.window, "system_and_tools", c.est.calibrated(c.model, c.fixed))
 		return nil
 	}
 	prev := ""
@@ -142,7 +150,7 @@ func (c *conversation) compact(ctx context.Context, b *prompt.Built, tokens int,
 	}
 	rec := &store.Record{SessionID: c.run.SessionID, RunID: c.run.ID, Role: store.RoleSystem, Content: text,
 		SummaryThrough: c.records[cut-1].ID}
-	if err := c.s.opts.Store.AppendRecord(context.WithoutCancel(ctx), c.p.user, rec); err != nil {
+	if err := c.store.AppendRecord(context.WithoutCancel(ctx), c.p.user, rec); err != nil {
 		c.stuck = tokens
 		c.log.Error("store the summary", "err", err)
 		return nil
@@ -151,7 +159,7 @@ func (c *conversation) compact(ctx context.Context, b *prompt.Built, tokens int,
 	c.add(rec)
 	nb := prompt.Build(c.records, c.opts)
 	c.log.Info("summarized the earlier conversation", "records", cut-b.From, "tokens_before", tokens,
-		"tokens_after", c.s.calibrated(c.model, c.fixed+nb.Tokens), "limit", c.limit, "forced", forced)
+		"tokens_after", c.est.calibrated(c.model, c.fixed+nb.Tokens), "limit", c.limit, "forced", forced)
 	return nb
 }
 
@@ -188,65 +196,4 @@ func systemPrompt(p *plan, records []store.Record) string {
 		Instructions: p.agent.Instructions,
 		Guidelines:   p.agent.Guidelines,
 	})
-}
-
-// calibrated returns an estimate corrected by what the model's provider reported before.
-func (s *Service) calibrated(model string, estimate int) int {
-	s.calibMu.Lock()
-	defer s.calibMu.Unlock()
-	c := s.calib[model]
-	if c == nil {
-		return estimate
-	}
-	return c.Apply(estimate)
-}
-
-func (s *Service) ratio(model string) float64 {
-	s.calibMu.Lock()
-	defer s.calibMu.Unlock()
-	if c := s.calib[model]; c != nil {
-		return c.Ratio()
-	}
-	return 1
-}
-
-func (s *Service) calibrate(model string, estimate, actual int) {
-	s.calibMu.Lock()
-	defer s.calibMu.Unlock()
-	c := s.calib[model]
-	if c == nil {
-		if len(s.calib) >= maxCalibrations {
-			clear(s.calib) // models come from configuration, but a request may name any
-		}
-		c = new(prompt.Calibration)
-		s.calib[model] = c
-	}
-	c.Observe(estimate, actual)
-}
-
-// maxCalibrations bounds the models calibrated at once.
-const maxCalibrations = 256
-
-// maxEstimates bounds the sessions whose token estimates are kept between runs.
-const maxEstimates = 1024
-
-// takeEstimates returns the token estimates a session's last run kept, or new ones. A run has them to
-// itself: they are taken out, and kept again when it ends.
-func (s *Service) takeEstimates(session string) *prompt.Estimates {
-	s.calibMu.Lock()
-	defer s.calibMu.Unlock()
-	if e := s.estimates[session]; e != nil {
-		delete(s.estimates, session)
-		return e
-	}
-	return new(prompt.Estimates)
-}
-
-func (s *Service) keepEstimates(session string, e *prompt.Estimates) {
-	s.calibMu.Lock()
-	defer s.calibMu.Unlock()
-	if len(s.estimates) >= maxEstimates {
-		clear(s.estimates)
-	}
-	s.estimates[session] = e
 }

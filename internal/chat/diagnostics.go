@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"chatd/internal/agent"
@@ -41,9 +42,11 @@ type Diagnostics struct {
 	RequestOmitted string
 }
 
-// diagnostics keeps the latest request of recent runs.
+// diagnostics keeps the latest request of recent runs: a run's loop reports each call it sends
+// (sending), and Service.Diagnostics reads them back (lookup).
 type diagnostics struct {
 	limit int // bytes the kept diagnostics may hold together
+	log   *slog.Logger
 
 	mu    sync.Mutex
 	runs  map[string]*diagEntry
@@ -61,6 +64,11 @@ type diagEntry struct {
 	base  int // of those, the system prompt's and the context's
 }
 
+// newDiagnostics keeps the diagnostics of recent runs within limit bytes.
+func newDiagnostics(limit int, log *slog.Logger) *diagnostics {
+	return &diagnostics{limit: limit, log: log, runs: map[string]*diagEntry{}}
+}
+
 // track starts keeping a run's diagnostics, forgetting the oldest run's beyond the limits. Its system
 // prompt and context count toward them from the start.
 func (g *diagnostics) track(run *Run, p *plan, system string) *diagEntry {
@@ -75,9 +83,6 @@ func (g *diagnostics) track(run *Run, p *plan, system string) *diagEntry {
 	e.bytes = e.base
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.runs == nil {
-		g.runs = map[string]*diagEntry{}
-	}
 	g.runs[run.ID] = e
 	g.order = append(g.order, run.ID)
 	g.bytes += e.bytes
@@ -139,7 +144,11 @@ func requestBytes(req *llm.Request) int {
 // keep (too old, started before a restart, or not the user's) is an *Error with code
 // diagnostics_unavailable and Kind store.ErrNotFound.
 func (s *Service) Diagnostics(_ context.Context, user, runID string) (*Diagnostics, error) {
-	g := &s.diag
+	return s.diag.lookup(user, runID)
+}
+
+// lookup returns the diagnostics of the user's run, its latest request encoded as its provider sends it.
+func (g *diagnostics) lookup(user, runID string) (*Diagnostics, error) {
 	g.mu.Lock()
 	e := g.runs[runID]
 	if e == nil || e.user != user {
@@ -153,7 +162,7 @@ func (s *Service) Diagnostics(_ context.Context, user, runID string) (*Diagnosti
 	if enc, ok := prov.(llm.Encoder); ok && sent && d.RequestOmitted == "" {
 		body, err := enc.Encode(&req)
 		if err != nil {
-			s.log.Warn("encode a run's request for its diagnostics", "run", runID, "err", err)
+			g.log.Warn("encode a run's request for its diagnostics", "run", runID, "err", err)
 		} else {
 			d.Request = body
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"chatd/internal/agent"
@@ -19,9 +20,14 @@ import (
 // events into run events (its agent.Sink). The loop calls it from one goroutine, except for the
 // ToolComplete events of calls that end while it streams.
 type observer struct {
-	s   *Service
-	p   *plan
-	run *Run
+	store runStore
+	log   *slog.Logger
+	// retire forgets the run once it has ended.
+	retire func(*Run)
+	// closing is closed when the service shuts down: a failed end of the run is not retried past it.
+	closing <-chan struct{}
+	p       *plan
+	run     *Run
 	// ctx is for store writes: they must finish even when the run is cancelled.
 	ctx      context.Context
 	parents  map[*agent.Turn]*store.Record
@@ -37,8 +43,17 @@ var (
 	_ agent.Recorder = (*observer)(nil)
 )
 
-func newObserver(s *Service, p *plan, run *Run) *observer {
-	return &observer{s: s, p: p, run: run, ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{}}
+// runStore is what a run writes to the store as it goes and when it ends.
+type runStore interface {
+	recordStore
+	AddUsage(ctx context.Context, user string, u store.UsageEntry) error
+	CloseCalls(ctx context.Context, user, runID, reason string) ([]store.Record, error)
+	FinishRun(ctx context.Context, user, runID string, end store.RunEnd) ([]store.Record, error)
+}
+
+func (s *Service) newObserver(p *plan, run *Run) *observer {
+	return &observer{store: s.opts.Store, log: s.log, retire: s.retire, closing: s.base.Done(), p: p, run: run,
+		ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{}}
 }
 
 // Emit sends an event of the loop to the run's readers.
@@ -59,7 +74,7 @@ func (o *observer) Emit(e agent.Event) {
 	case agent.Usage:
 		o.Usage(e.Model, e.Usage)
 	default:
-		o.s.log.Error("unknown agent event", "run", o.run.ID, "type", fmt.Sprintf("%T", e))
+		o.log.Error("unknown agent event", "run", o.run.ID, "type", fmt.Sprintf("%T", e))
 	}
 }
 
@@ -107,8 +122,8 @@ func (o *observer) recordUsage(model string, u llm.Usage) {
 	su := storeUsage(u)
 	o.run.emit(runevent.TypeUsage, runevent.Encode(runevent.UsageEvent{Model: model, Usage: runevent.UsageOf(su)}))
 	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, Agent: o.p.agentNm, Model: model, Usage: su}
-	if err := o.s.opts.Store.AddUsage(o.ctx, o.p.user, entry); err != nil {
-		o.s.log.Error("store usage", "run", o.run.ID, "err", err)
+	if err := o.store.AddUsage(o.ctx, o.p.user, entry); err != nil {
+		o.log.Error("store usage", "run", o.run.ID, "err", err)
 	}
 }
 
@@ -123,7 +138,7 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 	for _, c := range t.ToolCalls {
 		rec.ToolCalls = append(rec.ToolCalls, store.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}
-	if err := o.s.opts.Store.AppendRecord(ctx, o.p.user, rec); err != nil {
+	if err := o.store.AppendRecord(ctx, o.p.user, rec); err != nil {
 		return err
 	}
 	o.parents[t], o.last = rec, rec
@@ -146,7 +161,7 @@ func (o *observer) RecordToolResult(ctx context.Context, t *agent.Turn, call llm
 	for _, a := range res.Attachments {
 		rec.Attachments = append(rec.Attachments, store.Attachment{MediaType: a.MediaType, Name: a.Text, Data: a.Data})
 	}
-	if err := o.s.opts.Store.AppendRecord(ctx, o.p.user, rec); err != nil {
+	if err := o.store.AppendRecord(ctx, o.p.user, rec); err != nil {
 		return err
 	}
 	o.added(rec)
@@ -186,13 +201,13 @@ func (o *observer) finish(res agent.Result) {
 	if res.Err != nil {
 		out.Error = errorInfo(res.Err)
 		end.Error = out.Error.Message
-		o.s.log.Warn("run failed", "run", run.ID, "session", run.SessionID, "err", res.Err)
+		o.log.Warn("run failed", "run", run.ID, "session", run.SessionID, "err", res.Err)
 	}
 	if run.Status() == store.RunRunning {
 		// The loop closes the calls it made; this catches a call whose result could not be stored.
-		closed, err := o.s.opts.Store.CloseCalls(o.ctx, o.p.user, run.ID, end.Reason)
+		closed, err := o.store.CloseCalls(o.ctx, o.p.user, run.ID, end.Reason)
 		if err != nil {
-			o.s.log.Error("close open calls", "run", run.ID, "err", err)
+			o.log.Error("close open calls", "run", run.ID, "err", err)
 		}
 		for i := range closed {
 			run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(&closed[i])}))
@@ -208,16 +223,16 @@ func (o *observer) finish(res agent.Result) {
 		}
 	}
 	stored := true
-	_, err := o.s.opts.Store.FinishRun(o.ctx, o.p.user, run.ID, end)
+	_, err := o.store.FinishRun(o.ctx, o.p.user, run.ID, end)
 	if err != nil && run.Status() == store.RunRunning {
 		// A run the store still says is running keeps its session busy: try again, until the store
 		// takes it or chatd stops.
-		o.s.log.Error("finish run; trying again", "run", run.ID, "err", err)
-		err = o.s.finishRetrying(o.p.user, run.ID, end)
+		o.log.Error("finish run; trying again", "run", run.ID, "err", err)
+		err = o.finishRetrying(end)
 	}
 	if err != nil {
 		// The store still says running (or queued): the next start of chatd recovers the run.
-		o.s.log.Error("finish run", "run", run.ID, "err", err)
+		o.log.Error("finish run", "run", run.ID, "err", err)
 		stored = false
 		if out.Error == nil {
 			out.Status, out.Error = store.RunFailed, &runevent.Error{Code: "internal", Message: "chatd could not store the end of the run; see the server log"}
@@ -226,35 +241,31 @@ func (o *observer) finish(res agent.Result) {
 	}
 	run.end(last, stored, out)
 	run.flushMu.Unlock()
-	o.s.retire(run)
-	// The next queued run of the session starts on its own goroutine: finish is also called by kick
-	// itself (a queued run that cannot start), under the queue's lock. It ends when that run has
-	// started, after one store write.
-	go o.s.kick(run.SessionID)
+	o.retire(run)
 }
 
 // finishRetrying writes the end of a running run whose first write failed, again and again with a
 // backoff up to 5s, until the store takes it or the service closes (then the next start recovers the
 // run). The run's goroutine waits here, so the run stays live — its readers wait, a cancel or an
 // interrupting send waits for its end — and Drain and Close still wait for it.
-func (s *Service) finishRetrying(user, runID string, end store.RunEnd) error {
+func (o *observer) finishRetrying(end store.RunEnd) error {
 	wait := 100 * time.Millisecond
 	for {
 		t := time.NewTimer(wait)
 		select {
-		case <-s.base.Done():
+		case <-o.closing:
 			t.Stop()
 			return errors.New("chatd is shutting down")
 		case <-t.C:
 		}
-		_, err := s.opts.Store.FinishRun(context.WithoutCancel(s.base), user, runID, end)
+		_, err := o.store.FinishRun(o.ctx, o.p.user, o.run.ID, end)
 		if errors.Is(err, store.ErrConflict) {
 			// It has ended: an earlier attempt was stored after all.
-			s.log.Warn("finish run: the store had taken an earlier attempt", "run", runID)
+			o.log.Warn("finish run: the store had taken an earlier attempt", "run", o.run.ID)
 			return nil
 		}
 		if err == nil {
-			s.log.Info("finish run: stored after retrying", "run", runID)
+			o.log.Info("finish run: stored after retrying", "run", o.run.ID)
 			return nil
 		}
 		wait = min(2*wait, 5*time.Second)

@@ -5,11 +5,128 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 
 	"chatd/internal/agent"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
+
+// sessionQueues holds the runs queued behind each session's running run, oldest first, and starts them
+// one at a time as the session frees up. It knows nothing of the store: start stores a run's first
+// record and launches it, finish ends a run that never started.
+type sessionQueues struct {
+	// start launches a queued run; store.ErrBusy while its session has a running run, ErrClosed once
+	// the service is shutting down.
+	start func(*Run) error
+	// finish ends a queued run that never started, as res says.
+	finish func(run *Run, res agent.Result)
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	queues map[string]*queue // by session id; a session without queued runs has none
+}
+
+// queue is a session's queued runs, oldest first. Its mutex serializes starting them.
+type queue struct {
+	mu   sync.Mutex
+	runs []*Run
+}
+
+func newSessionQueues(start func(*Run) error, finish func(*Run, agent.Result), log *slog.Logger) *sessionQueues {
+	return &sessionQueues{start: start, finish: finish, log: log, queues: map[string]*queue{}}
+}
+
+// of returns the session's queue, made when it has none.
+func (qs *sessionQueues) of(sessionID string) *queue {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.queues[sessionID]
+	if q == nil {
+		q = &queue{}
+		qs.queues[sessionID] = q
+	}
+	return q
+}
+
+// push appends a queued run to its session's queue. kick drops an empty queue while it holds the queue's
+// lock, so the queue is checked to still be the session's under that lock.
+func (qs *sessionQueues) push(run *Run) {
+	for {
+		q := qs.of(run.SessionID)
+		q.mu.Lock()
+		qs.mu.Lock()
+		current := qs.queues[run.SessionID] == q
+		qs.mu.Unlock()
+		if current {
+			q.runs = append(q.runs, run)
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+	}
+}
+
+// kick starts the session's oldest queued run if the session has no running run. It is called after a
+// run is queued and after a running run ends, on that run's goroutine; the queue's mutex orders the two,
+// so one of them sees the session free and none starts two runs. A queued run that cannot start ends,
+// and the next one is tried.
+func (qs *sessionQueues) kick(sessionID string) {
+	qs.mu.Lock()
+	q := qs.queues[sessionID]
+	qs.mu.Unlock()
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.runs) > 0 {
+		next := q.runs[0]
+		if reason := next.reason(); reason != "" { // cancelled while queued
+			q.runs = q.runs[1:]
+			qs.end(next, reason)
+			continue
+		}
+		err := qs.start(next)
+		if errors.Is(err, store.ErrBusy) || errors.Is(err, ErrClosed) {
+			return // the running run's end kicks again; a closing service starts nothing
+		}
+		q.runs = q.runs[1:]
+		if err == nil {
+			return
+		}
+		qs.log.Error("start queued run", "run", next.ID, "err", err)
+		qs.finish(next, agent.Result{Status: agent.StatusFailed, Err: err})
+	}
+	qs.mu.Lock()
+	if len(q.runs) == 0 && qs.queues[sessionID] == q {
+		delete(qs.queues, sessionID)
+	}
+	qs.mu.Unlock()
+}
+
+// cancel removes a queued run from its queue and ends it as cancelled. It reports false when the run is
+// no longer queued (it started meanwhile).
+func (qs *sessionQueues) cancel(run *Run, reason string) bool {
+	q := qs.of(run.SessionID)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, r := range q.runs {
+		if r == run {
+			q.runs = append(q.runs[:i:i], q.runs[i+1:]...)
+			qs.end(run, reason)
+			return true
+		}
+	}
+	return false
+}
+
+// end ends a queued run that never started as cancelled, for reason unless it has one.
+func (qs *sessionQueues) end(run *Run, reason string) {
+	run.setCancelReason(reason)
+	qs.finish(run, agent.Result{Status: agent.StatusCancelled, FinishReason: "cancelled"})
+}
 
 // enqueue stores a queued run behind the session's active run. It starts when the runs before it have
 // ended (kick); its request is kept in the store so that a restart starts it too.
@@ -32,8 +149,8 @@ func (s *Service) enqueue(ctx context.Context, p *plan, key, hash, activeID stri
 	}
 	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
 	run.emit(runevent.TypeStatus, runevent.EncodeStatus("Waiting for the active run "+activeID+" to end…"))
-	s.push(run)
-	s.kick(run.SessionID)
+	s.queues.push(run)
+	s.queues.kick(run.SessionID)
 	return &Started{RunID: run.ID, SessionID: run.SessionID, Status: store.RunQueued}, nil
 }
 
@@ -62,74 +179,7 @@ func (s *Service) admitQueued(run *Run, limit int) error {
 	return nil
 }
 
-// push appends a queued run to its session's queue. kick drops an empty queue from s.queues while it holds
-// the queue's lock, so the queue is checked to still be the session's under that lock.
-func (s *Service) push(run *Run) {
-	for {
-		q := s.queue(run.SessionID)
-		q.mu.Lock()
-		s.mu.Lock()
-		current := s.queues[run.SessionID] == q
-		s.mu.Unlock()
-		if current {
-			q.runs = append(q.runs, run)
-			q.mu.Unlock()
-			return
-		}
-		q.mu.Unlock()
-	}
-}
-
-func (s *Service) queue(sessionID string) *queue {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q := s.queues[sessionID]
-	if q == nil {
-		q = &queue{}
-		s.queues[sessionID] = q
-	}
-	return q
-}
-
-// kick starts the session's oldest queued run if the session has no running run. It is called after a
-// run is queued and after a run ends; the queue's mutex orders the two, so one of them sees the session
-// free and none starts two runs.
-func (s *Service) kick(sessionID string) {
-	s.mu.Lock()
-	q := s.queues[sessionID]
-	s.mu.Unlock()
-	if q == nil {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.runs) > 0 {
-		next := q.runs[0]
-		if next.reason() != "" { // cancelled while queued
-			q.runs = q.runs[1:]
-			s.endQueued(next, next.reason())
-			continue
-		}
-		err := s.startQueued(next)
-		if errors.Is(err, store.ErrBusy) || errors.Is(err, ErrClosed) {
-			return // the running run's end kicks again; a closing service starts nothing
-		}
-		q.runs = q.runs[1:]
-		if err == nil {
-			return
-		}
-		s.log.Error("start queued run", "run", next.ID, "err", err)
-		obs := newObserver(s, next.plan, next)
-		obs.finish(agent.Result{Status: agent.StatusFailed, Err: err})
-	}
-	s.mu.Lock()
-	if len(q.runs) == 0 && s.queues[sessionID] == q {
-		delete(s.queues, sessionID)
-	}
-	s.mu.Unlock()
-}
-
-// startQueued stores the user's message of a queued run and launches it.
+// startQueued stores the user's message of a queued run and launches it: the queues' start.
 func (s *Service) startQueued(run *Run) error {
 	s.mu.Lock()
 	if s.closing {
@@ -150,29 +200,7 @@ func (s *Service) startQueued(run *Run) error {
 	return nil
 }
 
-// endQueued ends a queued run that never started: cancelled, or not startable.
-func (s *Service) endQueued(run *Run, reason string) {
-	run.mu.Lock()
-	if run.cancelReason == "" {
-		run.cancelReason = reason
-	}
-	run.mu.Unlock()
-	obs := newObserver(s, run.plan, run)
-	obs.finish(agent.Result{Status: agent.StatusCancelled, FinishReason: "cancelled"})
-}
-
-// cancelQueued removes a queued run from its queue and ends it as cancelled. It reports false when the
-// run is no longer queued (it started meanwhile).
-func (s *Service) cancelQueued(run *Run, reason string) bool {
-	q := s.queue(run.SessionID)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for i, r := range q.runs {
-		if r == run {
-			q.runs = append(q.runs[:i:i], q.runs[i+1:]...)
-			s.endQueued(run, reason)
-			return true
-		}
-	}
-	return false
+// finishQueued ends a queued run that never started: the queues' finish.
+func (s *Service) finishQueued(run *Run, res agent.Result) {
+	s.newObserver(run.plan, run).finish(res)
 }

@@ -56,7 +56,7 @@ func (s *Service) Cancel(ctx context.Context, user, id, reason string) (*CancelR
 			return cancelling, nil
 		}
 		if live.Status() == store.RunQueued {
-			if s.cancelQueued(live, reason) {
+			if s.queues.cancel(live, reason) {
 				return &CancelResult{RunID: id, Status: store.RunCancelled, Message: "the queued run was cancelled before it started"}, nil
 			}
 			// It started meanwhile: the queue's lock was held until it was running.

@@ -54,7 +54,7 @@ func (s *Service) Recover(ctx context.Context) error {
 		}
 	}
 	for id := range sessions {
-		s.kick(id)
+		s.queues.kick(id)
 	}
 	return errors.Join(errs...)
 }
@@ -247,7 +247,7 @@ func (s *Service) requeue(ctx context.Context, r *store.Run) error {
 	if err := s.admitQueued(run, 0); err != nil { // every run the store kept queued
 		return err
 	}
-	s.push(run)
+	s.queues.push(run)
 	return nil
 }
 

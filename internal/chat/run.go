@@ -325,3 +325,12 @@ func (r *Run) reason() string {
 	defer r.mu.Unlock()
 	return r.cancelReason
 }
+
+// setCancelReason gives a queued run that ends without starting its cancel reason, unless it has one.
+func (r *Run) setCancelReason(reason string) {
+	r.mu.Lock()
+	if r.cancelReason == "" {
+		r.cancelReason = reason
+	}
+	r.mu.Unlock()
+}

@@ -82,14 +82,18 @@ func (p *plan) first(sessionID string) *store.Record {
 // when the caller goes away, and only Cancel or Close stop it. When Start returns a running run, its
 // user message is stored; a queued run keeps the request in the store and stores the message when it
 // starts.
+//
+// Its steps: a retried send returns the run the first one started (replay); the request is checked and
+// resolved (plan); then the run is created, queued or refused as the session's state asks (place), and
+// a created run is launched.
 func (s *Service) Start(ctx context.Context, user string, req Request, opt StartOptions) (*Started, error) {
 	if s.isClosing() {
 		return nil, errClosing()
 	}
-	hash := ""
-	if opt.IdempotencyKey != "" {
-		hash = requestHash(req)
-		if st, err := s.replay(ctx, user, opt.IdempotencyKey, hash); st != nil || err != nil {
+	sd := send{key: opt.IdempotencyKey, onActive: cmp.Or(opt.OnActiveRun, OnActiveReject)}
+	if sd.key != "" {
+		sd.hash = requestHash(req)
+		if st, err := s.replay(ctx, user, sd.key, sd.hash); st != nil || err != nil {
 			return st, err
 		}
 	}
@@ -97,8 +101,7 @@ func (s *Service) Start(ctx context.Context, user string, req Request, opt Start
 	if err != nil {
 		return nil, err
 	}
-	onActive := cmp.Or(opt.OnActiveRun, OnActiveReject)
-	if onActive == OnActiveInterrupt && p.session != nil {
+	if sd.onActive == OnActiveInterrupt && p.session != nil {
 		// Interrupting sends to one session take turns: each cancels the run the one before started,
 		// rather than all of them racing for the moment the session is free.
 		unlock, err := s.interrupters.lock(ctx, p.session.ID)
@@ -107,13 +110,26 @@ func (s *Service) Start(ctx context.Context, user string, req Request, opt Start
 		}
 		defer unlock()
 	}
-	deadline := time.Now().Add(s.opts.InterruptWait)
+	sd.deadline = time.Now().Add(s.opts.InterruptWait)
+	return s.place(ctx, p, sd)
+}
+
+// send is how a Start was asked to start its run.
+type send struct {
+	key, hash string // the idempotency key and the request's hash; "" without a key
+	onActive  string // OnActiveReject, OnActiveInterrupt or OnActiveEnqueue
+	deadline  time.Time
+}
+
+// place creates and launches the planned run, or queues or refuses it while its session has an active
+// run, as the send asks.
+func (s *Service) place(ctx context.Context, p *plan, sd send) (*Started, error) {
 	for attempt := 0; ; attempt++ {
-		st, err := s.begin(ctx, p, opt.IdempotencyKey, hash)
+		st, err := s.begin(ctx, p, sd.key, sd.hash)
 		switch {
 		case errors.Is(err, store.ErrDuplicate):
 			// The same key, sent twice at once: the other send won.
-			return s.replay(ctx, user, opt.IdempotencyKey, hash)
+			return s.replay(ctx, p.user, sd.key, sd.hash)
 		case errors.Is(err, store.ErrConflict) && p.newSession != nil:
 			// The new session's id was taken meanwhile: by this user's other send, whose session this
 			// one joins, or by another user, for whom it does not exist.
@@ -124,35 +140,45 @@ func (s *Service) Start(ctx context.Context, user string, req Request, opt Start
 		case !errors.Is(err, store.ErrBusy):
 			return st, err
 		}
-		active, aerr := s.opts.Store.ActiveRun(ctx, user, p.session.ID)
-		if errors.Is(aerr, store.ErrNotFound) && attempt < 3 {
-			continue // it ended meanwhile
-		}
-		if aerr != nil {
-			return nil, aerr
-		}
-		switch onActive {
-		case OnActiveEnqueue:
-			if p.req.Regenerate {
-				return nil, &Error{Kind: ErrBusy, Code: "session_busy", RunID: active.ID,
-					Message: fmt.Sprintf("session %s has an active run (%s), and a regeneration cannot wait behind it: cancel it first, or send with on_active_run=interrupt", p.session.ID, active.ID)}
-			}
-			st, err := s.enqueue(ctx, p, opt.IdempotencyKey, hash, active.ID)
-			if errors.Is(err, store.ErrDuplicate) {
-				return s.replay(ctx, user, opt.IdempotencyKey, hash)
-			}
+		st, again, err := s.whenBusy(ctx, p, sd, attempt)
+		if !again {
 			return st, err
-		case OnActiveInterrupt:
-			if time.Now().Before(deadline) {
-				if err := s.interruptActive(ctx, user, active.ID, deadline, attempt); err != nil {
-					return nil, err
-				}
-				continue
-			}
 		}
-		return nil, &Error{Kind: ErrBusy, Code: "session_busy", RunID: active.ID,
-			Message: fmt.Sprintf("session %s already has an active run (%s); wait for it to end, cancel it, or send with on_active_run=enqueue or interrupt", p.session.ID, active.ID)}
 	}
+}
+
+// whenBusy does what the send asks of a session that has an active run: queue the run behind it,
+// interrupt it, or refuse. It reports again when the session may be free now, and the run is to be
+// created again.
+func (s *Service) whenBusy(ctx context.Context, p *plan, sd send, attempt int) (st *Started, again bool, err error) {
+	active, err := s.opts.Store.ActiveRun(ctx, p.user, p.session.ID)
+	if errors.Is(err, store.ErrNotFound) && attempt < 3 {
+		return nil, true, nil // it ended meanwhile
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	switch sd.onActive {
+	case OnActiveEnqueue:
+		if p.req.Regenerate {
+			return nil, false, &Error{Kind: ErrBusy, Code: "session_busy", RunID: active.ID,
+				Message: fmt.Sprintf("session %s has an active run (%s), and a regeneration cannot wait behind it: cancel it first, or send with on_active_run=interrupt", p.session.ID, active.ID)}
+		}
+		st, err := s.enqueue(ctx, p, sd.key, sd.hash, active.ID)
+		if errors.Is(err, store.ErrDuplicate) {
+			st, err = s.replay(ctx, p.user, sd.key, sd.hash)
+		}
+		return st, false, err
+	case OnActiveInterrupt:
+		if time.Now().Before(sd.deadline) {
+			if err := s.interruptActive(ctx, p.user, active.ID, sd.deadline, attempt); err != nil {
+				return nil, false, err
+			}
+			return nil, true, nil
+		}
+	}
+	return nil, false, &Error{Kind: ErrBusy, Code: "session_busy", RunID: active.ID,
+		Message: fmt.Sprintf("session %s already has an active run (%s); wait for it to end, cancel it, or send with on_active_run=enqueue or interrupt", p.session.ID, active.ID)}
 }
 
 // joinSession makes a plan whose new session's id is taken use the session under that id, when it is
@@ -414,7 +440,8 @@ func (s *Service) admit(run *Run) error {
 }
 
 // launch runs a stored run whose user message (first) is stored: it loads the history and executes the
-// agent loop on its own goroutine. The caller counted it in s.wg.
+// agent loop on its own goroutine, and then starts the session's next queued run. The caller counted it
+// in s.wg.
 func (s *Service) launch(run *Run, first *store.Record) {
 	runCtx, cancel := context.WithCancelCause(s.base)
 	lim := s.opts.Limits.RunTime
@@ -424,19 +451,21 @@ func (s *Service) launch(run *Run, first *store.Record) {
 	run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
 	go func() { // counted by admit or startQueued
 		defer s.wg.Done()
+		// The session is free once the run has ended: its next queued run starts here, still counted,
+		// so that Close waits for the start (one store write) as it waits for the run.
+		defer s.queues.kick(run.SessionID)
 		defer cancel(nil)
 		defer stop()
 		records, err := s.opts.Store.Records(context.WithoutCancel(runCtx), run.user, run.SessionID)
 		if err != nil {
-			obs := newObserver(s, run.plan, run)
-			obs.finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
+			s.newObserver(run.plan, run).finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
 			return
 		}
 		s.execute(runCtx, run.plan, run, store.Current(records))
 	}()
 }
 
-// retire forgets a run that ended, or never started, and starts the next queued run of its session.
+// retire forgets a run that ended, or never started.
 func (s *Service) retire(run *Run) {
 	s.mu.Lock()
 	if s.runs[run.ID] == run {
@@ -488,9 +517,9 @@ func title(msg string) string {
 
 // execute runs the agent loop on the session's records (its new user message last) and ends the run.
 func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []store.Record) {
-	obs := newObserver(s, p, run)
+	obs := s.newObserver(p, run)
 	system := systemPrompt(p, records)
-	obs.conv = newConversation(s, p, run, records, system, obs)
+	obs.conv = s.newConversation(p, run, records, system, obs)
 	cfg := agent.Config{
 		Models:        append([]agent.Model{{Provider: p.provider, Name: p.upstream, ProviderName: p.provName}}, p.fallbacks...),
 		Reasoning:     p.agent.Reasoning,
@@ -575,7 +604,7 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	for _, r := range queued {
-		if !s.cancelQueued(r, shutdownReason) {
+		if !s.queues.cancel(r, shutdownReason) {
 			r.requestCancel(shutdownReason) // it started meanwhile
 		}
 	}
