@@ -84,17 +84,17 @@ func start(t *testing.T, name string, port int, env []string, args ...string) (*
 			t.Logf("%s output:\n%s", name, out.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	listening := poll(func() bool {
 		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err == nil {
 			conn.Close()
-			return cmd, out
 		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	})
+	if !listening {
+		t.Fatalf("%s did not listen on %d within %s:\n%s", name, port, patience, out.String())
 	}
-	t.Fatalf("%s did not listen on %d:\n%s", name, port, out.String())
-	return nil, nil
+	return cmd, out
 }
 
 // startAimock runs aimock on a free port with the fixtures file (and flags such as --strict) until the

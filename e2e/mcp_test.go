@@ -203,15 +203,12 @@ func exited(p *process) bool {
 	}
 }
 
-// checkGone waits a little for processes to end; those still running fail the test and are killed.
+// checkGone waits up to patience for processes to end; those still running fail the test and are
+// killed.
 func checkGone(t *testing.T, what string, pids []int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
 	for _, pid := range pids {
-		for running(pid) && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if running(pid) {
+		if !poll(func() bool { return !running(pid) }) {
 			t.Errorf("%s (pid %d) still runs after chatd stopped", what, pid)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -258,20 +255,19 @@ func mcpStatuses(t *testing.T, p *process) map[string]mcpStatus {
 	return out
 }
 
-// waitServer polls GET /v1/mcp/servers until the server satisfies ok, up to d, and returns its status.
-func waitServer(t *testing.T, p *process, name string, d time.Duration, ok func(mcpStatus) bool) mcpStatus {
+// waitServer polls GET /v1/mcp/servers until the server satisfies ok, up to patience, and returns its
+// status.
+func waitServer(t *testing.T, p *process, name string, ok func(mcpStatus) bool) mcpStatus {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		s, found := mcpStatuses(t, p)[name]
-		if found && ok(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("MCP server %s after %s: %+v (found %v)", name, d, s, found)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var s mcpStatus
+	var found bool
+	if !poll(func() bool {
+		s, found = mcpStatuses(t, p)[name]
+		return found && ok(s)
+	}) {
+		t.Fatalf("MCP server %s after %s: %+v (found %v)", name, patience, s, found)
 	}
+	return s
 }
 
 func connected(s mcpStatus) bool { return s.State == "connected" }
@@ -612,16 +608,8 @@ func testMCPCancel(t *testing.T, m *mcpPeers) {
 	}
 
 	// The server goes on reporting progress for the cancelled call, ten times a second, for 30 s.
-	// None of it may reach the run's log…
-	time.Sleep(time.Second)
-	logged := p.replay(t, runID, "")
-	if err := checkSeq(logged); err != nil {
-		t.Errorf("the run's log after the cancel: %v:\n%s", err, eventList(logged))
-	}
-	if n := len(eventsOf(logged, "call_cancel").progressAfterEnd); n > 0 || len(logged) != len(events) {
-		t.Errorf("the run's log holds %d events (%d streamed), %d progress after the call ended:\n%s", len(logged), len(events), n, eventList(logged))
-	}
-	// …nor the next run of the session, which must work with the same connection.
+	// None of it may reach the next run of the session, which must work with the same connection and
+	// reads its result from it after the reports sent before it…
 	next := chat(t, p, session, "[mcp-sum] after a cancelled call")
 	c = checkCall(t, next, "call_sum", "everything__get-sum", "completed")
 	if !c.success() || !strings.Contains(c.content(), "is 5") {
@@ -631,6 +619,14 @@ func testMCPCancel(t *testing.T, m *mcpPeers) {
 		if ev.Type == "tool_progress" {
 			t.Errorf("the next run has progress %v", ev)
 		}
+	}
+	// …nor the cancelled run's log, read once the next run is over.
+	logged := p.replay(t, runID, "")
+	if err := checkSeq(logged); err != nil {
+		t.Errorf("the run's log after the cancel: %v:\n%s", err, eventList(logged))
+	}
+	if n := len(eventsOf(logged, "call_cancel").progressAfterEnd); n > 0 || len(logged) != len(events) {
+		t.Errorf("the run's log holds %d events (%d streamed), %d progress after the call ended:\n%s", len(logged), len(events), n, eventList(logged))
 	}
 	if after := mcpStatuses(t, p)["everything"]; after.State != "connected" || after.PID != before.PID {
 		t.Errorf("after the cancel the server is %+v; before it was %+v: a cancel must not cost the connection", after, before)
@@ -774,7 +770,7 @@ func testMCPCrash(t *testing.T, m *mcpPeers, transport string) {
 	if server.cmd != nil {
 		server.listen(t, m) // on the same port, knowing none of chatd's sessions
 	}
-	now := waitServer(t, p, "everything", 20*time.Second, func(s mcpStatus) bool {
+	now := waitServer(t, p, "everything", func(s mcpStatus) bool {
 		return connected(s) && s.Attempts > old.Attempts && (server.cmd != nil || s.PID > 0 && s.PID != old.PID)
 	})
 	if now.Tools != everythingTools {
@@ -821,7 +817,7 @@ func testMCPHungServer(t *testing.T, m *mcpPeers) {
 	if took := time.Since(began); took > 8*time.Second {
 		t.Errorf("chatd answered /healthz %s after it started", took.Round(time.Millisecond))
 	}
-	hung := waitServer(t, p, "hung", 10*time.Second, func(s mcpStatus) bool { return s.LastError != "" })
+	hung := waitServer(t, p, "hung", func(s mcpStatus) bool { return s.LastError != "" })
 	if (hung.State != "connecting" && hung.State != "failed") || hung.Tools != 0 {
 		t.Errorf("the hung server: %+v, want connecting or failed, with no tools", hung)
 	}
