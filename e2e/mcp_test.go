@@ -572,12 +572,11 @@ func testMCPCancel(t *testing.T, m *mcpPeers) {
 	s := p.openStream(t, map[string]any{"message": "[mcp-cancel] a 30 s operation"})
 	events, err := s.until(func(ev event) bool {
 		return ev.Type == "tool_progress" && ev.Data["tool_call_id"] == "call_cancel"
-	}, 15*time.Second)
+	}, patience)
 	if err != nil {
 		t.Fatalf("waiting for the call's first progress: %v; events:\n%s", err, eventList(events))
 	}
 	runID := str(events[0].Data["run_id"])
-	cancelAt := time.Now()
 	resp, err := p.post(t.Context(), "/v1/runs/"+runID+"/cancel", map[string]any{}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -587,17 +586,14 @@ func testMCPCancel(t *testing.T, m *mcpPeers) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("cancel: %d %s", resp.StatusCode, raw)
 	}
-	rest, err := s.rest(15 * time.Second)
-	took := time.Since(cancelAt)
+	// The operation runs 30 s, and so does the call's timeout: a cancel that waited for either would
+	// not end the stream within 25 s, which is ample for one that did not, even on a loaded machine.
+	rest, err := s.rest(25 * time.Second)
 	events = append(events, rest...)
 	if err != nil {
 		t.Fatalf("after the cancel: %v; events:\n%s", err, eventList(events))
 	}
 	c := checkCall(t, events, "call_cancel", "everything__trigger-long-running-operation", "cancelled")
-	// The operation runs 30 s; a cancel that waited for it, or for the call's timeout, is a bug.
-	if took > 5*time.Second {
-		t.Errorf("the run ended %s after the cancel", took.Round(time.Millisecond))
-	}
 	if c.success() || len(c.progressAfterEnd) > 0 || !c.cancelled {
 		t.Errorf("tool_complete success %v (want false); %d tool_progress events after it; a cancelled event: %v; events:\n%s",
 			c.success(), len(c.progressAfterEnd), c.cancelled, eventList(events))
@@ -646,7 +642,8 @@ func testMCPTimeout(t *testing.T, m *mcpPeers) {
 	events := chat(t, p, "", "[mcp-timeout] a 30 s operation with a 1 s timeout")
 	c := checkCall(t, events, "call_timeout", "everything__trigger-long-running-operation", "completed")
 	ms, _ := c.complete["duration_ms"].(float64)
-	if c.success() || !strings.Contains(c.content(), "timed out") || ms < 900 || ms > 5000 {
+	// The message names the timeout that ended the call: the tool's 1 s, not the server's 20 s.
+	if c.success() || !strings.Contains(c.content(), "timed out after 1s") || ms < 900 {
 		t.Errorf("tool_complete: success %v after %v ms, content %q; want a failure at the tool's timeout of 1s", c.success(), ms, c.content())
 	}
 	if len(c.progress) == 0 || len(c.progressAfterEnd) > 0 {
@@ -716,40 +713,33 @@ func testMCPFilesystem(t *testing.T, m *mcpPeers) {
 	}
 }
 
-// testMCPCrash kills the server during a call: the call fails at once (well within the server's 10 s
-// timeout), the run goes on, and once the server is back (over stdio chatd starts it again) chatd
+// testMCPCrash kills the server during a call: the call fails at once (its timeout is 10 minutes; a
+// call that fails within patience did not wait for it), the run goes on, and once the server is back (over stdio chatd starts it again) chatd
 // reconnects and the next call works.
 func testMCPCrash(t *testing.T, m *mcpPeers, transport string) {
-	server := m.startEverything(t, transport, map[string]any{"timeout": "10s"})
+	server := m.startEverything(t, transport, map[string]any{"timeout": "10m"})
 	p := m.startChatd(t, map[string]any{"everything": server.entry})
 	s := p.openStream(t, map[string]any{"message": "[mcp-crash] a 30 s operation over " + transport})
 	events, err := s.until(func(ev event) bool {
 		return ev.Type == "tool_progress" && ev.Data["tool_call_id"] == "call_crash"
-	}, 15*time.Second)
+	}, patience)
 	if err != nil {
 		t.Fatalf("waiting for the call's first progress: %v; events:\n%s", err, eventList(events))
 	}
 	old := mcpStatuses(t, p)["everything"]
 	killedAt := time.Now()
 	server.kill(t, old)
+	// Over streamable HTTP the SDK tries to resume the call's stream three times (after 1, 1.5 and
+	// 2.25 s) before the call fails; it must still fail of its own, long before its timeout.
 	more, err := s.until(func(ev event) bool {
 		return ev.Type == "tool_complete" && ev.Data["tool_call_id"] == "call_crash"
-	}, 15*time.Second)
+	}, patience)
 	took := time.Since(killedAt)
 	events = append(events, more...)
 	if err != nil {
 		t.Fatalf("waiting for the call's result: %v; events:\n%s", err, eventList(events))
 	}
-	// Over streamable HTTP the SDK tries to resume the call's stream three times (after 1, 1.5 and
-	// 2.25 s) before the call fails; it must still fail of its own, before its timeout.
-	limit := 5 * time.Second
-	if transport == "http" {
-		limit = 9 * time.Second
-	}
-	if took > limit {
-		t.Errorf("the call failed %s after its server was killed; its timeout is 10s and a dead server must take less than %s", took.Round(time.Millisecond), limit)
-	}
-	rest, err := s.rest(30 * time.Second)
+	rest, err := s.rest(patience)
 	events = append(events, rest...)
 	if err != nil {
 		t.Fatalf("%v; events:\n%s", err, eventList(events))
