@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -76,6 +77,7 @@ func (l *logBuffer) String() string {
 
 func buildChatd(t *testing.T) string {
 	t.Helper()
+	statSources(t)
 	bin := filepath.Join(t.TempDir(), "chatd")
 	cmd := exec.Command("go", "build", "-o", bin, "chatd/cmd/chatd")
 	cmd.Dir = ".."
@@ -83,6 +85,34 @@ func buildChatd(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// statSources stats the module's Go files, go.mod, go.sum and the web UI's build that chatd embeds. go test caches a passing
+// package's result until the package, or a file or environment variable its tests read, changes; it
+// does not see what `go build` reads for the binary these tests run. Stated here, chatd's sources
+// become inputs of this package's result, so a change to chatd runs the end-to-end tests again.
+func statSources(t *testing.T) {
+	t.Helper()
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "node_modules", "web", "artifacts", "testdata":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		embedded := strings.HasPrefix(path, filepath.FromSlash("../internal/webui/dist/"))
+		if strings.HasSuffix(path, ".go") || embedded || path == "../go.mod" || path == "../go.sum" {
+			_, err = os.Stat(path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("stat chatd's sources: %v", err)
+	}
 }
 
 // event is one run event as a client reads it.
