@@ -468,9 +468,11 @@ func TestCancel(t *testing.T) {
 	})
 }
 
-// TestTimeout: the server's timeout and a tool's own bound the calls; the session outlives them.
+// TestTimeout: the server's timeout and a tool's own bound the calls; the session outlives them. The
+// calls that only look (echo, seen) have a timeout of their own that a loaded machine cannot reach.
 func TestTimeout(t *testing.T) {
-	transports(t, `,"timeout":"300ms","tools":{"sleep":{"timeout":"200ms"}}`, func(t *testing.T, m *Manager, reg *tool.Registry) {
+	extra := `,"timeout":"300ms","tools":{"sleep":{"timeout":"200ms"},"echo":{"timeout":"` + longTimeout + `"},"seen":{"timeout":"` + longTimeout + `"}}`
+	transports(t, extra, func(t *testing.T, m *Manager, reg *tool.Registry) {
 		// srv__sleep would sleep 10 minutes and srv__block never returns: only the timeouts end them.
 		for _, tc := range []struct{ tool, args, want string }{
 			{"sleep", `{"ms":600000}`, "tool srv__sleep timed out after 200ms"},
@@ -595,10 +597,12 @@ func TestHTTPSessionExpired(t *testing.T) {
 func TestHungServer(t *testing.T) {
 	for _, kind := range []string{"http", "stdio"} {
 		t.Run(kind, func(t *testing.T) {
-			config := stdioConfig("srv", "1", `,"timeout":"300ms"`)
+			// echo, called after the hung call, has a timeout a loaded machine cannot reach.
+			extra := `,"timeout":"300ms","tools":{"echo":{"timeout":"` + longTimeout + `"}}`
+			config := stdioConfig("srv", "1", extra)
 			ts := newTestServer(nil)
 			if kind == "http" {
-				config = httpConfig("srv", httpServer(t, ts, nil).URL, `,"timeout":"300ms"`)
+				config = httpConfig("srv", httpServer(t, ts, nil).URL, extra)
 			}
 			m, reg := startManager(t, config, nil, testOptions())
 			out := call(t, reg, "srv__hang", `{}`)
