@@ -1,9 +1,10 @@
 // Package e2e runs the real chatd binary the way its users run it: against software nobody on the team
-// wrote — here the provider mock @copilotkit/aimock, installed from npm into e2e/node_modules by .ci/run
-// (or `npm ci --prefix e2e`) — and through crashes and shutdowns (crash_test.go, against llmtest, which
-// needs nothing but Go).
+// wrote — here the provider mock @copilotkit/aimock, installed from npm into e2e/node_modules by
+// script/test (or `npm ci --prefix e2e`) — and through crashes and shutdowns (crash_test.go, against
+// llmtest, which needs nothing but Go).
 //
-// A test whose peer is missing skips with the reason, except under CI (CHATD_CI=1), where that fails.
+// A test whose peer is missing skips with the reason, except under CI (CHATD_CI=1), where that fails;
+// script/test prints the skips at the end of its output.
 package e2e
 
 import (
@@ -30,16 +31,38 @@ import (
 
 const apiKey = "sk-e2e-secret-4f1c9a" // must never appear in chatd's log or database
 
-// require skips (or, under CI, fails) when a peer is missing.
+// require skips (or, under CI, fails) when a peer is missing. The skip is also recorded in the file
+// CHATD_SKIP_LOG names, if set: go test shows nothing of a passing package's output, so script/test
+// reads that file and prints the skips where they are seen.
 func require(t *testing.T, ok bool, why string) {
 	t.Helper()
 	if ok {
 		return
 	}
 	if os.Getenv("CHATD_CI") != "" {
-		t.Fatalf("%s (CHATD_CI is set: peers must be installed; .ci/run installs them)", why)
+		t.Fatalf("%s (CHATD_CI is set: peers must be installed; script/test installs them)", why)
 	}
-	t.Skipf("%s; install the peers with: npm ci --prefix e2e", why)
+	recordSkip(t, why)
+	t.Skipf("%s; script/test installs the peers (the npm ones alone: npm ci --prefix e2e)", why)
+}
+
+// recordSkip appends "TestName: why" to the file CHATD_SKIP_LOG names, if set.
+func recordSkip(t *testing.T, why string) {
+	t.Helper()
+	path := os.Getenv("CHATD_SKIP_LOG")
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Errorf("record the skip: %v", err)
+		return
+	}
+	defer f.Close()
+	line := t.Name() + ": " + strings.Join(strings.Fields(why), " ") + "\n"
+	if _, err := f.WriteString(line); err != nil {
+		t.Errorf("record the skip in %s: %v", path, err)
+	}
 }
 
 // start runs a command until the test ends and waits until it accepts connections on port.
@@ -61,17 +84,17 @@ func start(t *testing.T, name string, port int, env []string, args ...string) (*
 			t.Logf("%s output:\n%s", name, out.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	listening := poll(func() bool {
 		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err == nil {
 			conn.Close()
-			return cmd, out
 		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	})
+	if !listening {
+		t.Fatalf("%s did not listen on %d within %s:\n%s", name, port, patience, out.String())
 	}
-	t.Fatalf("%s did not listen on %d:\n%s", name, port, out.String())
-	return nil, nil
+	return cmd, out
 }
 
 // startAimock runs aimock on a free port with the fixtures file (and flags such as --strict) until the

@@ -99,7 +99,7 @@ func (b *browser) newTab(t *testing.T) *tab {
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("open a tab: %v", err)
 	}
-	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
+	tctx, tcancel := context.WithTimeout(ctx, 3*patience) // a safety net for the whole subtest
 	tb := &tab{t: t, b: b, ctx: tctx}
 	exceptions := chromedp.Events(ctx, runtime.ExceptionThrown)
 	done := make(chan struct{})
@@ -139,10 +139,12 @@ func (tb *tab) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
-// wait polls a JavaScript expression until it is truthy.
+// wait waits until a JavaScript expression is truthy. The page checks it every 25ms (the states it
+// waits for include a loaded image and a computed style, which no DOM mutation announces) and answers
+// once it holds.
 func (tb *tab) wait(what, js string) {
 	tb.t.Helper()
-	_, err := chromedp.Run(tb.ctx, chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(40*time.Second),
+	_, err := chromedp.Run(tb.ctx, chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(patience),
 		chromedp.WithPollingInterval(25*time.Millisecond)))
 	if err != nil {
 		tb.t.Fatalf("waiting for %s (%s): %v\n%s", what, js, err, tb.dump())
@@ -298,21 +300,25 @@ func TestBrowserUI(t *testing.T) {
 		tb.do("stop", chromedp.Click(chromedp.CSS(`[data-testid="stop"]`)))
 		tb.wait("the stopped answer", lastDoneJS)
 		partial := evalJS[string](tb, lastAnswerJS)
-		time.Sleep(time.Second) // the stream must not go on
-		after := evalJS[string](tb, lastAnswerJS)
-		if partial == "" || after != partial || !strings.HasPrefix(stopAnswer, strings.TrimSpace(partial)) || len(partial) >= len(stopAnswer) {
-			t.Errorf("after stop the answer is %q, then %q; want the same beginning of the answer", partial, after)
-		}
+		// The stream must not go on: from here to the end of the run on the server, whatever chatd
+		// still sent must not reach the answer. A MutationObserver sees any change of its text.
+		tb.do("watch the answer", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`window.__changedAfterStop = "";
+			const answer = () => %s, stopped = answer();
+			new MutationObserver(() => { if (answer() !== stopped) window.__changedAfterStop = answer(); }).observe(
+				document.body, { subtree: true, childList: true, characterData: true });`, lastAnswerJS)))
 		// The run was cancelled on the server, and its partial answer stored.
 		id := tb.sessionID()
 		recs := waitRecords(t, p, id, func(recs []record) bool { return len(recs) >= 2 })
 		last := recs[len(recs)-1]
 		var run struct{ Status string }
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		poll(func() bool {
 			getJSON(t, p.base+"/v1/runs/"+last.RunID, &run) // the run ends a moment after its record is stored
-			if run.Status != "running" || time.Now().After(deadline) {
-				break
-			}
+			return run.Status != "running"
+		})
+		after := evalJS[string](tb, lastAnswerJS)
+		changed := evalJS[string](tb, `window.__changedAfterStop`)
+		if partial == "" || after != partial || changed != "" || !strings.HasPrefix(stopAnswer, strings.TrimSpace(partial)) || len(partial) >= len(stopAnswer) {
+			t.Errorf("after stop the answer is %q, then %q (in between %q); want the same beginning of the answer", partial, after, changed)
 		}
 		if run.Status != "cancelled" || last.Role != "assistant" || !strings.HasPrefix(stopAnswer, last.Content) {
 			t.Errorf("stored: run %s, last record %s %q; want a cancelled run with the partial answer", run.Status, last.Role, last.Content)
@@ -394,12 +400,10 @@ func TestBrowserUI(t *testing.T) {
 		tb.wait("the new title", fmt.Sprintf(`document.querySelector('%s [data-testid="session-title"]')?.innerText === "Renamed by the browser test"`, item))
 		// The list shows the title while its PATCH may still be on its way.
 		var sess struct{ Title string }
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		poll(func() bool {
 			getJSON(t, p.base+"/v1/sessions/"+second, &sess)
-			if sess.Title == "Renamed by the browser test" || time.Now().After(deadline) {
-				break
-			}
-		}
+			return sess.Title == "Renamed by the browser test"
+		})
 		if sess.Title != "Renamed by the browser test" {
 			t.Errorf("stored title %q after the rename", sess.Title)
 		}
@@ -408,14 +412,15 @@ func TestBrowserUI(t *testing.T) {
 			chromedp.Click(chromedp.CSS(gone+` [data-testid="session-delete"]`)))
 		tb.wait("the deleted chat gone", fmt.Sprintf(`!document.querySelector('%s')`, gone))
 		status := 0
-		for deadline := time.Now().Add(10 * time.Second); status != http.StatusNotFound && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		poll(func() bool {
 			resp, err := http.Get(p.base + "/v1/sessions/" + first)
 			if err != nil {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
 			status = resp.StatusCode
-		}
+			return status == http.StatusNotFound
+		})
 		if status != http.StatusNotFound {
 			t.Errorf("the deleted session answers %d, want 404", status)
 		}
@@ -518,14 +523,12 @@ func mockAddr(port int) string { return fmt.Sprintf("http://127.0.0.1:%d", port)
 // waitRecords reads a session's records until ok holds (a run's end is stored a moment after its stream ends).
 func waitRecords(t *testing.T, p *process, sessionID string, ok func([]record) bool) []record {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		recs := p.records(t, sessionID)
-		if ok(recs) || time.Now().After(deadline) {
-			return recs
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var recs []record
+	poll(func() bool {
+		recs = p.records(t, sessionID)
+		return ok(recs)
+	})
+	return recs
 }
 
 // webJSSize sums the embedded UI's JavaScript, raw and gzipped (level 9, as the server sends it).

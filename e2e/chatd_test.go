@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +25,27 @@ import (
 
 // This file holds what the end-to-end tests share: building chatd, running it as a process, and the
 // shapes and calls of its HTTP API.
+
+// patience is how long a test waits for a process, a browser or a server to reach a state that takes
+// a moment on an idle machine and many seconds on a loaded one (eight test runs at once on two cores
+// made the browser test 14 times slower) before it gives up: a safety net, never what a test measures.
+const patience = 2 * time.Minute
+
+// poll checks cond every 20ms until it holds, and reports whether it did within patience. It is for
+// states of other processes, which announce no change.
+func poll(cond func() bool) bool {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(patience)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return cond()
+		}
+	}
+	return true
+}
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -55,6 +77,7 @@ func (l *logBuffer) String() string {
 
 func buildChatd(t *testing.T) string {
 	t.Helper()
+	statSources(t)
 	bin := filepath.Join(t.TempDir(), "chatd")
 	cmd := exec.Command("go", "build", "-o", bin, "chatd/cmd/chatd")
 	cmd.Dir = ".."
@@ -62,6 +85,34 @@ func buildChatd(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// statSources stats the module's Go files, go.mod, go.sum and the web UI's build that chatd embeds. go test caches a passing
+// package's result until the package, or a file or environment variable its tests read, changes; it
+// does not see what `go build` reads for the binary these tests run. Stated here, chatd's sources
+// become inputs of this package's result, so a change to chatd runs the end-to-end tests again.
+func statSources(t *testing.T) {
+	t.Helper()
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "node_modules", "web", "artifacts", "testdata":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		embedded := strings.HasPrefix(path, filepath.FromSlash("../internal/webui/dist/"))
+		if strings.HasSuffix(path, ".go") || embedded || path == "../go.mod" || path == "../go.sum" {
+			_, err = os.Stat(path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("stat chatd's sources: %v", err)
+	}
 }
 
 // event is one run event as a client reads it.
@@ -193,26 +244,25 @@ func startChatd(t *testing.T, name, bin, db string, env ...string) *process {
 
 func (p *process) waitHealthy(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	healthy := poll(func() bool {
 		select {
 		case <-p.exited:
 			t.Fatalf("%s exited at start-up (%v):\n%s", p.name, p.cmd.ProcessState, p.out)
 		default:
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "GET", p.base+"/healthz", nil)
 		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
+		if err != nil {
+			return false
 		}
-		cancel()
-		if err == nil && resp.StatusCode == 200 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	if !healthy {
+		t.Fatalf("%s did not answer /healthz within %s:\n%s", p.name, patience, p.out)
 	}
-	t.Fatalf("%s did not answer /healthz within 30s:\n%s", p.name, p.out)
 }
 
 // kill ends the process with SIGKILL, as a crash or the OOM killer would, and reaps it.
@@ -420,17 +470,14 @@ func (p *process) run(t *testing.T, id string) runInfo {
 // waitEnded polls a run until it has a terminal status.
 func (p *process) waitEnded(t *testing.T, id string) runInfo {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r := p.run(t, id)
-		if r.Status != "running" && r.Status != "queued" {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run %s is still %s 30s later", id, r.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var r runInfo
+	if !poll(func() bool {
+		r = p.run(t, id)
+		return r.Status != "running" && r.Status != "queued"
+	}) {
+		t.Fatalf("run %s is still %s %s later", id, r.Status, patience)
 	}
+	return r
 }
 
 // replay reads GET /v1/runs/{id}/events with Last-Event-ID lastID ("" for none) to its end.

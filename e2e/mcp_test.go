@@ -203,15 +203,12 @@ func exited(p *process) bool {
 	}
 }
 
-// checkGone waits a little for processes to end; those still running fail the test and are killed.
+// checkGone waits up to patience for processes to end; those still running fail the test and are
+// killed.
 func checkGone(t *testing.T, what string, pids []int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
 	for _, pid := range pids {
-		for running(pid) && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if running(pid) {
+		if !poll(func() bool { return !running(pid) }) {
 			t.Errorf("%s (pid %d) still runs after chatd stopped", what, pid)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -258,20 +255,19 @@ func mcpStatuses(t *testing.T, p *process) map[string]mcpStatus {
 	return out
 }
 
-// waitServer polls GET /v1/mcp/servers until the server satisfies ok, up to d, and returns its status.
-func waitServer(t *testing.T, p *process, name string, d time.Duration, ok func(mcpStatus) bool) mcpStatus {
+// waitServer polls GET /v1/mcp/servers until the server satisfies ok, up to patience, and returns its
+// status.
+func waitServer(t *testing.T, p *process, name string, ok func(mcpStatus) bool) mcpStatus {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		s, found := mcpStatuses(t, p)[name]
-		if found && ok(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("MCP server %s after %s: %+v (found %v)", name, d, s, found)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var s mcpStatus
+	var found bool
+	if !poll(func() bool {
+		s, found = mcpStatuses(t, p)[name]
+		return found && ok(s)
+	}) {
+		t.Fatalf("MCP server %s after %s: %+v (found %v)", name, patience, s, found)
 	}
+	return s
 }
 
 func connected(s mcpStatus) bool { return s.State == "connected" }
@@ -576,12 +572,11 @@ func testMCPCancel(t *testing.T, m *mcpPeers) {
 	s := p.openStream(t, map[string]any{"message": "[mcp-cancel] a 30 s operation"})
 	events, err := s.until(func(ev event) bool {
 		return ev.Type == "tool_progress" && ev.Data["tool_call_id"] == "call_cancel"
-	}, 15*time.Second)
+	}, patience)
 	if err != nil {
 		t.Fatalf("waiting for the call's first progress: %v; events:\n%s", err, eventList(events))
 	}
 	runID := str(events[0].Data["run_id"])
-	cancelAt := time.Now()
 	resp, err := p.post(t.Context(), "/v1/runs/"+runID+"/cancel", map[string]any{}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -591,17 +586,14 @@ func testMCPCancel(t *testing.T, m *mcpPeers) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("cancel: %d %s", resp.StatusCode, raw)
 	}
-	rest, err := s.rest(15 * time.Second)
-	took := time.Since(cancelAt)
+	// The operation runs 30 s, and so does the call's timeout: a cancel that waited for either would
+	// not end the stream within 25 s, which is ample for one that did not, even on a loaded machine.
+	rest, err := s.rest(25 * time.Second)
 	events = append(events, rest...)
 	if err != nil {
 		t.Fatalf("after the cancel: %v; events:\n%s", err, eventList(events))
 	}
 	c := checkCall(t, events, "call_cancel", "everything__trigger-long-running-operation", "cancelled")
-	// The operation runs 30 s; a cancel that waited for it, or for the call's timeout, is a bug.
-	if took > 5*time.Second {
-		t.Errorf("the run ended %s after the cancel", took.Round(time.Millisecond))
-	}
 	if c.success() || len(c.progressAfterEnd) > 0 || !c.cancelled {
 		t.Errorf("tool_complete success %v (want false); %d tool_progress events after it; a cancelled event: %v; events:\n%s",
 			c.success(), len(c.progressAfterEnd), c.cancelled, eventList(events))
@@ -612,16 +604,8 @@ func testMCPCancel(t *testing.T, m *mcpPeers) {
 	}
 
 	// The server goes on reporting progress for the cancelled call, ten times a second, for 30 s.
-	// None of it may reach the run's log…
-	time.Sleep(time.Second)
-	logged := p.replay(t, runID, "")
-	if err := checkSeq(logged); err != nil {
-		t.Errorf("the run's log after the cancel: %v:\n%s", err, eventList(logged))
-	}
-	if n := len(eventsOf(logged, "call_cancel").progressAfterEnd); n > 0 || len(logged) != len(events) {
-		t.Errorf("the run's log holds %d events (%d streamed), %d progress after the call ended:\n%s", len(logged), len(events), n, eventList(logged))
-	}
-	// …nor the next run of the session, which must work with the same connection.
+	// None of it may reach the next run of the session, which must work with the same connection and
+	// reads its result from it after the reports sent before it…
 	next := chat(t, p, session, "[mcp-sum] after a cancelled call")
 	c = checkCall(t, next, "call_sum", "everything__get-sum", "completed")
 	if !c.success() || !strings.Contains(c.content(), "is 5") {
@@ -631,6 +615,14 @@ func testMCPCancel(t *testing.T, m *mcpPeers) {
 		if ev.Type == "tool_progress" {
 			t.Errorf("the next run has progress %v", ev)
 		}
+	}
+	// …nor the cancelled run's log, read once the next run is over.
+	logged := p.replay(t, runID, "")
+	if err := checkSeq(logged); err != nil {
+		t.Errorf("the run's log after the cancel: %v:\n%s", err, eventList(logged))
+	}
+	if n := len(eventsOf(logged, "call_cancel").progressAfterEnd); n > 0 || len(logged) != len(events) {
+		t.Errorf("the run's log holds %d events (%d streamed), %d progress after the call ended:\n%s", len(logged), len(events), n, eventList(logged))
 	}
 	if after := mcpStatuses(t, p)["everything"]; after.State != "connected" || after.PID != before.PID {
 		t.Errorf("after the cancel the server is %+v; before it was %+v: a cancel must not cost the connection", after, before)
@@ -650,7 +642,8 @@ func testMCPTimeout(t *testing.T, m *mcpPeers) {
 	events := chat(t, p, "", "[mcp-timeout] a 30 s operation with a 1 s timeout")
 	c := checkCall(t, events, "call_timeout", "everything__trigger-long-running-operation", "completed")
 	ms, _ := c.complete["duration_ms"].(float64)
-	if c.success() || !strings.Contains(c.content(), "timed out") || ms < 900 || ms > 5000 {
+	// The message names the timeout that ended the call: the tool's 1 s, not the server's 20 s.
+	if c.success() || !strings.Contains(c.content(), "timed out after 1s") || ms < 900 {
 		t.Errorf("tool_complete: success %v after %v ms, content %q; want a failure at the tool's timeout of 1s", c.success(), ms, c.content())
 	}
 	if len(c.progress) == 0 || len(c.progressAfterEnd) > 0 {
@@ -720,40 +713,33 @@ func testMCPFilesystem(t *testing.T, m *mcpPeers) {
 	}
 }
 
-// testMCPCrash kills the server during a call: the call fails at once (well within the server's 10 s
-// timeout), the run goes on, and once the server is back (over stdio chatd starts it again) chatd
+// testMCPCrash kills the server during a call: the call fails at once (its timeout is 10 minutes; a
+// call that fails within patience did not wait for it), the run goes on, and once the server is back (over stdio chatd starts it again) chatd
 // reconnects and the next call works.
 func testMCPCrash(t *testing.T, m *mcpPeers, transport string) {
-	server := m.startEverything(t, transport, map[string]any{"timeout": "10s"})
+	server := m.startEverything(t, transport, map[string]any{"timeout": "10m"})
 	p := m.startChatd(t, map[string]any{"everything": server.entry})
 	s := p.openStream(t, map[string]any{"message": "[mcp-crash] a 30 s operation over " + transport})
 	events, err := s.until(func(ev event) bool {
 		return ev.Type == "tool_progress" && ev.Data["tool_call_id"] == "call_crash"
-	}, 15*time.Second)
+	}, patience)
 	if err != nil {
 		t.Fatalf("waiting for the call's first progress: %v; events:\n%s", err, eventList(events))
 	}
 	old := mcpStatuses(t, p)["everything"]
 	killedAt := time.Now()
 	server.kill(t, old)
+	// Over streamable HTTP the SDK tries to resume the call's stream three times (after 1, 1.5 and
+	// 2.25 s) before the call fails; it must still fail of its own, long before its timeout.
 	more, err := s.until(func(ev event) bool {
 		return ev.Type == "tool_complete" && ev.Data["tool_call_id"] == "call_crash"
-	}, 15*time.Second)
+	}, patience)
 	took := time.Since(killedAt)
 	events = append(events, more...)
 	if err != nil {
 		t.Fatalf("waiting for the call's result: %v; events:\n%s", err, eventList(events))
 	}
-	// Over streamable HTTP the SDK tries to resume the call's stream three times (after 1, 1.5 and
-	// 2.25 s) before the call fails; it must still fail of its own, before its timeout.
-	limit := 5 * time.Second
-	if transport == "http" {
-		limit = 9 * time.Second
-	}
-	if took > limit {
-		t.Errorf("the call failed %s after its server was killed; its timeout is 10s and a dead server must take less than %s", took.Round(time.Millisecond), limit)
-	}
-	rest, err := s.rest(30 * time.Second)
+	rest, err := s.rest(patience)
 	events = append(events, rest...)
 	if err != nil {
 		t.Fatalf("%v; events:\n%s", err, eventList(events))
@@ -774,7 +760,7 @@ func testMCPCrash(t *testing.T, m *mcpPeers, transport string) {
 	if server.cmd != nil {
 		server.listen(t, m) // on the same port, knowing none of chatd's sessions
 	}
-	now := waitServer(t, p, "everything", 20*time.Second, func(s mcpStatus) bool {
+	now := waitServer(t, p, "everything", func(s mcpStatus) bool {
 		return connected(s) && s.Attempts > old.Attempts && (server.cmd != nil || s.PID > 0 && s.PID != old.PID)
 	})
 	if now.Tools != everythingTools {
@@ -817,13 +803,15 @@ func testMCPHungServer(t *testing.T, m *mcpPeers) {
 		"everything": m.startEverything(t, "stdio", nil).entry,
 		"hung":       map[string]any{"command": m.node, "args": []string{"-e", hungServer, pidFile}},
 	}, "CHATD_MCP_CONNECT_TIMEOUT=3s")
-	// The connect timeout bounds the start-up wait.
-	if took := time.Since(began); took > 8*time.Second {
+	// The connect timeout (3 s) bounds the start-up wait: chatd answers /healthz before the 20 s it
+	// would wait by default, and the hung server's attempt ends at 3 s.
+	if took := time.Since(began); took >= 20*time.Second {
 		t.Errorf("chatd answered /healthz %s after it started", took.Round(time.Millisecond))
 	}
-	hung := waitServer(t, p, "hung", 10*time.Second, func(s mcpStatus) bool { return s.LastError != "" })
-	if (hung.State != "connecting" && hung.State != "failed") || hung.Tools != 0 {
-		t.Errorf("the hung server: %+v, want connecting or failed, with no tools", hung)
+	hung := waitServer(t, p, "hung", func(s mcpStatus) bool { return s.LastError != "" })
+	if (hung.State != "connecting" && hung.State != "failed") || hung.Tools != 0 ||
+		!strings.Contains(hung.LastError, "no answer to initialize within 3s") {
+		t.Errorf("the hung server: %+v, want connecting or failed, with no tools, at its 3 s connect timeout", hung)
 	}
 	t.Logf("the hung server: %+v", hung)
 	if s := mcpStatuses(t, p)["everything"]; !connected(s) || s.Tools != everythingTools {

@@ -24,27 +24,65 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// eventually fails t unless cond holds within 5s; it polls.
+// patience is how long a test waits for what takes milliseconds on an idle machine and seconds on a
+// busy one before it gives up: a safety net against a hang, never what a test measures. The timeouts
+// the tests give servers and tools to prove a call did not wait for them are far longer (longTimeout).
+const patience = time.Minute
+
+// longTimeout is a timeout that must not run out during a test: a call that returns within patience
+// did not wait for it.
+const longTimeout = "10m"
+
+// eventually fails t unless cond holds within patience. It polls: the conditions are states of servers,
+// children and supervisors that announce no change.
 func eventually(t testing.TB, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(patience)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("condition not met within %s", patience)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-// testOptions are small, so that failures and reconnects happen fast.
+// receive waits for a value from ch and fails t with what if none comes within patience.
+func receive[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(patience):
+		t.Fatalf("%s (waited %s)", what, patience)
+		var zero T
+		return zero
+	}
+}
+
+// testOptions back off briefly, so that reconnects happen fast. Their ConnectTimeout is generous: a
+// stdio child of the race-enabled test binary can take seconds to start on a loaded machine, and an
+// attempt that timed out would change the attempts the tests count. Start returns as soon as every
+// first attempt has ended, so StartupWait costs nothing when the servers answer.
 func testOptions() Options {
 	return Options{
 		Getenv:         os.Getenv,
-		ConnectTimeout: 2 * time.Second,
-		StartupWait:    2 * time.Second,
+		ConnectTimeout: patience,
+		StartupWait:    patience,
 		MinBackoff:     20 * time.Millisecond,
 		MaxBackoff:     200 * time.Millisecond,
 	}
+}
+
+// callPromptly calls a tool and fails t unless the call returns within patience: a call whose
+// server's or tool's timeout is longTimeout returned without waiting for it.
+func callPromptly(t testing.TB, reg *tool.Registry, name, args string) tool.Outcome {
+	t.Helper()
+	done := make(chan tool.Outcome, 1)
+	go func() { done <- reg.Call(t.Context(), name, json.RawMessage(args)) }()
+	return receive(t, done, name+" did not return")
 }
 
 // startManager parses config (getenv may be nil), starts a Manager on a new registry and closes both
@@ -71,8 +109,7 @@ func httpConfig(name, url string, extra string) string {
 
 // stdioConfig is the config of one stdio server: this test binary in mode.
 func stdioConfig(name, mode string, extra string) string {
-	cmd, _ := json.Marshal(os.Args[0])
-	return `{"mcpServers":{"` + name + `":{"command":` + string(cmd) + `,"env":{"` + serverEnv + `":"` + mode + `"}` + extra + `}}}`
+	return `{"mcpServers":{"` + name + `":{"command":` + testBinary() + `,"env":{"` + serverEnv + `":"` + mode + `"}` + extra + `}}}`
 }
 
 // status is the status of the server called name.

@@ -49,6 +49,9 @@ type testServer struct {
 	notified  atomic.Int64  // notifications/cancelled received
 	late      atomic.Int64  // progress notifications sent after their call had returned or ended
 	release   chan struct{} // closed to let "hang" return
+	proceed   chan struct{} // lets a "progress" call return
+	lastMu    sync.Mutex
+	last      progressed // the last "progress" call's session and token, for "report_late"
 	closeOnce sync.Once
 	traceMu   sync.Mutex
 	trace     []string
@@ -64,6 +67,7 @@ func newTestServer(opts *mcp.ServerOptions) *testServer {
 	ts := &testServer{
 		Server:  mcp.NewServer(&mcp.Implementation{Name: "test", Version: "v1"}, opts),
 		release: make(chan struct{}),
+		proceed: make(chan struct{}, 1),
 	}
 	ts.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
@@ -137,6 +141,23 @@ func (ts *testServer) addTools() {
 			URI: "mem://notes/1", MIMEType: "text/plain", Text: "buy milk"}}}}, nil
 	})
 	ts.raw("progress", ts.progress)
+	ts.raw("proceed", func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		select {
+		case ts.proceed <- struct{}{}:
+		default:
+		}
+		return text("proceeding"), nil
+	})
+	ts.raw("report_late", func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ts.lastMu.Lock()
+		last := ts.last
+		ts.lastMu.Unlock()
+		if last.session == nil {
+			return text("no progress call to report on"), nil
+		}
+		ts.lateProgress(last.session, last.token)
+		return text("reported"), nil
+	})
 	ts.raw("block", ts.block)
 	ts.raw("hang", func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		<-ts.release // ignores its context
@@ -196,16 +217,26 @@ func (ts *testServer) addTools() {
 	}
 }
 
-// progress reports three steps, returns, and 50ms later reports once more: that report is late.
+// progressed is a progress call's session and token.
+type progressed struct {
+	session *mcp.ServerSession
+	token   any
+}
+
+// progress reports three steps and returns once "proceed" is called; "report_late" then reports once
+// more on its token, which is late.
 //
-// It pauses before it returns: the SDK's client hands notifications to their handler on a goroutine of
+// It waits before it returns: the SDK's client hands notifications to their handler on a goroutine of
 // their own, after the responses read behind them, so a report sent just before the result may be
-// handled once the call has returned, and dropped.
+// handled once the call has returned, and dropped. The test calls "proceed" when it has the reports.
 func (ts *testServer) progress(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	token := req.Params.GetProgressToken()
 	if token == nil {
 		return text("no progress token"), nil
 	}
+	ts.lastMu.Lock()
+	ts.last = progressed{req.Session, token}
+	ts.lastMu.Unlock()
 	for i := 1; i <= 3; i++ {
 		err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token,
 			Progress: float64(i), Total: 3, Message: "step " + strconv.Itoa(i)})
@@ -213,9 +244,12 @@ func (ts *testServer) progress(ctx context.Context, req *mcp.CallToolRequest) (*
 			return nil, err
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
-	go ts.lateProgress(req.Session, token, 50*time.Millisecond)
-	return text("done"), nil
+	select {
+	case <-ts.proceed:
+		return text("done"), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // block waits for its context to end, counts that, and reports progress once it has been cancelled.
@@ -228,12 +262,12 @@ func (ts *testServer) block(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		return text("released"), nil
 	}
 	ts.cancelled.Add(1)
-	go ts.lateProgress(req.Session, token, 0)
+	go ts.lateProgress(req.Session, token)
 	return nil, ctx.Err()
 }
 
-func (ts *testServer) lateProgress(ss *mcp.ServerSession, token any, after time.Duration) {
-	time.Sleep(after)
+// lateProgress reports progress on the token of a call that has ended.
+func (ts *testServer) lateProgress(ss *mcp.ServerSession, token any) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: 99, Message: "late"})
