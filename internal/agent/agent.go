@@ -245,6 +245,11 @@ type runner struct {
 	usage    llm.Usage
 	final    *Turn
 	output   int // bytes the run's model calls streamed: text, reasoning, arguments
+	// The deltas sent to the sink, reused from one to the next: boxing a new one in an Event for each
+	// token would allocate on the per-token path.
+	text      TextDelta
+	reasoning ReasoningDelta
+	callDelta ToolCallDelta
 }
 
 func (r *runner) run(ctx context.Context) Result {

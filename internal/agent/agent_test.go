@@ -56,13 +56,13 @@ func (r *recorder) Emit(e agent.Event) {
 	switch e := e.(type) {
 	case agent.StatusMessage:
 		r.add("status %s", e.Message)
-	case agent.TextDelta:
+	case *agent.TextDelta:
 		r.add("text %s", e.Text)
-	case agent.ReasoningDelta:
+	case *agent.ReasoningDelta:
 		r.add("reasoning %s", e.Text)
 	case agent.Usage:
 		r.add("usage %s in=%d out=%d", e.Model.Name, e.Usage.InputTokens, e.Usage.OutputTokens)
-	case agent.ToolCallDelta:
+	case *agent.ToolCallDelta:
 		r.add("tool_call_delta %d", e.Index)
 	case agent.ToolStart:
 		r.add("tool_start %s %s %s", e.Call.ID, e.Call.Name, e.Call.Arguments)

@@ -10,12 +10,13 @@ import (
 // sink does with them, and a sink cannot fail the run. Emit is called from the goroutine that called Run,
 // except for ToolComplete, which comes from the call's own goroutine the moment the call ends (so that a
 // client sees a finished tool at once, also while the model still streams): Emit must be safe for
-// concurrent use, and should return quickly.
+// concurrent use, and should return quickly. The deltas (*TextDelta, *ReasoningDelta, *ToolCallDelta)
+// are reused for the next token: a sink must not keep one after Emit returns.
 type Sink interface {
 	Emit(Event)
 }
 
-// Event is one step of a run: a StatusMessage, TextDelta, ReasoningDelta, ToolCallDelta, ToolStart,
+// Event is one step of a run: a StatusMessage, *TextDelta, *ReasoningDelta, *ToolCallDelta, ToolStart,
 // ToolComplete or Usage.
 type Event interface {
 	agentEvent()
@@ -62,13 +63,13 @@ type Usage struct {
 	Usage llm.Usage
 }
 
-func (StatusMessage) agentEvent()  {}
-func (TextDelta) agentEvent()      {}
-func (ReasoningDelta) agentEvent() {}
-func (ToolCallDelta) agentEvent()  {}
-func (ToolStart) agentEvent()      {}
-func (ToolComplete) agentEvent()   {}
-func (Usage) agentEvent()          {}
+func (StatusMessage) agentEvent()   {}
+func (*TextDelta) agentEvent()      {}
+func (*ReasoningDelta) agentEvent() {}
+func (*ToolCallDelta) agentEvent()  {}
+func (ToolStart) agentEvent()       {}
+func (ToolComplete) agentEvent()    {}
+func (Usage) agentEvent()           {}
 
 // Recorder stores what a run produces. The loop waits for each write, and an error fails the run. Both
 // methods are called from the goroutine that called Run, with a context that is not cancelled when the

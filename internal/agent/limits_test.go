@@ -74,7 +74,7 @@ type argCounter struct {
 }
 
 func (a *argCounter) Emit(e agent.Event) {
-	if d, ok := e.(agent.ToolCallDelta); ok {
+	if d, ok := e.(*agent.ToolCallDelta); ok {
 		a.shown += len(d.ArgumentsDelta)
 	}
 	a.Sink.Emit(e)

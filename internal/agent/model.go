@@ -288,9 +288,11 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 				break
 			}
 			if ev.Kind == llm.EventText {
-				r.sink.Emit(TextDelta{Text: ev.Text})
+				r.text.Text = ev.Text
+				r.sink.Emit(&r.text)
 			} else {
-				r.sink.Emit(ReasoningDelta{Text: ev.Text})
+				r.reasoning.Text = ev.Text
+				r.sink.Emit(&r.reasoning)
 			}
 		case llm.EventReasoningEnd:
 			output, t.output = true, true
@@ -309,7 +311,8 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 			if pc.oversize {
 				break // the arguments so far are dropped; no more of them is shown
 			}
-			r.sink.Emit(ToolCallDelta{Index: pc.index, ID: pc.id, Name: pc.name, ArgumentsDelta: ev.Text})
+			r.callDelta = ToolCallDelta{Index: pc.index, ID: pc.id, Name: pc.name, ArgumentsDelta: ev.Text}
+			r.sink.Emit(&r.callDelta)
 			if !noTools && endsObject(ev.Text) {
 				r.startEarly(t, pc)
 			}

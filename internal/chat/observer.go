@@ -61,11 +61,11 @@ func (o *observer) Emit(e agent.Event) {
 	switch e := e.(type) {
 	case agent.StatusMessage:
 		o.Status(e.Message)
-	case agent.TextDelta:
+	case *agent.TextDelta:
 		o.TextDelta(e.Text)
-	case agent.ReasoningDelta:
+	case *agent.ReasoningDelta:
 		o.ReasoningDelta(e.Text)
-	case agent.ToolCallDelta:
+	case *agent.ToolCallDelta:
 		o.ToolCallDelta(e.Index, e.ID, e.Name, e.ArgumentsDelta)
 	case agent.ToolStart:
 		o.ToolStart(e.Call)
