@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -219,10 +220,10 @@ type process struct {
 // startChatd runs bin serve on a free port with the database file db and waits until /healthz answers.
 func startChatd(t *testing.T, name, bin, db string, env ...string) *process {
 	t.Helper()
-	port := freePort(t)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p := &process{name: name, base: "http://" + addr, out: &logBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, "serve", "--addr", addr, "--db", "sqlite:"+db)
+	// Port 0: chatd takes a free port and says which in its log. A port picked here and passed on could
+	// be taken by another process meanwhile (several test runs at once), and the test would talk to it.
+	p := &process{name: name, out: &logBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--db", "sqlite:"+db)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
@@ -242,6 +243,9 @@ func startChatd(t *testing.T, name, bin, db string, env ...string) *process {
 	return p
 }
 
+// listeningRE finds the address chatd listens on in its log.
+var listeningRE = regexp.MustCompile(`msg="chatd listening" url=(http://\S+)`)
+
 func (p *process) waitHealthy(t *testing.T) {
 	t.Helper()
 	healthy := poll(func() bool {
@@ -249,6 +253,13 @@ func (p *process) waitHealthy(t *testing.T) {
 		case <-p.exited:
 			t.Fatalf("%s exited at start-up (%v):\n%s", p.name, p.cmd.ProcessState, p.out)
 		default:
+		}
+		if p.base == "" {
+			m := listeningRE.FindStringSubmatch(p.out.String())
+			if m == nil {
+				return false
+			}
+			p.base = m[1]
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()

@@ -89,7 +89,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	dbPath, _ := cfg.SQLitePath() // checked by config.Load
-	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{Logger: log, Owner: "chatd serve on " + cfg.Addr})
+	// Listen first: a process that cannot have its port fails before it touches the database, and the
+	// database's lock names the address really listened on (--addr may say port 0). Nothing is served
+	// until the recovery below is done; connections wait in the listen queue.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // for the returns before Serve, which closes it itself
+	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{Logger: log, Owner: "chatd serve on " + ln.Addr().String()})
 	if errors.Is(err, sqlite.ErrLocked) {
 		return fmt.Errorf("%w; stop it, or start this one with another --db", err)
 	}
@@ -127,13 +135,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		DefaultModel: cfg.Model, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
 			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows},
 		Limits: chatLimits(lim)})
-	// Listen before the recovery, which ends the runs the database says are running: a process that
-	// cannot have its port must fail before it touches any. Nothing is served until the recovery is done.
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return err
-	}
-	defer ln.Close() // for the returns before Serve, which closes it itself
 	if err := chats.Recover(ctx); err != nil {
 		return err
 	}
