@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -225,12 +226,44 @@ func (tb *tab) sessionID() string {
 }
 
 func TestBrowserUI(t *testing.T) {
-	mockPort := startAimock(t, "testdata/browser-fixtures.json", "--strict")
+	// The tool card's call is a fetch_url of a page that answers only when the test lets it: the card
+	// is running, for certain, until then. (current_time ends in microseconds, and its start and end
+	// may reach the page in one chunk, rendered at once as done.)
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprint(w, "It is 09:00 in Paris.")
+	}))
+	t.Cleanup(gate.Close)
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before gate.Close: cleanups run last first
+	fixtures, err := os.ReadFile("testdata/browser-fixtures.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	fixturesPath, config := filepath.Join(dir, "fixtures.json"), filepath.Join(dir, "chatd.yaml")
+	if err := os.WriteFile(fixturesPath, bytes.ReplaceAll(fixtures, []byte("GATE_URL"), []byte(gate.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(config, []byte("fetch_url:\n  enabled: true\n  allow: [127.0.0.0/8]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mockPort := startAimock(t, fixturesPath, "--strict")
 	mock := fmt.Sprintf("http://127.0.0.1:%d", mockPort)
-	p := startChatd(t, "chatd", buildChatd(t), filepath.Join(t.TempDir(), "chatd.db"),
+	p := startChatd(t, "chatd", buildChatd(t), filepath.Join(dir, "chatd.db"),
 		"OPENAI_API_KEY="+apiKey, "OPENAI_BASE_URL="+mock+"/v1",
 		"ANTHROPIC_API_KEY=", "ANTHROPIC_BASE_URL=", "GEMINI_API_KEY=", "GEMINI_BASE_URL=", "OLLAMA_HOST=",
-		"CHATD_CONFIG=", "CHATD_MODEL=", "CHATD_MCP_CONFIG=")
+		"CHATD_CONFIG="+config, "CHATD_MODEL=", "CHATD_MCP_CONFIG=")
 	b := startBrowser(t, p.base)
 
 	t.Run("stream markdown", func(t *testing.T) {
@@ -266,16 +299,23 @@ func TestBrowserUI(t *testing.T) {
 				}
 			}).observe(document.body, { subtree: true, childList: true, attributes: true, attributeFilter: ["data-state"] });`))
 		tb.send("browser-tool: what time is it in Paris?")
+		select {
+		case <-arrived:
+		case <-time.After(patience):
+			t.Fatal("the tool's fetch did not arrive")
+		}
+		tb.wait("the running tool card", `document.querySelector('[data-testid="tool-card"]')?.dataset.state === "running"`)
+		releaseOnce.Do(func() { close(release) })
 		tb.waitAnswer("It is morning in Paris.")
 		states := evalJS[[]string](tb, `window.__toolStates`)
 		if !slices.Contains(states, "running") || states[len(states)-1] != "done" {
 			t.Errorf("tool card states %q, want running, then done", states)
 		}
 		card := `document.querySelector('[data-testid="tool-card"]')`
-		if name := evalJS[string](tb, card+`.dataset.toolName`); name != "current_time" {
+		if name := evalJS[string](tb, card+`.dataset.toolName`); name != "fetch_url" {
 			t.Errorf("tool card name %q", name)
 		}
-		if txt := evalJS[string](tb, card+`.textContent`); !strings.Contains(txt, "Europe/Paris") {
+		if txt := evalJS[string](tb, card+`.textContent`); !strings.Contains(txt, "paris-time") {
 			t.Errorf("the tool card does not show its arguments: %q", txt)
 		}
 		if n := evalJS[int](tb, `document.querySelectorAll('[data-testid="tool-card"] [data-testid="tool-result"]').length`); n != 1 {
@@ -286,7 +326,7 @@ func TestBrowserUI(t *testing.T) {
 		// The diagnostics of the run: what was sent to the model.
 		tb.do("open diagnostics", chromedp.Click(chromedp.CSS(`[data-testid="diagnostics-button"]`)))
 		tb.wait("the diagnostics panel", `(() => { const d = document.querySelector('[data-testid="diagnostics-panel"]');
-			return d && d.textContent.includes("current_time") && d.textContent.includes("gpt-4o-mini"); })()`)
+			return d && d.textContent.includes("fetch_url") && d.textContent.includes("gpt-4o-mini"); })()`)
 		tb.screenshot("04-diagnostics")
 		tb.do("close diagnostics", chromedp.Click(chromedp.CSS(`[data-testid="diagnostics-close"]`)))
 		tb.wait("the panel closed", `!document.querySelector('[data-testid="diagnostics-panel"]')`)
