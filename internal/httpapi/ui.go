@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"chatd/internal/chat"
@@ -91,13 +92,27 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 	return s.uiStream(w, r, st.RunID)
 }
 
-// uiResume answers GET /v1/ui/chat/{id}/stream: the session's active run from its first event, or 204.
+// uiResume answers GET /v1/ui/chat/{id}/stream: the session's running run from its first event, or 204.
+// With ?run=ID it streams that run of the session whether it still runs or has ended since: a client
+// that read the history (GET /v1/ui/chat/{id}, whose active_run_id names the run and leaves out its
+// answer) and then resumes gets the answer even when the run ended in between.
 func (s *server) uiResume(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if err := checkChatID(id); err != nil {
 		return err
 	}
 	ctx := r.Context()
+	if runID := r.URL.Query().Get("run"); runID != "" {
+		run, err := s.Chat.RunInfo(ctx, user(ctx), runID)
+		if err != nil {
+			return err
+		}
+		if run.SessionID != id {
+			return &apiError{status: http.StatusNotFound, code: "run_not_found", message: "no run " + strconv.Quote(runID) + " in this chat"}
+		}
+		w.Header().Set("X-Run-Id", run.ID)
+		return s.uiStream(w, r, run.ID)
+	}
 	run, err := s.Store.ActiveRun(ctx, user(ctx), id)
 	if errors.Is(err, store.ErrNotFound) {
 		w.WriteHeader(http.StatusNoContent)

@@ -152,6 +152,18 @@ func TestUIChatStream(t *testing.T) {
 	if r, _ := e.do(t, "GET", "/v1/ui/chat/chat-abc123/stream", ""); r.StatusCode != http.StatusNoContent {
 		t.Errorf("resume with no active run: %d, want 204", r.StatusCode)
 	}
+	// A client that read the history while the run ran resumes it by id after it has ended: it gets
+	// the whole answer, not 204.
+	runID := resp.Header.Get("X-Run-Id")
+	r, again, done := uiChunks(t, e, "GET", "/v1/ui/chat/chat-abc123/stream?run="+runID, "")
+	if r.StatusCode != http.StatusOK || !done || len(again) != len(chunks) {
+		t.Errorf("resume of the ended run %s: %d, %d chunks (done %v), want 200 and the %d chunks of the stream", runID, r.StatusCode, len(again), done, len(chunks))
+	}
+	for _, path := range []string{"/v1/ui/chat/chat-abc123/stream?run=no-such-run", "/v1/ui/chat/another-chat/stream?run=" + runID} {
+		if r, raw := e.do(t, "GET", path, ""); r.StatusCode != http.StatusNotFound || !strings.Contains(string(raw), "run_not_found") {
+			t.Errorf("GET %s: %d %s, want 404 run_not_found", path, r.StatusCode, raw)
+		}
+	}
 }
 
 func TestUIChatBadInput(t *testing.T) {

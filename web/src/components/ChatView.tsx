@@ -30,7 +30,9 @@ type Props = ChatSettings & {
   onTitle: (title: string) => void
 }
 
-type Loaded = { messages: ChatMessage[]; resume: boolean }
+/** activeRun is the run the history said was running: its answer is not in messages, and the resume
+ * asks for it by id, so that it comes even when the run ended between the two requests. */
+type Loaded = { messages: ChatMessage[]; resume: boolean; activeRun?: string }
 
 export function ChatView(props: Props) {
   const { chatId, fresh, onTitle } = props
@@ -46,7 +48,11 @@ export function ChatView(props: Props) {
     api.chat(chatId, ac.signal).then(
       (c) => {
         if (c.title) onTitle(c.title)
-        setLoaded({ messages: Array.isArray(c.messages) ? c.messages : [], resume: !!c.active_run_id })
+        setLoaded({
+          messages: Array.isArray(c.messages) ? c.messages : [],
+          resume: !!c.active_run_id,
+          activeRun: c.active_run_id || undefined,
+        })
       },
       (e: unknown) => {
         if (ac.signal.aborted) return
@@ -86,7 +92,7 @@ export function ChatView(props: Props) {
       </div>
     )
   }
-  return <Chat {...props} initial={loaded.messages} resume={loaded.resume} />
+  return <Chat {...props} initial={loaded.messages} resume={loaded.resume} activeRun={loaded.activeRun} />
 }
 
 const noProgress: Record<string, ToolProgress> = {}
@@ -97,8 +103,8 @@ function settle(p: Promise<unknown>) {
   p.catch((e: unknown) => console.warn('chatd:', e))
 }
 
-function Chat(props: Props & { initial: ChatMessage[]; resume: boolean }) {
-  const { chatId, fresh, initial, resume, onStarted, onActivity } = props
+function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRun?: string }) {
+  const { chatId, fresh, initial, resume, activeRun, onStarted, onActivity } = props
   const settings = useRef(props)
   settings.current = props
   const runId = useRef('')
@@ -121,6 +127,12 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean }) {
           const last = [...messages].reverse().find((m) => m.role === 'user')
           return { body: { ...body, id, trigger, messageId, messages: last ? [last] : [] } }
         },
+        // The resume on mount names the run the history left out: chatd streams it from its start
+        // whether it still runs or has just ended (without a run, only a running one, else 204).
+        prepareReconnectToStreamRequest: ({ id, api }) =>
+          activeRun
+            ? { api: `${api}/${encodeURIComponent(id)}/stream?run=${encodeURIComponent(activeRun)}` }
+            : {},
         // The run's id comes in a header before any chunk: stop can cancel a run that has not said
         // `start` yet.
         fetch: async (input, init) => {
