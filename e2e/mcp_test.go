@@ -798,9 +798,12 @@ func testMCPHungServer(t *testing.T, m *mcpPeers) {
 			}
 		}
 	})
+	// The working server is one already running, over HTTP: a child process started now might not
+	// answer initialize within the 3 s on a loaded machine either.
+	everything := m.startEverything(t, "http", nil).entry
 	began := time.Now()
 	p := m.startChatd(t, map[string]any{
-		"everything": m.startEverything(t, "stdio", nil).entry,
+		"everything": everything,
 		"hung":       map[string]any{"command": m.node, "args": []string{"-e", hungServer, pidFile}},
 	}, "CHATD_MCP_CONNECT_TIMEOUT=3s")
 	// The connect timeout (3 s) bounds the start-up wait: chatd answers /healthz before the 20 s it
