@@ -379,30 +379,36 @@ func TestCallAlreadyCancelled(t *testing.T) {
 
 // TestCloseWaitsForAbandoned runs outside a bubble, with a real but short
 // timeout, so goleak sees the real goroutines; nothing asserts on timing.
+// TestCloseWaitsForAbandoned runs on synctest's clock: the 1ms timeout passes only once the tool is
+// blocked, and synctest.Wait shows Close blocked while the abandoned tool still runs.
 func TestCloseWaitsForAbandoned(t *testing.T) {
-	release := make(chan struct{})
-	r := NewRegistry(Options{DefaultTimeout: time.Millisecond})
-	if err := r.Register(blockingTool("stuck", 0, nil, release)); err != nil {
-		t.Fatal(err)
-	}
-	if out := r.Call(t.Context(), "stuck", nil); out.Content != "tool stuck timed out after 1ms" {
-		t.Fatalf("Call content = %q, want a timeout", out.Content)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		release, started := make(chan struct{}), make(chan struct{})
+		r := NewRegistry(Options{DefaultTimeout: time.Millisecond})
+		if err := r.Register(blockingTool("stuck", 0, started, release)); err != nil {
+			t.Fatal(err)
+		}
+		if out := r.Call(t.Context(), "stuck", nil); out.Content != "tool stuck timed out after 1ms" {
+			t.Fatalf("Call content = %q, want a timeout", out.Content)
+		}
+		<-started // the tool ran, and still runs: it ignores its context
 
-	closed := make(chan struct{})
-	go func() { r.Close(); close(closed) }()
-	select {
-	case <-closed:
-		t.Fatal("Close returned while the abandoned tool still runs")
-	default:
-	}
-	close(release)
-	<-closed
+		closed := make(chan struct{})
+		go func() { r.Close(); close(closed) }()
+		synctest.Wait() // every goroutine is blocked: Close too, or it has returned
+		select {
+		case <-closed:
+			t.Fatal("Close returned while the abandoned tool still runs")
+		default:
+		}
+		close(release)
+		<-closed
 
-	want := outcome{Arguments: `{}`, Content: "the tool registry is shutting down"}
-	if diff := cmp.Diff(want, summarize(r.Call(t.Context(), "stuck", nil))); diff != "" {
-		t.Errorf("Call after Close (-want +got):\n%s", diff)
-	}
+		want := outcome{Arguments: `{}`, Content: "the tool registry is shutting down"}
+		if diff := cmp.Diff(want, summarize(r.Call(t.Context(), "stuck", nil))); diff != "" {
+			t.Errorf("Call after Close (-want +got):\n%s", diff)
+		}
+	})
 	goleak.VerifyNone(t)
 }
 
