@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -222,8 +223,14 @@ func startChatd(t *testing.T, name, bin, db string, env ...string) *process {
 	t.Helper()
 	// Port 0: chatd takes a free port and says which in its log. A port picked here and passed on could
 	// be taken by another process meanwhile (several test runs at once), and the test would talk to it.
+	// A chatd that logs only warnings does not say: it gets a port picked here.
 	p := &process{name: name, out: &logBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--db", "sqlite:"+db)
+	addr := "127.0.0.1:0"
+	if slices.Contains(env, "CHATD_LOG_LEVEL=warn") || slices.Contains(env, "CHATD_LOG_LEVEL=error") {
+		addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		p.base = "http://" + addr
+	}
+	p.cmd = exec.Command(bin, "serve", "--addr", addr, "--db", "sqlite:"+db)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
