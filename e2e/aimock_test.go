@@ -113,6 +113,7 @@ func startAimock(t *testing.T, fixtures string, flags ...string) int {
 }
 
 func TestChatAgainstAimock(t *testing.T) {
+	t.Parallel() // each test has its own processes, ports and files
 	mockPort := startAimock(t, "testdata/aimock-fixtures.json")
 
 	dir := t.TempDir()

@@ -226,6 +226,7 @@ func (tb *tab) sessionID() string {
 }
 
 func TestBrowserUI(t *testing.T) {
+	t.Parallel() // each test has its own processes, ports and files
 	// The tool card's call is a fetch_url of a page that answers only when the test lets it: the card
 	// is running, for certain, until then. (current_time ends in microseconds, and its start and end
 	// may reach the page in one chunk, rendered at once as done.)

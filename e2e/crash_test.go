@@ -30,6 +30,7 @@ import (
 // CHATD_CRASH_ITERATIONS sets the number of kills (default 8, 30 under CI); CHATD_CRASH_SEED replays the
 // kill points of a logged run.
 func TestCrashRecovery(t *testing.T) {
+	t.Parallel() // each test has its own processes, ports and files
 	if testing.Short() {
 		t.Skip("starts and kills chatd dozens of times")
 	}
@@ -656,6 +657,7 @@ func envInt(t *testing.T, name string, def int64) int64 {
 // within the drain timeout while new sends are refused; a run that cannot finish in time is cancelled,
 // keeps its partial answer, and leaves its session ready for the next message after a restart.
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts and stops chatd")
 	}

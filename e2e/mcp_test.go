@@ -421,6 +421,7 @@ func upstreamRequests(t *testing.T, mock, message string) []mcpUpstream {
 }
 
 func TestMCP(t *testing.T) {
+	t.Parallel() // each test has its own processes, ports and files
 	m := newMCPPeers(t)
 	for _, transport := range []string{"stdio", "http", "sse"} {
 		t.Run("everything/"+transport, func(t *testing.T) {

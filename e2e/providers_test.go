@@ -66,6 +66,7 @@ type providerCase struct {
 }
 
 func TestProvidersAgainstAimock(t *testing.T) {
+	t.Parallel() // each test has its own processes, ports and files
 	// --strict: a request no fixture matches is an error, and so is a thinking turn continued without
 	// its signed thinking block first (aimock checks Anthropic's rule for that).
 	mockPort := startAimock(t, "testdata/aimock-providers.json", "--strict")

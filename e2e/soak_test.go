@@ -40,6 +40,7 @@ import (
 // sampled every minute and every sample after the warm-up (5 minutes, or the first third of a shorter
 // run) must be within 20% of their median. CHATD_SOAK_SEED replays the clients' choices (not their timing).
 func TestSoak(t *testing.T) {
+	t.Parallel() // each test has its own processes, ports and files
 	if testing.Short() {
 		t.Skip("runs chatd under load")
 	}

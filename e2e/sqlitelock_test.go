@@ -20,6 +20,7 @@ import (
 // run then completes with a clean stream and one stored answer, and the first chatd goes on answering.
 // The second chatd is started on another address, then on the first one's, which it cannot have.
 func TestSecondProcessOnOneSQLiteFile(t *testing.T) {
+	t.Parallel() // each test has its own processes, ports and files
 	if testing.Short() {
 		t.Skip("starts chatd four times")
 	}

