@@ -287,10 +287,7 @@ func (db *DB) Transcript(ctx context.Context, user, sessionID string) (*store.Tr
 			return err
 		}
 		t.Session = *s
-		if t.Records, err = selectRecords(ctx, tx, user, sessionID); err != nil {
-			return err
-		}
-		if err := addToolCalls(ctx, tx, user, sessionID, t.Records); err != nil {
+		if t.Records, err = loadRecords(ctx, tx, user, sessionID); err != nil {
 			return err
 		}
 		err = tx.QueryRowContext(ctx, runningInSQL, sessionID, user).Scan(&t.RunningRunID)
@@ -317,15 +314,22 @@ func (db *DB) Records(ctx context.Context, user, sessionID string) ([]store.Reco
 			return notFound("session", sessionID)
 		}
 		var err error
-		if recs, err = selectRecords(ctx, tx, user, sessionID); err != nil {
-			return err
-		}
-		return addToolCalls(ctx, tx, user, sessionID, recs)
+		recs, err = loadRecords(ctx, tx, user, sessionID)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return recs, nil
+}
+
+// loadRecords reads the session's records, oldest first, with their tool calls.
+func loadRecords(ctx context.Context, tx *sql.Tx, user, sessionID string) ([]store.Record, error) {
+	recs, err := selectRecords(ctx, tx, user, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	return recs, addToolCalls(ctx, tx, user, sessionID, recs)
 }
 
 func selectRecords(ctx context.Context, tx *sql.Tx, user, sessionID string) ([]store.Record, error) {
