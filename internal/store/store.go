@@ -264,6 +264,11 @@ type Run struct {
 	NewSession *Session
 	// Title, given to CreateRun, becomes the session's title in the same transaction when it has none.
 	Title string
+	// KeyID is the API key the run was started with ("" none): its usage is counted against the key.
+	KeyID string
+	// Quota, given to CreateRun, are limits checked in its transaction: a run that would pass one is
+	// refused with a *LimitError, and nothing is stored.
+	Quota []Limit
 }
 
 // RunEnd is how a run ended.
@@ -304,9 +309,11 @@ type Event struct {
 type UsageEntry struct {
 	RunID     string
 	SessionID string
+	KeyID     string
 	Agent     string
 	Model     string
 	Usage
+	CostNanoUSD int64 // from the config's price table; 0 when the model has no price
 	CreatedAt time.Time // zero: now
 }
 
@@ -374,6 +381,8 @@ type Store interface {
 
 	// AddUsage stores the usage of one model call.
 	AddUsage(ctx context.Context, user string, u UsageEntry) error
+
+	Accounts
 
 	Close() error
 }

@@ -18,14 +18,14 @@ const defaultCutReason = "the run ended before this call finished"
 
 const runColumns = `id, session_id, status, agent, model, finish_reason, error, input_tokens, output_tokens,
 cache_read_tokens, cache_write_tokens, reasoning_tokens, COALESCE(idempotency_key, ''), request_hash, created_at,
-started_at, ended_at, recovered_from, reserved_seq`
+started_at, ended_at, recovered_from, reserved_seq, key_id`
 
 const (
 	// insertRunSQL inserts nothing unless the session is the user's. The CASTs are for PostgreSQL, which
 	// types a parameter in a SELECT list as text.
 	insertRunSQL = `INSERT INTO runs (id, session_id, user_id, status, agent, model, idempotency_key, request_hash,
-request, created_at, started_at, reserved_seq)
-SELECT $1, id, user_id, $4, $5, $6, $7, $8, $9, CAST($10 AS BIGINT), CAST($11 AS BIGINT), CAST($12 AS BIGINT)
+request, created_at, started_at, reserved_seq, key_id)
+SELECT $1, id, user_id, $4, $5, $6, $7, $8, $9, CAST($10 AS BIGINT), CAST($11 AS BIGINT), CAST($12 AS BIGINT), $13
 FROM sessions WHERE id = $2 AND user_id = $3`
 
 	// titleSessionSQL titles a session that has no title yet.
@@ -62,8 +62,8 @@ recovered_from = $12, request = NULL
 WHERE id = $1 AND user_id = $2 AND status IN ('queued', 'running')`
 
 	insertUsageSQL = `INSERT INTO usage (id, user_id, run_id, session_id, agent, model, input_tokens,
-output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, created_at, key_id, cost_nanousd)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
 
 	insertEventSQL  = `INSERT INTO run_events (run_id, seq, type, data) VALUES ($1, $2, $3, $4)`
 	selectEventsSQL = `SELECT e.seq, e.type, e.data FROM run_events e JOIN runs r ON r.id = e.run_id
@@ -148,8 +148,11 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 				return err
 			}
 		}
+		if err := checkQuota(ctx, tx, user, run.Quota); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, insertRunSQL, run.ID, run.SessionID, user, run.Status, run.Agent, run.Model,
-			nullable(run.IdempotencyKey), run.RequestHash, request, run.CreatedAt.UnixMicro(), started, run.ReservedSeq)
+			nullable(run.IdempotencyKey), run.RequestHash, request, run.CreatedAt.UnixMicro(), started, run.ReservedSeq, run.KeyID)
 		if err != nil {
 			return err
 		}
@@ -328,7 +331,7 @@ func scanRun(row scanner, extra ...any) (*store.Run, error) {
 	u := &r.Usage
 	dest := []any{&r.ID, &r.SessionID, &r.Status, &r.Agent, &r.Model, &r.FinishReason, &r.Error,
 		&u.InputTokens, &u.OutputTokens, &u.CacheReadTokens, &u.CacheWriteTokens, &u.ReasoningTokens,
-		&r.IdempotencyKey, &r.RequestHash, &created, &started, &ended, &r.RecoveredFrom, &r.ReservedSeq}
+		&r.IdempotencyKey, &r.RequestHash, &created, &started, &ended, &r.RecoveredFrom, &r.ReservedSeq, &r.KeyID}
 	if len(extra) > 0 {
 		dest = append(dest, &r.UserID)
 		dest = append(dest, extra...)
@@ -611,7 +614,7 @@ func (db *DB) AddUsage(ctx context.Context, user string, u store.UsageEntry) err
 	return db.write(ctx, "add usage", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, insertUsageSQL, uuid.Must(uuid.NewV7()).String(), user, u.RunID,
 			u.SessionID, u.Agent, u.Model, u.InputTokens, u.OutputTokens, u.CacheReadTokens,
-			u.CacheWriteTokens, u.ReasoningTokens, at.UnixMicro())
+			u.CacheWriteTokens, u.ReasoningTokens, at.UnixMicro(), u.KeyID, u.CostNanoUSD)
 		return err
 	})
 }
