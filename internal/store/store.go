@@ -313,8 +313,8 @@ type UsageEntry struct {
 	Agent     string
 	Model     string
 	Usage
-	CostNanoUSD int64 // from the config's price table; 0 when the model has no price
-	CreatedAt time.Time // zero: now
+	CostNanoUSD int64     // from the config's price table; 0 when the model has no price
+	CreatedAt   time.Time // zero: now
 }
 
 // Store is the persistence contract. Implementations are safe for concurrent use.
