@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -31,11 +32,13 @@ var (
 	ErrBusy    = errors.New("session busy")
 	// ErrKeyReused: an idempotency key sent again with another request.
 	ErrKeyReused = errors.New("idempotency key reused")
+	// ErrForbidden: the caller may not use what the request names (an agent outside its key's).
+	ErrForbidden = errors.New("forbidden")
 )
 
 // Error is a failure of the caller's request, with a stable code and a message written for a person.
 type Error struct {
-	Kind    error // ErrInvalid, ErrBusy, ErrKeyReused, ErrClosed or store.ErrNotFound
+	Kind    error // ErrInvalid, ErrBusy, ErrKeyReused, ErrForbidden, ErrClosed or store.ErrNotFound
 	Code    string
 	Message string
 	RunID   string // for ErrBusy: the active run
@@ -103,6 +106,27 @@ type Options struct {
 	Limits Limits
 	// Now is the clock that paces tool progress reports (default time.Now): tests step it.
 	Now func() time.Time
+	// Prices are the prices of models by provider/model name, for the cost of each model call.
+	Prices map[string]Price
+}
+
+// Price is what a model costs, in US dollars per million tokens. A cache price of 0 is the input price.
+type Price struct {
+	Input      float64
+	Output     float64
+	CacheRead  float64
+	CacheWrite float64
+}
+
+// cost is the cost of a model call's usage in nano-dollars (0 for a model without a price). Input
+// tokens count the prompt whole; its cache reads and writes are priced apart.
+func (p Price) cost(u store.Usage) int64 {
+	read, write := cmp.Or(p.CacheRead, p.Input), cmp.Or(p.CacheWrite, p.Input)
+	plain := max(u.InputTokens-u.CacheReadTokens-u.CacheWriteTokens, 0)
+	// $/Mtok × tokens = µ$; × 1000 = n$.
+	usd := float64(plain)*p.Input + float64(u.CacheReadTokens)*read + float64(u.CacheWriteTokens)*write +
+		float64(u.OutputTokens)*p.Output
+	return int64(math.Round(usd * 1000))
 }
 
 // Limits bound a request and the resources of a run. The zero value of each is its default; every one
@@ -237,6 +261,20 @@ type StartOptions struct {
 	OnActiveRun string // OnActiveReject when empty
 	// IdempotencyKey, when set, makes a retried send return the run the first one started.
 	IdempotencyKey string
+	// Account is what the sender may use; the zero value limits nothing.
+	Account Account
+}
+
+// Account is what a send may use beyond its user's conversations: the API key it came with, the agents
+// that key allows, and the limits the run is created under.
+type Account struct {
+	KeyID string // stored with the run and its usage
+	// Agent reports whether the sender may use an agent; nil: every agent.
+	Agent func(name string) bool
+	// Quota is checked when the run is stored, in the same transaction (a refusal is a
+	// *store.LimitError); its token and spend limits are checked again after each model call, and a
+	// run past one ends with that limit's code once the call is stored.
+	Quota []store.Limit
 }
 
 // Started is the run a send started — or, for a retried send, the one it started before.

@@ -20,8 +20,9 @@ import (
 // events into run events (its agent.Sink). The loop calls it from one goroutine, except for the
 // ToolComplete events of calls that end while it streams.
 type observer struct {
-	store runStore
-	log   *slog.Logger
+	store  runStore
+	log    *slog.Logger
+	prices map[string]Price
 	// retire forgets the run once it has ended.
 	retire func(*Run)
 	// closing is closed when the service shuts down: a failed end of the run is not retried past it.
@@ -47,12 +48,13 @@ var (
 type runStore interface {
 	recordStore
 	AddUsage(ctx context.Context, user string, u store.UsageEntry) error
+	UsageSince(ctx context.Context, user, keyID string, since time.Time) (tokens, costNanoUSD int64, err error)
 	CloseCalls(ctx context.Context, user, runID, reason string) ([]store.Record, error)
 	FinishRun(ctx context.Context, user, runID string, end store.RunEnd) ([]store.Record, error)
 }
 
 func (s *Service) newObserver(p *plan, run *Run) *observer {
-	return &observer{store: s.opts.Store, log: s.log, retire: s.retire, closing: s.base.Done(), p: p, run: run,
+	return &observer{store: s.opts.Store, log: s.log, prices: s.opts.Prices, retire: s.retire, closing: s.base.Done(), p: p, run: run,
 		ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{}}
 }
 
@@ -117,14 +119,44 @@ func (o *observer) Usage(m agent.Model, u llm.Usage) {
 	o.recordUsage(model, u)
 }
 
-// recordUsage sends and stores the usage of one model call.
+// recordUsage sends and stores the usage of one model call, with its cost, and stops the run when it
+// used up one of the sender's token or spend limits.
 func (o *observer) recordUsage(model string, u llm.Usage) {
 	su := storeUsage(u)
 	o.run.emit(runevent.TypeUsage, runevent.Encode(runevent.UsageEvent{Model: model, Usage: runevent.UsageOf(su)}))
-	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, Agent: o.p.agentNm, Model: model, Usage: su}
+	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, KeyID: o.p.account.KeyID, Agent: o.p.agentNm,
+		Model: model, Usage: su, CostNanoUSD: o.prices[model].cost(su)}
 	if err := o.store.AddUsage(o.ctx, o.p.user, entry); err != nil {
 		o.log.Error("store usage", "run", o.run.ID, "err", err)
+		return
 	}
+	if err := o.overBudget(); err != nil {
+		o.run.stop(err)
+	}
+}
+
+// overBudget returns the limit the sender's usage has reached, of the token and spend limits of its
+// quota, or nil.
+func (o *observer) overBudget() error {
+	for _, l := range o.p.account.Quota {
+		if l.Name != store.LimitTokens && l.Name != store.LimitSpend {
+			continue
+		}
+		tokens, cost, err := o.store.UsageSince(o.ctx, o.p.user, l.KeyID, l.Since)
+		if err != nil {
+			o.log.Error("read usage for the run's budget", "run", o.run.ID, "err", err)
+			return nil
+		}
+		if l.Name == store.LimitTokens && tokens >= l.Max {
+			return &agent.LimitError{Code: l.Name, Message: fmt.Sprintf(
+				"the limit of %d tokens a day is used up (%d used today, UTC); what the run said is kept", l.Max, tokens)}
+		}
+		if l.Name == store.LimitSpend && cost >= l.Max {
+			return &agent.LimitError{Code: l.Name, Message: fmt.Sprintf(
+				"the spend budget of $%.2f is used up; what the run said is kept", float64(l.Max)/1e9)}
+		}
+	}
+	return nil
 }
 
 // RecordTurn stores a turn of the loop.

@@ -142,7 +142,8 @@ func (s *Service) enqueue(ctx context.Context, p *plan, key, hash, activeID stri
 	}
 	// A queued run reserves no Seq: its first events show once the event log has stored them.
 	err = s.opts.Store.CreateRun(ctx, p.user, &store.Run{ID: run.ID, SessionID: run.SessionID, Agent: run.Agent,
-		Model: run.Model, Status: store.RunQueued, IdempotencyKey: key, RequestHash: hash, Request: req, Title: p.title()}, nil)
+		Model: run.Model, Status: store.RunQueued, IdempotencyKey: key, RequestHash: hash, Request: req, Title: p.title(),
+		KeyID: p.account.KeyID, Quota: p.account.Quota}, nil)
 	if err != nil {
 		s.retire(run)
 		return nil, err

@@ -211,7 +211,8 @@ func (s *Service) requeue(ctx context.Context, r *store.Run) error {
 		return s.failQueued(ctx, r, fmt.Errorf("its stored request is unreadable: %w", err))
 	}
 	req.SessionID = r.SessionID
-	p, err := s.plan(ctx, r.UserID, req)
+	// The sender's quota was checked when the run was queued; its key still counts what it uses.
+	p, err := s.plan(ctx, r.UserID, req, Account{KeyID: r.KeyID})
 	if err != nil {
 		return s.failQueued(ctx, r, err)
 	}

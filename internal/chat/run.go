@@ -313,6 +313,16 @@ func (r *Run) requestCancel(reason string) bool {
 	return true
 }
 
+// stop ends a running run with cause (a limit it passed), unless its loop has returned already.
+func (r *Run) stop(cause error) {
+	r.mu.Lock()
+	cancel, finishing := r.cancel, r.finishing
+	r.mu.Unlock()
+	if cancel != nil && !finishing {
+		cancel(cause)
+	}
+}
+
 // setFinishing marks a run whose agent loop has returned: from now on nothing cancels it.
 func (r *Run) setFinishing() {
 	r.mu.Lock()

@@ -44,6 +44,7 @@ type plan struct {
 	retracts string
 	// contextBytes is the size of the request's context as JSON.
 	contextBytes int
+	account      Account
 }
 
 // sessionID is the id of the plan's session, existing or to be created.
@@ -97,7 +98,7 @@ func (s *Service) Start(ctx context.Context, user string, req Request, opt Start
 			return st, err
 		}
 	}
-	p, err := s.plan(ctx, user, req)
+	p, err := s.plan(ctx, user, req, opt.Account)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +188,7 @@ func (s *Service) joinSession(ctx context.Context, p *plan) error {
 	req := p.req
 	req.CreateSession = false
 	req.SessionID = p.newSession.ID
-	np, err := s.plan(ctx, p.user, req)
+	np, err := s.plan(ctx, p.user, req, p.account)
 	if err != nil {
 		return err
 	}
@@ -256,11 +257,11 @@ func (s *Service) interruptActive(ctx context.Context, user, runID string, deadl
 }
 
 // plan validates the request and resolves its agent, model, tools and session.
-func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, error) {
+func (s *Service) plan(ctx context.Context, user string, req Request, acct Account) (*plan, error) {
 	if err := req.validate(&s.opts.Limits); err != nil {
 		return nil, err
 	}
-	p := &plan{user: user, req: req}
+	p := &plan{user: user, req: req, account: acct}
 	if req.Context != nil {
 		b, err := json.Marshal(req.Context)
 		if err != nil {
@@ -306,6 +307,10 @@ func (s *Service) plan(ctx context.Context, user string, req Request) (*plan, er
 	a, ok := s.opts.Agents[p.agentNm]
 	if !ok {
 		return nil, invalid("unknown_agent", "no agent %q; configured agents: %s", p.agentNm, strings.Join(s.AgentNames(), ", "))
+	}
+	if acct.Agent != nil && !acct.Agent(p.agentNm) {
+		return nil, &Error{Kind: ErrForbidden, Code: "agent_not_allowed",
+			Message: fmt.Sprintf("this API key may not use agent %q", p.agentNm)}
 	}
 	p.agent = a
 	if p.newSession != nil {
@@ -391,7 +396,8 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	}
 	first := p.first(run.SessionID)
 	sr := &store.Run{ID: run.ID, SessionID: run.SessionID, Agent: run.Agent, Model: run.Model,
-		IdempotencyKey: key, RequestHash: hash, NewSession: p.newSession, Title: p.title()}
+		IdempotencyKey: key, RequestHash: hash, NewSession: p.newSession, Title: p.title(),
+		KeyID: p.account.KeyID, Quota: p.account.Quota}
 	if s.events != nil {
 		sr.ReservedSeq = reserveAhead
 	}
@@ -574,6 +580,12 @@ func (s *Service) DeleteSession(ctx context.Context, user, id string) error {
 		return &Error{Kind: store.ErrNotFound, Code: "session_not_found", Message: fmt.Sprintf("no session %q", id)}
 	}
 	return err
+}
+
+// HasAgent reports whether an agent is configured.
+func (s *Service) HasAgent(name string) bool {
+	_, ok := s.opts.Agents[name]
+	return ok
 }
 
 // AgentNames lists the configured agents.

@@ -66,7 +66,8 @@ func (s *server) startRun(w http.ResponseWriter, r *http.Request) (*chat.Started
 		}
 		req.Attachments = append(req.Attachments, store.Attachment{MediaType: a.MediaType, Name: a.Name, Data: data})
 	}
-	st, err := s.Chat.Start(r.Context(), user(r.Context()), req, chat.StartOptions{OnActiveRun: in.OnActiveRun, IdempotencyKey: key})
+	st, err := s.Chat.Start(r.Context(), user(r.Context()), req, chat.StartOptions{OnActiveRun: in.OnActiveRun, IdempotencyKey: key,
+		Account: s.account(r.Context())})
 	if err != nil {
 		return nil, err
 	}

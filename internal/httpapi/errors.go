@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 
+	"chatd/internal/auth"
 	"chatd/internal/chat"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
@@ -17,6 +19,8 @@ type apiError struct {
 	code    string
 	message string
 	extra   map[string]any // more fields of the error object, e.g. the active run_id
+	// retryAfter, when set, is the Retry-After of a 429, in seconds.
+	retryAfter int64
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -34,6 +38,15 @@ func (s *server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 // the log gets the cause of anything unexpected.
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e := toAPIError(err)
+	if le, ok := errors.AsType[*store.LimitError](err); ok {
+		e = s.limitError(r.Context(), le)
+	}
+	switch {
+	case e.status == http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="chatd"`)
+	case e.retryAfter > 0:
+		w.Header().Set("Retry-After", strconv.FormatInt(e.retryAfter, 10))
+	}
 	if e.status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
@@ -52,11 +65,16 @@ func toAPIError(err error) *apiError {
 		return &apiError{status: http.StatusRequestEntityTooLarge, code: "body_too_large",
 			message: "the request body is larger than the limit of " + byteSize(e.Limit)}
 	}
+	if e, ok := errors.AsType[*auth.Error](err); ok {
+		return authError(e)
+	}
 	if e, ok := errors.AsType[*chat.Error](err); ok {
 		out := &apiError{status: http.StatusBadRequest, code: e.Code, message: e.Message}
 		switch {
 		case errors.Is(e, store.ErrNotFound):
 			out.status = http.StatusNotFound
+		case errors.Is(e, chat.ErrForbidden):
+			out.status = http.StatusForbidden
 		case errors.Is(e, chat.ErrBusy), errors.Is(e, chat.ErrKeyReused):
 			out.status = http.StatusConflict
 			if e.RunID != "" {

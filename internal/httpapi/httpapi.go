@@ -6,7 +6,6 @@
 package httpapi
 
 import (
-	"context"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"chatd/internal/auth"
 	"chatd/internal/chat"
 	"chatd/internal/store"
 	"chatd/internal/tool"
@@ -45,16 +45,21 @@ type Options struct {
 	// UI serves the web chat UI at / and its client routes; nil serves a short page about the API.
 	UI http.Handler
 	// AllowedHosts are Host header values accepted besides localhost and loopback addresses, e.g. the
-	// name a reverse proxy forwards.
+	// name a reverse proxy forwards. They matter only while no auth is required.
 	AllowedHosts []string
+	// Auth authenticates callers; nil: no auth, every caller is the local user, an admin.
+	Auth *auth.Authenticator
+	// Now is the clock of limits (default time.Now).
+	Now func() time.Time
 }
 
 // LocalUser is the identity of every caller while chatd runs without API keys.
-const LocalUser = "local"
+const LocalUser = auth.LocalUser
 
 type server struct {
 	Options
-	log *slog.Logger
+	log     *slog.Logger
+	limiter *auth.RateLimiter
 }
 
 // New returns the API's handler.
@@ -74,13 +79,27 @@ func New(opts Options) http.Handler {
 	if opts.MaxChatBodyBytes <= 0 {
 		opts.MaxChatBodyBytes = 32 << 20
 	}
-	s := &server{Options: opts, log: opts.Logger}
-	// Without API keys every caller is the local user, so a web page the user visits must not be able to
-	// drive the API: cross-origin writes are refused (CSRF), and so are requests for another host name,
-	// which is what a DNS-rebinding page sends.
+	s := &server{Options: opts, log: opts.Logger, limiter: auth.NewRateLimiter()}
+	// A web page the user visits must not be able to drive the API with the user's identity — the
+	// local user's, or a sign-in cookie's: cross-origin writes are refused (CSRF) unless they carry an
+	// API key, which a page cannot send for the user. Without auth, so are requests for another host
+	// name, which is what a DNS-rebinding page sends.
 	csrf := http.NewCrossOriginProtection()
 	csrf.SetDenyHandler(s.handle(s.crossOrigin))
-	return s.checkHost(csrf.Handler(s.withUser(s.routes())))
+	return s.checkHost(s.unlessBearer(csrf.Handler, s.authenticate(s.routes())))
+}
+
+// unlessBearer routes requests that carry an Authorization header straight to next, and the others
+// through wrap(next).
+func (s *server) unlessBearer(wrap func(http.Handler) http.Handler, next http.Handler) http.Handler {
+	wrapped := wrap(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		wrapped.ServeHTTP(w, r)
+	})
 }
 
 // apiRoot is the pattern of the catch-all that answers /v1/ paths no route serves with the method asked.
@@ -107,6 +126,13 @@ func (s *server) routes() *http.ServeMux {
 	mux.Handle("GET /v1/ui/chat/{id}/stream", s.handle(s.uiResume))
 	mux.Handle("GET /v1/ui/chat/{id}", s.handle(s.uiHistory))
 	mux.Handle("GET /v1/models", s.handle(s.listModels))
+	mux.Handle("GET "+authSessionPath, s.handle(s.getAuthSession))
+	mux.Handle("POST "+authSessionPath, s.handle(s.signIn))
+	mux.Handle("DELETE "+authSessionPath, s.handle(s.signOut))
+	mux.Handle("POST /v1/keys", s.handle(s.createKey))
+	mux.Handle("GET /v1/keys", s.handle(s.listKeys))
+	mux.Handle("DELETE /v1/keys/{id}", s.handle(s.revokeKey))
+	mux.Handle("GET /v1/usage", s.handle(s.usage))
 	mux.Handle("GET /healthz", s.handle(s.health))
 	mux.Handle(apiRoot, s.handle(func(w http.ResponseWriter, r *http.Request) error { return s.noRoute(mux, w, r) }))
 	if s.UI != nil {
@@ -117,20 +143,11 @@ func (s *server) routes() *http.ServeMux {
 	return mux
 }
 
-type userKey struct{}
-
-// withUser attaches the caller's identity to the request's context. Without API keys every caller is the
-// local user; with keys (later) this is where the bearer token is checked.
-func (s *server) withUser(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, LocalUser)))
-	})
-}
-
-// checkHost refuses requests whose Host is not a loopback name or address, nor an allowed host.
+// checkHost refuses requests whose Host is not a loopback name or address, nor an allowed host, while
+// chatd requires no auth.
 func (s *server) checkHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.hostAllowed(r.Host) {
+		if (s.Auth == nil || !s.Auth.Required()) && !s.hostAllowed(r.Host) {
 			s.writeError(w, r, &apiError{status: http.StatusForbidden, code: "forbidden_host",
 				message: "chatd answers only requests for localhost or a loopback address while it runs without API keys; " +
 					"to reach it under another name (behind a reverse proxy), add the name to CHATD_ALLOWED_HOSTS"})
@@ -160,11 +177,6 @@ func (s *server) hostAllowed(hostport string) bool {
 	return false
 }
 
-func user(ctx context.Context) string {
-	u, _ := ctx.Value(userKey{}).(string)
-	return u
-}
-
 func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
@@ -172,8 +184,9 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 // crossOrigin is the refusal of a write a browser sends from a page of another origin (CSRF).
 func (s *server) crossOrigin(w http.ResponseWriter, r *http.Request) error {
 	return &apiError{status: http.StatusForbidden, code: "cross_origin_request",
-		message: "a browser page from another origin may not call this API while chatd runs without API keys; " +
-			"use chatd's own web UI or a program such as curl, and behind a reverse proxy forward the original Host header"}
+		message: "a browser page from another origin may not call this API with the local user's or a sign-in cookie's identity; " +
+			"use chatd's own web UI, send an API key (Authorization: Bearer), or use a program such as curl; " +
+			"behind a reverse proxy, forward the original Host header"}
 }
 
 // probedMethods are the methods noRoute asks the mux about. CONNECT is left out: no route takes it, and

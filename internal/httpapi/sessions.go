@@ -50,6 +50,9 @@ func (s *server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := in.validate(); err != nil {
 		return err
 	}
+	if err := checkAgent(r.Context(), in.Agent); err != nil {
+		return err
+	}
 	sess := &store.Session{Agent: in.Agent, Metadata: in.Metadata}
 	if in.Title != nil {
 		sess.Title = *in.Title
@@ -166,6 +169,9 @@ func (s *server) listTools(w http.ResponseWriter, r *http.Request) error {
 			}
 			reqCtx[key] = v[0]
 		}
+	}
+	if err := checkAgent(r.Context(), q.Get("agent")); err != nil {
+		return err
 	}
 	infos, err := s.Chat.Tools(q.Get("agent"), reqCtx)
 	if err != nil {

@@ -82,7 +82,7 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	st, err := s.Chat.Start(ctx, user(ctx), req, chat.StartOptions{})
+	st, err := s.Chat.Start(ctx, user(ctx), req, chat.StartOptions{Account: s.account(ctx)})
 	if err != nil {
 		return err
 	}

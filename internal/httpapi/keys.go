@@ -1,0 +1,133 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"chatd/internal/auth"
+	"chatd/internal/store"
+)
+
+// keyJSON is an API key on the wire; the secret only in the answer that made it.
+type keyJSON struct {
+	ID        string       `json:"id"`
+	Key       string       `json:"key,omitempty"`
+	User      string       `json:"user"`
+	Name      string       `json:"name"`
+	Prefix    string       `json:"prefix"`
+	Admin     bool         `json:"admin"`
+	Agents    []string     `json:"agents"`
+	Limits    store.Limits `json:"limits"`
+	CreatedAt time.Time    `json:"created_at"`
+	ExpiresAt *time.Time   `json:"expires_at"`
+	RevokedAt *time.Time   `json:"revoked_at"`
+}
+
+func keyOf(k *store.APIKey) keyJSON {
+	agents := k.Agents
+	if agents == nil {
+		agents = []string{}
+	}
+	return keyJSON{ID: k.ID, User: k.User, Name: k.Name, Prefix: k.Prefix, Admin: k.Admin, Agents: agents,
+		Limits: k.Limits, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt}
+}
+
+// maxKeyAgents bounds the agents a key names.
+const maxKeyAgents = 100
+
+// createKey answers POST /v1/keys (admins): a new key, its secret shown in this answer only.
+func (s *server) createKey(w http.ResponseWriter, r *http.Request) error {
+	if err := s.adminOnly(r); err != nil {
+		return err
+	}
+	var in struct {
+		User      string       `json:"user"`
+		Name      string       `json:"name"`
+		Admin     bool         `json:"admin"`
+		Agents    []string     `json:"agents"`
+		Limits    store.Limits `json:"limits"`
+		ExpiresIn string       `json:"expires_in"` // a duration: "720h", or days: "90d"
+	}
+	if err := s.decode(w, r, &in); err != nil {
+		return err
+	}
+	spec := auth.KeySpec{User: in.User, Name: in.Name, Admin: in.Admin, Agents: in.Agents, Limits: in.Limits}
+	if in.ExpiresIn != "" {
+		d, err := auth.ParseExpiry(in.ExpiresIn)
+		if err != nil {
+			return &apiError{status: http.StatusBadRequest, code: "invalid_expires_in", message: err.Error()}
+		}
+		spec.ExpiresIn = d
+	}
+	if len(in.Agents) > maxKeyAgents {
+		return &apiError{status: http.StatusBadRequest, code: "invalid_key_spec", message: "a key names at most 100 agents"}
+	}
+	for _, a := range in.Agents {
+		if !s.Chat.HasAgent(a) {
+			return &apiError{status: http.StatusBadRequest, code: "unknown_agent", message: "no agent " + strconv.Quote(a)}
+		}
+	}
+	secret, k, err := s.newKey(r, spec)
+	if err != nil {
+		return err
+	}
+	out := keyOf(k)
+	out.Key = secret
+	w.Header().Set("Cache-Control", "no-store")
+	return writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *server) newKey(r *http.Request, spec auth.KeySpec) (string, *store.APIKey, error) {
+	if s.Auth == nil {
+		return "", nil, &apiError{status: http.StatusConflict, code: "auth_not_enabled",
+			message: "this chatd was started without auth; create keys with chatd keys create and restart it"}
+	}
+	secret, k, err := s.Auth.CreateKey(r.Context(), spec)
+	if errors.Is(err, auth.ErrInvalidSpec) {
+		return "", nil, &apiError{status: http.StatusBadRequest, code: "invalid_key_spec", message: err.Error()}
+	}
+	return secret, k, err
+}
+
+// listKeys answers GET /v1/keys (admins): every key, or one user's (?user=), never a secret.
+func (s *server) listKeys(w http.ResponseWriter, r *http.Request) error {
+	if err := s.adminOnly(r); err != nil {
+		return err
+	}
+	keys, err := s.Store.Keys(r.Context(), r.URL.Query().Get("user"))
+	if err != nil {
+		return err
+	}
+	out := make([]keyJSON, 0, len(keys))
+	for i := range keys {
+		out = append(out, keyOf(&keys[i]))
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"keys": out})
+}
+
+// revokeKey answers DELETE /v1/keys/{id} (admins): the key stops working at once, with its sign-ins.
+func (s *server) revokeKey(w http.ResponseWriter, r *http.Request) error {
+	if err := s.adminOnly(r); err != nil {
+		return err
+	}
+	if s.Auth == nil {
+		return &apiError{status: http.StatusNotFound, code: "key_not_found", message: "no key " + strconv.Quote(r.PathValue("id"))}
+	}
+	k, err := s.Auth.RevokeKey(r.Context(), "", r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		return &apiError{status: http.StatusNotFound, code: "key_not_found", message: "no key " + strconv.Quote(r.PathValue("id"))}
+	}
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, keyOf(k))
+}
+
+func (s *server) adminOnly(r *http.Request) error {
+	if !principal(r.Context()).Admin {
+		return errAdminOnly
+	}
+	return nil
+}
