@@ -105,35 +105,50 @@ func (s *server) unlessBearer(wrap func(http.Handler) http.Handler, next http.Ha
 // apiRoot is the pattern of the catch-all that answers /v1/ paths no route serves with the method asked.
 const apiRoot = "/v1/"
 
+// route is one route of the API: a ServeMux pattern and its handler.
+type route struct {
+	pattern string
+	handler func(http.ResponseWriter, *http.Request) error
+}
+
+// routeTable lists every route of the API; routes registers them, and the tests read them.
+func (s *server) routeTable() []route {
+	return []route{
+		{"POST /v1/chat/stream", s.chatStream},
+		{"POST /v1/chat", s.chatBatch},
+		{"GET /v1/runs/{id}", s.getRun},
+		{"GET /v1/runs/{id}/events", s.runEvents},
+		{"GET /v1/runs/{id}/diagnostics", s.runDiagnostics},
+		{"POST /v1/runs/{id}/cancel", s.cancelRun},
+		{"POST /v1/sessions", s.createSession},
+		{"GET /v1/sessions", s.listSessions},
+		{"GET /v1/sessions/{id}", s.getSession},
+		{"PATCH /v1/sessions/{id}", s.updateSession},
+		{"DELETE /v1/sessions/{id}", s.deleteSession},
+		{"GET /v1/sessions/{id}/messages", s.listMessages},
+		{"GET /v1/sessions/{id}/records/{record}/attachments/{n}", s.attachment},
+		{"GET /v1/tools", s.listTools},
+		{"GET /v1/mcp/servers", s.listMCPServers},
+		{"POST /v1/ui/chat", s.uiChat},
+		{"GET /v1/ui/chat/{id}/stream", s.uiResume},
+		{"GET /v1/ui/chat/{id}", s.uiHistory},
+		{"GET /v1/models", s.listModels},
+		{"GET " + authSessionPath, s.getAuthSession},
+		{"POST " + authSessionPath, s.signIn},
+		{"DELETE " + authSessionPath, s.signOut},
+		{"POST /v1/keys", s.createKey},
+		{"GET /v1/keys", s.listKeys},
+		{"DELETE /v1/keys/{id}", s.revokeKey},
+		{"GET /v1/usage", s.usage},
+		{"GET /healthz", s.health},
+	}
+}
+
 func (s *server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/chat/stream", s.handle(s.chatStream))
-	mux.Handle("POST /v1/chat", s.handle(s.chatBatch))
-	mux.Handle("GET /v1/runs/{id}", s.handle(s.getRun))
-	mux.Handle("GET /v1/runs/{id}/events", s.handle(s.runEvents))
-	mux.Handle("GET /v1/runs/{id}/diagnostics", s.handle(s.runDiagnostics))
-	mux.Handle("POST /v1/runs/{id}/cancel", s.handle(s.cancelRun))
-	mux.Handle("POST /v1/sessions", s.handle(s.createSession))
-	mux.Handle("GET /v1/sessions", s.handle(s.listSessions))
-	mux.Handle("GET /v1/sessions/{id}", s.handle(s.getSession))
-	mux.Handle("PATCH /v1/sessions/{id}", s.handle(s.updateSession))
-	mux.Handle("DELETE /v1/sessions/{id}", s.handle(s.deleteSession))
-	mux.Handle("GET /v1/sessions/{id}/messages", s.handle(s.listMessages))
-	mux.Handle("GET /v1/sessions/{id}/records/{record}/attachments/{n}", s.handle(s.attachment))
-	mux.Handle("GET /v1/tools", s.handle(s.listTools))
-	mux.Handle("GET /v1/mcp/servers", s.handle(s.listMCPServers))
-	mux.Handle("POST /v1/ui/chat", s.handle(s.uiChat))
-	mux.Handle("GET /v1/ui/chat/{id}/stream", s.handle(s.uiResume))
-	mux.Handle("GET /v1/ui/chat/{id}", s.handle(s.uiHistory))
-	mux.Handle("GET /v1/models", s.handle(s.listModels))
-	mux.Handle("GET "+authSessionPath, s.handle(s.getAuthSession))
-	mux.Handle("POST "+authSessionPath, s.handle(s.signIn))
-	mux.Handle("DELETE "+authSessionPath, s.handle(s.signOut))
-	mux.Handle("POST /v1/keys", s.handle(s.createKey))
-	mux.Handle("GET /v1/keys", s.handle(s.listKeys))
-	mux.Handle("DELETE /v1/keys/{id}", s.handle(s.revokeKey))
-	mux.Handle("GET /v1/usage", s.handle(s.usage))
-	mux.Handle("GET /healthz", s.handle(s.health))
+	for _, rt := range s.routeTable() {
+		mux.Handle(rt.pattern, s.handle(rt.handler))
+	}
 	mux.Handle(apiRoot, s.handle(func(w http.ResponseWriter, r *http.Request) error { return s.noRoute(mux, w, r) }))
 	if s.UI != nil {
 		mux.Handle("/", s.UI) // it answers other methods with 405 itself
