@@ -70,7 +70,9 @@ func TestDependencies(t *testing.T) {
 		"chatd/internal/prompt":        {"chatd/internal/llm", "chatd/internal/store"},
 		"chatd/internal/chat": {"chatd/internal/agent", "chatd/internal/llm", "chatd/internal/prompt", "chatd/internal/runevent",
 			"chatd/internal/store", "chatd/internal/tool"},
-		"chatd/internal/httpapi": {"chatd/internal/chat", "chatd/internal/agent", "chatd/internal/prompt", "chatd/internal/llm",
+		// auth knows keys, sign-ins and limits: it reads the store's accounts, nothing else of chatd.
+		"chatd/internal/auth": {"chatd/internal/store"},
+		"chatd/internal/httpapi": {"chatd/internal/auth", "chatd/internal/chat", "chatd/internal/agent", "chatd/internal/prompt", "chatd/internal/llm",
 			"chatd/internal/runevent", "chatd/internal/store",
 			"chatd/internal/tool", "chatd/internal/sse"},
 		"chatd/internal/mcpclient": {"chatd/internal/tool"},

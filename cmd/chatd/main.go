@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"chatd/internal/agent"
+	"chatd/internal/auth"
 	"chatd/internal/chat"
 	"chatd/internal/config"
 	"chatd/internal/fetchurl"
@@ -35,6 +36,9 @@ const usage = `chatd — an LLM chat backend
 
 Usage:
   chatd serve [flags]   run the server (chatd serve -h lists the flags)
+  chatd keys create|list|revoke
+                        manage API keys (chatd keys help)
+  chatd usage [flags]   token and cost totals (chatd usage -h)
   chatd version         print the version
   chatd mcp-conformance URL
                         run chatd's MCP client against a server of the MCP conformance suite
@@ -66,6 +70,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], getenv, stderr)
+	case "keys":
+		return keys(ctx, args[1:], getenv, stdout, stderr)
+	case "usage":
+		return usageTable(ctx, args[1:], getenv, stdout, stderr)
 	case "mcp-conformance":
 		return conformance(ctx, args[1:], getenv, stdout, stderr)
 	case "version":
@@ -105,6 +113,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err // it says "sqlite: open PATH: …"
 	}
 	defer db.Close()
+	authn, err := authenticator(ctx, cfg, db, log)
+	if err != nil {
+		return err
+	}
 
 	providers, err := provider.New(cfg.Providers, cfg.Unconfigured)
 	if err != nil {
@@ -134,7 +146,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: cfg.Agents, Scopes: cfg.ToolScopes,
 		DefaultModel: cfg.Model, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
 			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows},
-		Limits: chatLimits(lim)})
+		Limits: chatLimits(lim), Prices: cfg.Prices})
 	if err := chats.Recover(ctx); err != nil {
 		return err
 	}
@@ -147,22 +159,51 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		Addr: cfg.Addr,
 		Handler: httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, MCPServers: mcpServers(mcps), Logger: log,
 			AllowedHosts: cfg.AllowedHosts, Models: catalog(providers), DefaultModel: cfg.Model, UI: ui,
-			MaxBodyBytes: lim.BodyBytes, MaxChatBodyBytes: lim.ChatBodyBytes}),
+			MaxBodyBytes: lim.BodyBytes, MaxChatBodyBytes: lim.ChatBodyBytes, Auth: authn}),
 		// No ReadTimeout: it would end every stream that outlives it. The API bounds the reading of each
 		// request body itself.
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("chatd listening", "url", "http://"+ln.Addr().String(), "config", cfg)
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	log.Info("chatd listening", "url", scheme+"://"+ln.Addr().String(), "config", cfg, "auth", authn.Describe())
+	if !cfg.Loopback() && cfg.TLSCert == "" {
+		log.Warn("chatd listens beyond loopback without TLS: API keys and sign-in cookies cross the network in clear text unless a TLS proxy is in front; use --tls-cert and --tls-key otherwise")
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if cfg.TLSCert != "" {
+			errc <- srv.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey)
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
 	return shutdown(srv, chats, cfg.DrainTimeout, log)
+}
+
+// authenticator checks that chatd may listen where it was asked to, and returns what authenticates
+// its callers.
+func authenticator(ctx context.Context, cfg *config.Config, db *sqlite.DB, log *slog.Logger) (*auth.Authenticator, error) {
+	hasKeys, err := db.HasKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckExposure(hasKeys); err != nil {
+		return nil, err
+	}
+	a := cfg.Auth
+	return auth.New(ctx, auth.Options{Store: db, TrustedHeader: a.TrustedHeader, TrustedProxies: a.TrustedProxies,
+		Admins: a.Admins, Loopback: cfg.Loopback(), UserLimits: cfg.UserLimits.Users, DefaultLimits: cfg.UserLimits.Default,
+		CacheTTL: a.CacheTTL, SessionTTL: a.SessionTTL, Logger: log})
 }
 
 // shutdown stops accepting requests, lets running runs finish for a while, then cancels the rest (each

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -30,6 +31,7 @@ import (
 	"chatd/internal/llm"
 	"chatd/internal/llm/upstream"
 	"chatd/internal/provider"
+	"chatd/internal/store"
 	"chatd/internal/tool"
 )
 
@@ -70,6 +72,142 @@ type Config struct {
 	// Limits are the hard limits on requests and runs (limits: in the file); zero values are the
 	// defaults of the packages that enforce them.
 	Limits Limits
+	// Auth says who may call chatd besides the holders of API keys (auth: in the file).
+	Auth Auth
+	// UserLimits are what each user may use (user_limits: in the file); API keys override them.
+	UserLimits UserLimits
+	// Prices are the models' prices by provider/model (prices: in the file), for costs and budgets.
+	Prices map[string]chat.Price
+	// TLSCert and TLSKey, both set, make chatd serve HTTPS (--tls-cert, --tls-key).
+	TLSCert, TLSKey string
+}
+
+// Auth is the auth: section.
+type Auth struct {
+	// TrustedHeader names the header a trusted proxy puts the signed-in user in (X-Forwarded-Email);
+	// it is read only from requests whose address is in TrustedProxies.
+	TrustedHeader  string
+	TrustedProxies []netip.Prefix
+	// Admins are the users of the trusted header who are admins.
+	Admins []string
+	// CacheTTL is how long a verified key is trusted before the store is asked again (default 10s);
+	// SessionTTL how long a web UI sign-in lasts (default 7 days).
+	CacheTTL, SessionTTL time.Duration
+}
+
+// UserLimits are the limits of users: Default for everyone, Users by name (each field it sets
+// replacing the default's).
+type UserLimits struct {
+	Default store.Limits
+	Users   map[string]store.Limits
+}
+
+type fileAuth struct {
+	TrustedHeader  string        `yaml:"trusted_header"`
+	TrustedProxies []string      `yaml:"trusted_proxies"`
+	Admins         []string      `yaml:"admins"`
+	CacheTTL       time.Duration `yaml:"cache_ttl"`
+	SessionTTL     time.Duration `yaml:"session_ttl"`
+}
+
+type fileLimits struct {
+	ConcurrentRuns    int     `yaml:"concurrent_runs"`
+	RequestsPerMinute int     `yaml:"requests_per_minute"`
+	TokensPerDay      int64   `yaml:"tokens_per_day"`
+	SpendUSD          float64 `yaml:"spend_usd"`
+	SpendPeriod       string  `yaml:"spend_period"`
+}
+
+func (l fileLimits) limits() store.Limits {
+	return store.Limits{ConcurrentRuns: l.ConcurrentRuns, RequestsPerMinute: l.RequestsPerMinute,
+		TokensPerDay: l.TokensPerDay, SpendUSD: l.SpendUSD, SpendPeriod: l.SpendPeriod}
+}
+
+type fileUserLimits struct {
+	Default fileLimits            `yaml:"default"`
+	Users   map[string]fileLimits `yaml:"users"`
+}
+
+type filePrice struct {
+	Input      float64 `yaml:"input"`
+	Output     float64 `yaml:"output"`
+	CacheRead  float64 `yaml:"cache_read"`
+	CacheWrite float64 `yaml:"cache_write"`
+}
+
+// accounts reads the auth:, user_limits: and prices: sections.
+func (c *Config) accounts(f *file) error {
+	a := f.Auth
+	c.Auth = Auth{TrustedHeader: http.CanonicalHeaderKey(strings.TrimSpace(a.TrustedHeader)), Admins: a.Admins,
+		CacheTTL: a.CacheTTL, SessionTTL: a.SessionTTL}
+	for _, p := range a.TrustedProxies {
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return fmt.Errorf("config: auth: trusted_proxies: %q is not an address or a range such as 10.0.0.0/8", p)
+			}
+			prefix = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		c.Auth.TrustedProxies = append(c.Auth.TrustedProxies, prefix.Masked())
+	}
+	if (c.Auth.TrustedHeader == "") != (len(c.Auth.TrustedProxies) == 0) {
+		return errors.New("config: auth: trusted_header and trusted_proxies go together: the header is believed only from those addresses")
+	}
+	if a.CacheTTL < 0 || a.SessionTTL < 0 {
+		return errors.New("config: auth: cache_ttl and session_ttl must be positive")
+	}
+	c.UserLimits = UserLimits{Default: f.UserLimits.Default.limits()}
+	if err := checkLimits("default", c.UserLimits.Default); err != nil {
+		return err
+	}
+	for name, l := range f.UserLimits.Users {
+		if c.UserLimits.Users == nil {
+			c.UserLimits.Users = map[string]store.Limits{}
+		}
+		c.UserLimits.Users[name] = l.limits()
+		if err := checkLimits(name, l.limits()); err != nil {
+			return err
+		}
+	}
+	for model, p := range f.Prices {
+		if p.Input < 0 || p.Output < 0 || p.CacheRead < 0 || p.CacheWrite < 0 {
+			return fmt.Errorf("config: prices: %s: prices are US dollars per million tokens, never negative", model)
+		}
+		if c.Prices == nil {
+			c.Prices = map[string]chat.Price{}
+		}
+		c.Prices[model] = chat.Price{Input: p.Input, Output: p.Output, CacheRead: p.CacheRead, CacheWrite: p.CacheWrite}
+	}
+	return nil
+}
+
+func checkLimits(who string, l store.Limits) error {
+	if l.ConcurrentRuns < 0 || l.RequestsPerMinute < 0 || l.TokensPerDay < 0 || l.SpendUSD < 0 {
+		return fmt.Errorf("config: user_limits: %s: limits are positive numbers (0: no limit)", who)
+	}
+	switch l.SpendPeriod {
+	case "", "day", "week", "month":
+		return nil
+	}
+	return fmt.Errorf("config: user_limits: %s: spend_period is day, week or month, not %q", who, l.SpendPeriod)
+}
+
+// Loopback reports whether chatd listens on loopback addresses only.
+func (c *Config) Loopback() bool {
+	host, _, err := net.SplitHostPort(c.Addr)
+	return err == nil && isLoopback(host)
+}
+
+// CheckExposure refuses to serve beyond loopback without auth: with no API key (hasKeys) and no
+// trusted proxy, every caller would be the local user.
+func (c *Config) CheckExposure(hasKeys bool) error {
+	if c.Loopback() || hasKeys || c.Auth.TrustedHeader != "" {
+		return nil
+	}
+	return fmt.Errorf("refusing to listen on %s: chatd has no API keys, so it would accept requests without "+
+		"authentication, which is only safe on loopback; create a key first (chatd keys create --user NAME --admin), "+
+		"configure auth.trusted_header behind a signing-in proxy, or listen on 127.0.0.1", c.Addr)
 }
 
 // Limits are the hard, server-side limits of the limits: section. Each zero value means the default
@@ -209,6 +347,10 @@ type file struct {
 	FetchURL          FetchURL      `yaml:"fetch_url"`
 	ToolScopes        *tool.Scopes  `yaml:"tool_scopes"`
 	Limits            Limits        `yaml:"limits"`
+
+	Auth       fileAuth             `yaml:"auth"`
+	UserLimits fileUserLimits       `yaml:"user_limits"`
+	Prices     map[string]filePrice `yaml:"prices"`
 }
 
 type fileProvider struct {
@@ -232,6 +374,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	cfgFile := fs.String("config", "", "YAML configuration file (env CHATD_CONFIG)")
 	mcpConfig := fs.String("mcp-config", "", "MCP servers JSON file, {\"mcpServers\":{…}} (env CHATD_MCP_CONFIG)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (env CHATD_LOG_LEVEL; default info)")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; env CHATD_TLS_CERT), with --tls-key")
+	tlsKey := fs.String("tls-key", "", "the private key of --tls-cert (PEM; env CHATD_TLS_KEY)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -282,6 +426,13 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		return nil, err
 	}
 	c.Model = cmp.Or(*model, getenv("CHATD_MODEL"), f.Model, c.defaultModel())
+	if err := c.accounts(&f); err != nil {
+		return nil, err
+	}
+	c.TLSCert, c.TLSKey = cmp.Or(*tlsCert, getenv("CHATD_TLS_CERT")), cmp.Or(*tlsKey, getenv("CHATD_TLS_KEY"))
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
 	return c, c.Validate()
 }
 
@@ -485,17 +636,13 @@ func (c *Config) Validate() error {
 	if _, err := c.SQLitePath(); err != nil {
 		return err
 	}
-	host, port, err := net.SplitHostPort(c.Addr)
+	// Whether chatd may listen on the host depends on its keys: CheckExposure, once the store is open.
+	_, port, err := net.SplitHostPort(c.Addr)
 	if err != nil {
 		return fmt.Errorf("address %q: %w (use host:port, e.g. %s)", c.Addr, err, DefaultAddr)
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return fmt.Errorf("address %q: bad port", c.Addr)
-	}
-	if !isLoopback(host) {
-		return fmt.Errorf("refusing to listen on %s: no API keys are configured, so chatd accepts requests without "+
-			"authentication, which is only safe on loopback; listen on 127.0.0.1, ::1 or localhost "+
-			"(e.g. --addr 127.0.0.1:8080) and put a reverse proxy with authentication in front to serve others", c.Addr)
 	}
 	cx := c.Context
 	if cx.ToolResultMaxBytes < 0 {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,17 +137,44 @@ func TestOllamaHost(t *testing.T) {
 	}
 }
 
+// TestRefusesToListenBeyondLoopback: without API keys and a trusted proxy, only loopback addresses may be
+// listened on; a key, or a trusted header, lets chatd listen anywhere.
 func TestRefusesToListenBeyondLoopback(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:8080", ":8080", "192.168.1.5:8080", "example.com:80", "[::]:8080"} {
-		_, err := Load([]string{"--addr", addr}, env(nil), io.Discard)
-		if err == nil || !strings.Contains(err.Error(), "only safe on loopback") {
-			t.Errorf("--addr %s: %v", addr, err)
+		c, err := Load([]string{"--addr", addr}, env(nil), io.Discard)
+		if err != nil {
+			t.Fatalf("--addr %s: %v", addr, err)
+		}
+		if err := c.CheckExposure(false); err == nil || !strings.Contains(err.Error(), "only safe on loopback") {
+			t.Errorf("--addr %s without keys: %v", addr, err)
+		}
+		if err := c.CheckExposure(true); err != nil {
+			t.Errorf("--addr %s with keys: %v", addr, err)
 		}
 	}
 	for _, addr := range []string{"127.0.0.1:0", "localhost:8080", "[::1]:8080", "127.0.0.2:80"} {
-		if _, err := Load([]string{"--addr", addr}, env(nil), io.Discard); err != nil {
+		c, err := Load([]string{"--addr", addr}, env(nil), io.Discard)
+		if err != nil {
+			t.Fatalf("--addr %s: %v", addr, err)
+		}
+		if err := c.CheckExposure(false); err != nil {
 			t.Errorf("--addr %s: %v", addr, err)
 		}
+	}
+	path := filepath.Join(t.TempDir(), "chatd.yaml")
+	if err := os.WriteFile(path, []byte("auth:\n  trusted_header: x-forwarded-email\n  trusted_proxies: [10.0.0.0/8, 192.168.1.1]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load([]string{"--addr", "0.0.0.0:8080", "--config", path}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckExposure(false); err != nil {
+		t.Errorf("with a trusted proxy: %v", err)
+	}
+	want := Auth{TrustedHeader: "X-Forwarded-Email", TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.1/32")}}
+	if diff := cmp.Diff(want, c.Auth, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+		t.Errorf("auth (-want +got):\n%s", diff)
 	}
 }
 
