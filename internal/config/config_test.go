@@ -14,6 +14,7 @@ import (
 	"chatd/internal/chat"
 	"chatd/internal/llm/upstream"
 	"chatd/internal/provider"
+	"chatd/internal/store"
 )
 
 func env(m map[string]string) func(string) string {
@@ -322,5 +323,54 @@ limits:
 		if err == nil || !strings.Contains(err.Error(), contains) {
 			t.Errorf("%q: error %v, want one containing %q", body, err, contains)
 		}
+	}
+}
+
+// TestAccounts: user_limits and prices are read into the types their users take, and bad values refused.
+func TestAccounts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "chatd.yaml")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`
+user_limits:
+  default: {concurrent_runs: 5, requests_per_minute: 60, tokens_per_day: 1000, spend_usd: 2.5, spend_period: week}
+  users:
+    alice: {concurrent_runs: 9}
+prices:
+  openai/gpt-4o-mini: {input: 0.15, output: 0.6, cache_read: 0.075}
+`)
+	c, err := Load([]string{"--config", path}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := UserLimits{
+		Default: store.Limits{ConcurrentRuns: 5, RequestsPerMinute: 60, TokensPerDay: 1000, SpendUSD: 2.5, SpendPeriod: "week"},
+		Users:   map[string]store.Limits{"alice": {ConcurrentRuns: 9}},
+	}
+	if diff := cmp.Diff(want, c.UserLimits); diff != "" {
+		t.Errorf("user limits (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]chat.Price{"openai/gpt-4o-mini": {Input: 0.15, Output: 0.6, CacheRead: 0.075}}, c.Prices); diff != "" {
+		t.Errorf("prices (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{
+		"user_limits: {default: {concurrent_runs: -1}}",
+		"user_limits: {default: {spend_period: year}}",
+		"prices: {m: {input: -1}}",
+		"auth: {trusted_header: X-Forwarded-Email}",
+		"auth: {trusted_proxies: [10.0.0.0/8]}",
+		"auth: {trusted_header: X-User, trusted_proxies: [not-an-address]}",
+	} {
+		write(bad)
+		if _, err := Load([]string{"--config", path}, env(nil), io.Discard); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+	if _, err := Load([]string{"--tls-cert", "c.pem"}, env(nil), io.Discard); err == nil {
+		t.Error("--tls-cert without --tls-key: accepted")
 	}
 }
