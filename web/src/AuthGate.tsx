@@ -3,7 +3,7 @@
 // nothing of the chats stays in memory.
 import { useCallback, useEffect, useState } from 'react'
 import { App } from './App'
-import { ApiError, auth, errorText, onUnauthorized, type Whoami } from './api'
+import { ApiError, auth, errorText, onUnauthorized, sentence, type Whoami } from './api'
 import { AlertIcon } from './components/icons'
 import { SignIn } from './components/SignIn'
 
@@ -26,7 +26,7 @@ function lapsed(err: ApiError, firstVisit: boolean): string {
     case 'invalid_session':
       return 'Your sign-in is no longer valid (the key may have been revoked). Sign in again to go on.'
     default:
-      return err.message
+      return sentence(err.message)
   }
 }
 

@@ -93,6 +93,11 @@ export function errorText(err: unknown): string {
   return raw || 'Something went wrong.'
 }
 
+/** sentence starts a message of chatd's ("no such API key") with a capital, as a line of its own. */
+export function sentence(s: string): string {
+  return s ? s[0].toUpperCase() + s.slice(1) : s
+}
+
 function parseErrorBody(text: string): { code: string; message: string } | null {
   const t = text.trim()
   if (!t.startsWith('{')) return null

@@ -1,7 +1,7 @@
 // The sign-in page of a chatd that requires an API key: the key is traded for a session cookie
 // (POST /v1/auth/session) and kept nowhere else — not in storage, not in state after the attempt.
 import { useEffect, useRef, useState, type FormEvent } from 'react'
-import { auth, errorText, type Whoami } from '../api'
+import { auth, errorText, sentence, type Whoami } from '../api'
 import { AlertIcon, KeyIcon, Spinner } from './icons'
 
 type Props = {
@@ -37,7 +37,7 @@ export function SignIn({ notice, onSignedIn }: Props) {
     try {
       onSignedIn(await auth.signIn(k))
     } catch (err: unknown) {
-      setError(errorText(err))
+      setError(sentence(errorText(err)))
       setBusy(false)
     }
   }
