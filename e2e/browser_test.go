@@ -589,3 +589,128 @@ func webJSSize(t *testing.T) (raw, gz int) {
 	}
 	return raw, gz
 }
+
+func evalJSAwait[T any](tb *tab, js string) T {
+	tb.t.Helper()
+	v, err := chromedp.Run(tb.ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		tb.t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+// createKey runs `chatd keys create` on the database file db, before any chatd serves it, and returns
+// the key it prints: exactly the key on stdout, the details on stderr.
+func createKey(t *testing.T, bin, db, user string) string {
+	t.Helper()
+	cmd := exec.Command(bin, "keys", "create", "--user", user, "--db", "sqlite:"+db)
+	cmd.Env = append(os.Environ(), "CHATD_CONFIG=", "CHATD_MCP_CONFIG=")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chatd keys create --user %s: %v\nstdout: %s\nstderr: %s", user, err, stdout.Bytes(), stderr.Bytes())
+	}
+	key, rest, _ := strings.Cut(stdout.String(), "\n")
+	if !strings.HasPrefix(key, "chd_") || rest != "" {
+		t.Fatalf("chatd keys create printed %q on stdout, want one line with the key (stderr: %s)", stdout.Bytes(), stderr.Bytes())
+	}
+	return key
+}
+
+// signIn types a key into the sign-in form and submits it.
+func (tb *tab) signIn(key string) {
+	tb.t.Helper()
+	tb.wait("the sign-in form", `!!document.querySelector('[data-testid="signin-form"]') && !document.querySelector('[data-testid="signin-key"]').disabled`)
+	tb.do("enter the key",
+		chromedp.Click(chromedp.CSS(`[data-testid="signin-key"]`)),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="signin-key"]`), key),
+		chromedp.Click(chromedp.CSS(`[data-testid="signin-submit"]`)),
+	)
+}
+
+// TestBrowserSignIn signs in to a chatd that has an API key, as its web UI's users do: the key is
+// traded for an HttpOnly session cookie, which lasts over a reload and ends with a sign-out or a 401.
+func TestBrowserSignIn(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "chatd.db")
+	bin := buildChatd(t)
+	key := createKey(t, bin, db, "alice")
+	mockPort := startAimock(t, "testdata/browser-fixtures.json", "--strict")
+	p := startChatd(t, "chatd", bin, db,
+		"OPENAI_API_KEY="+apiKey, "OPENAI_BASE_URL="+mockAddr(mockPort)+"/v1",
+		"ANTHROPIC_API_KEY=", "ANTHROPIC_BASE_URL=", "GEMINI_API_KEY=", "GEMINI_BASE_URL=", "OLLAMA_HOST=",
+		"CHATD_CONFIG=", "CHATD_MODEL=", "CHATD_MCP_CONFIG=")
+	signInFlow(t, p.base, key)
+}
+
+// signInFlow is the sign-in test's browser half, against a chatd at base that has the key of alice.
+func signInFlow(t *testing.T, base, key string) {
+	tb := startBrowser(t, base).newTab(t)
+	const signedIn = `!!document.querySelector('[data-testid="composer-input"]') && document.querySelector('[data-testid="whoami"]')?.innerText === "alice"`
+	const signInForm = `!!document.querySelector('[data-testid="signin-form"]') && !document.querySelector('[data-testid="composer-input"]')`
+	const keyField = `document.querySelector('[data-testid="signin-key"]')`
+
+	tb.do("open the UI", chromedp.Navigate(base+"/"))
+	tb.wait("the sign-in form", signInForm)
+	if typ, ac := evalJS[string](tb, keyField+`.type`), evalJS[string](tb, keyField+`.autocomplete`); typ != "password" || ac != "off" {
+		t.Errorf("the key field is type=%q autocomplete=%q, want password and off", typ, ac)
+	}
+	tb.screenshot("signin-01-form")
+
+	// A wrong key: chatd's message, and the field is empty again.
+	tb.signIn("chd_" + strings.Repeat("A", 43))
+	tb.wait("the error of a wrong key", `document.querySelector('[data-testid="signin-error"]')?.innerText.trim().length > 0`)
+	if msg := evalJS[string](tb, `document.querySelector('[data-testid="signin-error"]').innerText`); strings.Contains(msg, "{") {
+		t.Errorf("the sign-in error is not a sentence: %q", msg)
+	}
+	if v := evalJS[string](tb, keyField+`.value`); v != "" {
+		t.Errorf("the key field holds %q after a failed sign-in, want it empty", v)
+	}
+	tb.screenshot("signin-02-wrong-key")
+
+	tb.signIn(key)
+	tb.wait("the chat, signed in as alice", signedIn)
+	if n := evalJS[int](tb, `document.querySelectorAll('[data-testid="signout"]').length`); n != 1 {
+		t.Errorf("%d sign-out buttons, want 1", n)
+	}
+	tb.send("browser-first: the first chat")
+	tb.waitAnswer("The answer in the first chat.")
+	id := tb.sessionID()
+	tb.screenshot("signin-03-signed-in")
+
+	// The cookie keeps the sign-in over a reload; nothing the page's script can read holds the key.
+	tb.do("reload", chromedp.Reload())
+	tb.wait("the chat after a reload, still signed in", signedIn+fmt.Sprintf(` && location.pathname === "/c/%s"`, id))
+	tb.waitAnswer("The answer in the first chat.")
+	stored := evalJS[string](tb, `JSON.stringify([Object.entries(localStorage), Object.entries(sessionStorage)]) + "\n" + document.cookie`)
+	if strings.Contains(stored, "chd_") || strings.Contains(stored, key[4:]) {
+		t.Errorf("the key is kept where the page's script can read it:\n%s", stored)
+	}
+	if strings.Contains(stored, "chatd_session") {
+		t.Errorf("the session cookie is readable by the page's script (not HttpOnly):\n%s", stored)
+	}
+
+	// The sign-in ends behind the UI's back (another tab signed out): the next request, the chat's
+	// own send, answers 401, and the UI goes back to the sign-in form.
+	if status := evalJSAwait[int](tb, `fetch("/v1/auth/session", {method: "DELETE"}).then(r => r.status)`); status != http.StatusNoContent {
+		t.Fatalf("DELETE /v1/auth/session answered %d, want 204", status)
+	}
+	tb.do("new chat", chromedp.Click(chromedp.CSS(`[data-testid="new-chat"]`)))
+	tb.wait("an empty chat", `!document.querySelector('[data-testid="message"]')`)
+	tb.do("send after the sign-in ended",
+		chromedp.Click(chromedp.CSS(`[data-testid="composer-input"]`)),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="composer-input"]`), "browser-second: the second chat"),
+		chromedp.KeyEvent("\r"),
+	)
+	tb.wait("the sign-in form after a 401", signInForm)
+	tb.screenshot("signin-04-lapsed")
+	tb.signIn(key)
+	tb.wait("the chat, signed in again", signedIn)
+
+	tb.do("sign out", chromedp.Click(chromedp.CSS(`[data-testid="signout"]`)))
+	tb.wait("the sign-in form after signing out", signInForm+` && !document.querySelector('[data-testid="whoami"]')`)
+	tb.do("reload", chromedp.Reload())
+	tb.wait("the sign-in form after a reload", signInForm)
+	tb.screenshot("signin-05-signed-out")
+}

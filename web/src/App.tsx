@@ -1,7 +1,7 @@
 // The app: routes (`/` a new chat, `/c/<id>` a session), the sessions sidebar, the model and tool
 // choices, and the theme.
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react'
-import { api, errorText, newChatId, type Model, type Session, type Tool } from './api'
+import { api, errorText, newChatId, type Model, type Session, type Tool, type Whoami } from './api'
 import { ChatView } from './components/ChatView'
 import { MenuIcon, PlusIcon } from './components/icons'
 import { Sidebar } from './components/Sidebar'
@@ -65,7 +65,14 @@ function useTheme(): [Theme, () => void] {
   return [theme, toggle]
 }
 
-export function App() {
+type Props = {
+  /** who is signed in; method `local` is a chatd without authentication */
+  who: Whoami
+  /** ends the session; it rejects when chatd could not be told */
+  onSignOut: () => Promise<void>
+}
+
+export function App({ who, onSignOut }: Props) {
   const [route, setRoute] = useState<Route>(parseRoute)
   const [theme, toggleTheme] = useTheme()
   const [sidebarOpen, setSidebarOpen] = useState(false)
@@ -216,6 +223,11 @@ export function App() {
   }, [])
   const onTitle = useCallback((t: string) => setLoadedTitle({ id: route.id, title: t }), [route.id])
 
+  const signOut = useCallback(() => {
+    setActionError('')
+    onSignOut().catch((e: unknown) => setActionError(`Could not sign out: ${errorText(e)}`))
+  }, [onSignOut])
+
   const newChat = useCallback(() => go({ id: newChatId(), fresh: true }), [go])
   const openChat = useCallback((id: string) => go({ id, fresh: false }), [go])
 
@@ -236,6 +248,10 @@ export function App() {
         theme={theme}
         onTheme={toggleTheme}
         open={sidebarOpen}
+        who={who.method === 'local' ? null : who}
+        // Only a session cookie can be ended here: a key sent as a bearer token or a proxy's header
+        // sign the user in again with the next request.
+        onSignOut={who.method === 'cookie' ? signOut : undefined}
       />
       {sidebarOpen ? <div className="scrim" onClick={() => setSidebarOpen(false)} aria-hidden="true" /> : null}
       <main className="main">

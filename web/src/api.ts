@@ -93,6 +93,11 @@ export function errorText(err: unknown): string {
   return raw || 'Something went wrong.'
 }
 
+/** sentence starts a message of chatd's ("no such API key") with a capital, as a line of its own. */
+export function sentence(s: string): string {
+  return s ? s[0].toUpperCase() + s.slice(1) : s
+}
+
 function parseErrorBody(text: string): { code: string; message: string } | null {
   const t = text.trim()
   if (!t.startsWith('{')) return null
@@ -110,13 +115,51 @@ function parseErrorBody(text: string): { code: string; message: string } | null 
   return null
 }
 
-async function request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+/** Who the server says the caller is (GET /v1/auth/session). `local`: a chatd without authentication. */
+export type Whoami = {
+  user: string
+  admin?: boolean
+  method: 'cookie' | 'bearer' | 'trusted_header' | 'local' | (string & {})
+  key_id?: string
+  expires_at?: string
+}
+
+// A 401 from any API call means the sign-in lapsed: the app shows the sign-in page again. Each sign-in
+// and sign-out starts a new epoch, so that a request sent before it cannot end the session after it.
+type UnauthorizedListener = (err: ApiError) => void
+const unauthorizedListeners = new Set<UnauthorizedListener>()
+let authEpoch = 0
+
+/** onUnauthorized calls listener when an API call answers 401; it returns the unsubscribe. */
+export function onUnauthorized(listener: UnauthorizedListener): () => void {
+  unauthorizedListeners.add(listener)
+  return () => unauthorizedListeners.delete(listener)
+}
+
+function unauthorized(err: ApiError, epoch: number) {
+  if (epoch !== authEpoch) return
+  for (const l of unauthorizedListeners) l(err)
+}
+
+/** apiFetch is fetch for chatd's API (useChat's transport uses it too): a 401 answer is reported to
+ * the onUnauthorized listeners before it is returned. */
+export async function apiFetch(input: RequestInfo | URL, init?: RequestInit): Promise<Response> {
+  const epoch = authEpoch
+  const res = await fetch(input, init)
+  if (res.status === 401) {
+    const e = parseErrorBody(await res.clone().text().catch(() => ''))
+    unauthorized(new ApiError(401, e?.code || 'auth_required', e?.message || 'Sign in to continue.'), epoch)
+  }
+  return res
+}
+
+async function request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal, raw = false): Promise<T> {
   const init: RequestInit = { method, signal, headers: { Accept: 'application/json' } }
   if (body !== undefined) {
     init.headers = { Accept: 'application/json', 'Content-Type': 'application/json' }
     init.body = JSON.stringify(body)
   }
-  const res = await fetch(path, init)
+  const res = await (raw ? fetch : apiFetch)(path, init)
   const text = await res.text()
   if (!res.ok) {
     const e = parseErrorBody(text)
@@ -131,6 +174,21 @@ async function request<T>(method: string, path: string, body?: unknown, signal?:
 }
 
 const enc = encodeURIComponent
+
+/** auth is the session: its own 401s (no session yet, a wrong key) are answers, not a lapsed sign-in. */
+export const auth = {
+  session: () => request<Whoami>('GET', '/v1/auth/session', undefined, undefined, true),
+  /** signIn trades an API key for a session cookie (HttpOnly: this code never sees it). */
+  signIn: async (key: string) => {
+    const who = await request<Whoami>('POST', '/v1/auth/session', { key }, undefined, true)
+    authEpoch++
+    return who
+  },
+  signOut: async () => {
+    authEpoch++
+    await request<void>('DELETE', '/v1/auth/session', undefined, undefined, true)
+  },
+}
 
 export const api = {
   sessions: (cursor?: string, limit = 50) =>

@@ -1,6 +1,6 @@
 import { StrictMode } from 'react'
 import { createRoot } from 'react-dom/client'
-import { App } from './App'
+import { AuthGate } from './AuthGate'
 import './styles.css'
 
 // The theme the user chose, before the first render (without a choice the system's applies).
@@ -13,6 +13,6 @@ try {
 
 createRoot(document.getElementById('root')!).render(
   <StrictMode>
-    <App />
+    <AuthGate />
   </StrictMode>,
 )

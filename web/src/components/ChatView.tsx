@@ -3,7 +3,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState, type DragEvent } from 'react'
 import { useChat } from '@ai-sdk/react'
 import { DefaultChatTransport, type FileUIPart } from 'ai'
-import { api, errorText, type ApiError, type ChatMessage, type Model, type Tool, type ToolProgress } from '../api'
+import { api, apiFetch, errorText, type ApiError, type ChatMessage, type Model, type Tool, type ToolProgress } from '../api'
 import { Composer, type ComposerHandle } from './Composer'
 import { DiagnosticsDialog } from './Diagnostics'
 import { AlertIcon, CloseIcon, RetryIcon, SendIcon, Spinner } from './icons'
@@ -134,9 +134,9 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
             ? { api: `${api}/${encodeURIComponent(id)}/stream?run=${encodeURIComponent(activeRun)}` }
             : {},
         // The run's id comes in a header before any chunk: stop can cancel a run that has not said
-        // `start` yet.
+        // `start` yet. A 401 (the sign-in lapsed) goes back to the sign-in page.
         fetch: async (input, init) => {
-          const res = await fetch(input, init)
+          const res = await apiFetch(input, init)
           const id = res.headers.get('X-Run-Id')
           if (id) runId.current = id
           return res

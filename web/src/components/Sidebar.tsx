@@ -1,7 +1,7 @@
 // The sessions: new chat, the list (most recently updated first), rename inline, delete.
 import { useEffect, useRef, useState } from 'react'
-import type { Session } from '../api'
-import { CloseIcon, EditIcon, MoonIcon, PlusIcon, SunIcon, TrashIcon } from './icons'
+import type { Session, Whoami } from '../api'
+import { CloseIcon, EditIcon, MoonIcon, PlusIcon, SignOutIcon, SunIcon, TrashIcon } from './icons'
 
 type Props = {
   sessions: Session[] | null
@@ -18,6 +18,10 @@ type Props = {
   theme: 'light' | 'dark'
   onTheme: () => void
   open: boolean
+  /** who is signed in; null when chatd has no sign-in */
+  who: Whoami | null
+  /** absent when there is nothing to sign out of (a trusted proxy's user, a bearer token) */
+  onSignOut?: () => void
 }
 
 function RenameInput({ initial, onDone }: { initial: string; onDone: (title: string | null) => void }) {
@@ -71,7 +75,7 @@ function groupOf(iso: string, now: Date): string {
 }
 
 export function Sidebar(props: Props) {
-  const { sessions, error, actionError, onDismissError, currentId, hasMore, onLoadMore, onNew, onOpen, onRename, onDelete, theme, onTheme, open } = props
+  const { sessions, error, actionError, onDismissError, currentId, hasMore, onLoadMore, onNew, onOpen, onRename, onDelete, theme, onTheme, open, who, onSignOut } = props
   const [renaming, setRenaming] = useState('')
   const now = new Date()
   let lastGroup = ''
@@ -165,6 +169,28 @@ export function Sidebar(props: Props) {
           </button>
         ) : null}
       </div>
+      {who ? <Account who={who} onSignOut={onSignOut} /> : null}
     </nav>
+  )
+}
+
+function Account({ who, onSignOut }: { who: Whoami; onSignOut?: () => void }) {
+  const until = who.expires_at ? new Date(who.expires_at) : null
+  const title = `Signed in as ${who.user}${until && !Number.isNaN(until.getTime()) ? ` until ${until.toLocaleString()}` : ''}`
+  return (
+    <div className="sidebar-foot">
+      <span className="avatar" aria-hidden="true">
+        {(Array.from(who.user)[0] ?? '?').toUpperCase()}
+      </span>
+      <span className="account-name truncate" title={title}>
+        <span data-testid="whoami">{who.user}</span>
+        {who.admin ? <span className="badge subtle">admin</span> : null}
+      </span>
+      {onSignOut ? (
+        <button type="button" className="btn signout-btn" data-testid="signout" onClick={onSignOut}>
+          <SignOutIcon /> Sign out
+        </button>
+      ) : null}
+    </div>
   )
 }
