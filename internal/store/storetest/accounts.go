@@ -2,7 +2,10 @@ package storetest
 
 import (
 	"crypto/sha256"
+	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,5 +247,268 @@ func testSignIns(t *testing.T, s store.Store) {
 	wantErr(t, "AuthSession of a revoked key", err, store.ErrNotFound)
 	if _, key, err := s.AuthSession(ctx, elsewhere.Hash); err != nil || key.ID != other.ID {
 		t.Errorf("AuthSession of the other key = %v, %v; want it kept", key, err)
+	}
+}
+
+// createLimited creates a run of status (running or queued) in the user's session, made with keyID,
+// under quota.
+func createLimited(t *testing.T, s store.Store, user, sessionID, keyID, status string,
+	quota ...store.Limit) (*store.Run, error) {
+	t.Helper()
+	run := &store.Run{SessionID: sessionID, Status: status, Agent: "default", Model: "m", KeyID: keyID,
+		Quota: quota}
+	if status == store.RunQueued {
+		run.Request = []byte(`{}`)
+	}
+	return run, s.CreateRun(t.Context(), user, run, nil)
+}
+
+// mustCreateLimited is createLimited that fails the test when the run is refused.
+func mustCreateLimited(t *testing.T, s store.Store, user, sessionID, keyID, status string,
+	quota ...store.Limit) *store.Run {
+	t.Helper()
+	run, err := createLimited(t, s, user, sessionID, keyID, status, quota...)
+	if err != nil {
+		t.Fatalf("CreateRun under %+v: %v", quota, err)
+	}
+	return run
+}
+
+// wantLimit fails unless err is a *store.LimitError (so ErrLimit) for limit, reporting used as Used.
+func wantLimit(t *testing.T, what string, err error, limit store.Limit, used int64) {
+	t.Helper()
+	le, ok := errors.AsType[*store.LimitError](err)
+	if !ok || !errors.Is(err, store.ErrLimit) {
+		t.Errorf("%s: got error %v, want a *store.LimitError", what, err)
+		return
+	}
+	if diff := cmp.Diff(store.LimitError{Limit: limit, Used: used}, *le); diff != "" {
+		t.Errorf("%s: LimitError (-want +got):\n%s", what, diff)
+	}
+}
+
+// testQuotaConcurrentRuns: a concurrent-runs limit counts the user's running and queued runs, not
+// another user's; a run it refuses stores nothing: no run, no new session, no first record; a run that
+// ends makes room.
+func testQuotaConcurrentRuns(t *testing.T, s store.Store) {
+	ctx, alice, bob := t.Context(), newUser("alice"), newUser("bob")
+	limit := store.Limit{Name: store.LimitConcurrentRuns, Max: 2}
+	for range 3 {
+		createRun(t, s, bob, createSession(t, s, bob).ID)
+	}
+	s1, s2, s3 := createSession(t, s, alice), createSession(t, s, alice), createSession(t, s, alice)
+	r1 := mustCreateLimited(t, s, alice, s1.ID, "", store.RunRunning, limit)
+	r2 := mustCreateLimited(t, s, alice, s2.ID, "", store.RunRunning, limit)
+
+	plain := &store.Run{ID: "over-" + alice, SessionID: s3.ID, Quota: []store.Limit{limit}}
+	wantLimit(t, "a third run", s.CreateRun(ctx, alice, plain, nil), limit, 2)
+	wantNoRun(t, s, alice, plain.ID)
+
+	newSess := &store.Run{SessionID: "new-" + alice, NewSession: &store.Session{Agent: "default"},
+		Quota: []store.Limit{limit}}
+	first := store.Record{Role: store.RoleUser, Content: "hello"}
+	wantLimit(t, "a third run in a new session", s.CreateRun(ctx, alice, newSess, &first), limit, 2)
+	_, err := s.Session(ctx, alice, "new-"+alice)
+	wantErr(t, "Session of a refused run's new session", err, store.ErrNotFound)
+
+	first = userRecord(s3.ID, "hello")
+	withFirst := &store.Run{SessionID: s3.ID, Quota: []store.Limit{limit}}
+	wantLimit(t, "a third run with a first record", s.CreateRun(ctx, alice, withFirst, &first), limit, 2)
+	if got := records(t, s, alice, s3.ID); len(got) != 0 || first.ID != "" || first.Seq != 0 {
+		t.Errorf("a refused run stored %+v; the caller's record became %+v", got, first)
+	}
+	_, err = createLimited(t, s, alice, s1.ID, "", store.RunQueued, limit)
+	wantLimit(t, "a third run, queued", err, limit, 2)
+
+	// A queued run counts as much as a running one.
+	mustFinish(t, s, alice, r1.ID, store.RunEnd{Status: store.RunCompleted})
+	waiting := mustCreateLimited(t, s, alice, s2.ID, "", store.RunQueued, limit)
+	_, err = createLimited(t, s, alice, s3.ID, "", store.RunRunning, limit)
+	wantLimit(t, "a run beside a running and a queued one", err, limit, 2)
+	mustFinish(t, s, alice, waiting.ID, store.RunEnd{Status: store.RunCancelled})
+	mustCreateLimited(t, s, alice, s3.ID, "", store.RunRunning, limit)
+	_, err = createLimited(t, s, alice, s1.ID, "", store.RunRunning, limit)
+	wantLimit(t, "a third run again", err, limit, 2)
+	mustFinish(t, s, alice, r2.ID, store.RunEnd{Status: store.RunFailed})
+	mustCreateLimited(t, s, alice, s1.ID, "", store.RunRunning, limit)
+}
+
+// testQuotaKeyRuns: a concurrent-runs limit of a key counts the user's runs made with that key only,
+// never another user's runs under the same key id; the user's limit counts runs of every key.
+func testQuotaKeyRuns(t *testing.T, s store.Store) {
+	alice, bob := newUser("alice"), newUser("bob")
+	k1, k2 := createKey(t, s, alice, "one").ID, createKey(t, s, alice, "two").ID
+	limit := store.Limit{Name: store.LimitConcurrentRuns, KeyID: k1, Max: 1}
+	for _, key := range []string{k2, ""} {
+		mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, key, store.RunRunning)
+	}
+	mustCreateLimited(t, s, bob, createSession(t, s, bob).ID, k1, store.RunRunning)
+	mustCreateLimited(t, s, bob, createSession(t, s, bob).ID, k1, store.RunQueued)
+
+	run := mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, k1, store.RunRunning, limit)
+	_, err := createLimited(t, s, alice, createSession(t, s, alice).ID, k1, store.RunRunning, limit)
+	wantLimit(t, "a second run of the key", err, limit, 1)
+	mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, k2, store.RunRunning,
+		store.Limit{Name: store.LimitConcurrentRuns, KeyID: k2, Max: 2})
+	user := store.Limit{Name: store.LimitConcurrentRuns, Max: 4}
+	_, err = createLimited(t, s, alice, createSession(t, s, alice).ID, k1, store.RunRunning, user)
+	wantLimit(t, "a run past the user's limit", err, user, 4)
+
+	mustFinish(t, s, alice, run.ID, store.RunEnd{Status: store.RunCompleted})
+	mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, k1, store.RunRunning, limit, user)
+}
+
+// testQuotaRace: of 50 CreateRuns racing under a limit of 5 concurrent runs, each for a new session,
+// exactly 5 pass; the others are refused and leave no session behind.
+func testQuotaRace(t *testing.T, s store.Store) {
+	const racers, most = 50, 5
+	alice := newUser("alice")
+	limit := store.Limit{Name: store.LimitConcurrentRuns, Max: most}
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			run := &store.Run{Agent: "default", NewSession: &store.Session{Agent: "default"},
+				Quota: []store.Limit{limit}}
+			errs[i] = s.CreateRun(t.Context(), alice, run, nil)
+		})
+	}
+	wg.Wait()
+	passed := 0
+	for _, err := range errs {
+		if err == nil {
+			passed++
+			continue
+		}
+		wantLimit(t, "a losing CreateRun", err, limit, most)
+	}
+	if passed != most {
+		t.Errorf("%d of %d racing CreateRuns passed a limit of %d", passed, racers, most)
+	}
+	sessions, _, err := s.Sessions(t.Context(), alice, store.Page{Limit: 200})
+	if err != nil {
+		t.Fatalf("Sessions: %v", err)
+	}
+	if len(sessions) != passed {
+		t.Errorf("the race left %d sessions, want one for each of the %d runs that passed", len(sessions), passed)
+	}
+}
+
+// usageRow is a usage entry and the user it was added under.
+type usageRow struct {
+	user string
+	store.UsageEntry
+}
+
+func addUsage(t *testing.T, s store.Store, rows []usageRow) {
+	t.Helper()
+	for _, r := range rows {
+		if err := s.AddUsage(t.Context(), r.user, r.UsageEntry); err != nil {
+			t.Fatalf("AddUsage: %v", err)
+		}
+	}
+}
+
+// usedSince sums what a tokens and a spend limit count of rows: the input and output tokens and the cost
+// of the user's rows (made with keyID, when not "") created at or after since.
+func usedSince(rows []usageRow, user, keyID string, since time.Time) (tokens, cost int64) {
+	for _, r := range rows {
+		if r.user == user && (keyID == "" || r.KeyID == keyID) && !r.CreatedAt.Before(since) {
+			tokens += r.InputTokens + r.OutputTokens
+			cost += r.CostNanoUSD
+		}
+	}
+	return tokens, cost
+}
+
+// testQuotaUsage: a tokens limit counts input and output tokens (not cache or reasoning tokens), a
+// spend limit the cost, of the user's usage entries created at or after Since, or of one key's; a run is
+// refused at Max and passes below it. Limits sharing a Quota are counted each with its own key and
+// Since. UsageSince returns the same sums.
+func testQuotaUsage(t *testing.T, s store.Store) {
+	ctx, alice, bob := t.Context(), newUser("alice"), newUser("bob")
+	k1, k2 := createKey(t, s, alice, "one").ID, createKey(t, s, alice, "two").ID
+	since := time.Date(2026, 3, 10, 0, 0, 0, 0, time.UTC)
+	rows := []usageRow{
+		{alice, store.UsageEntry{KeyID: k1, Model: "m", Usage: store.Usage{InputTokens: 100, OutputTokens: 20,
+			CacheReadTokens: 1000, CacheWriteTokens: 500, ReasoningTokens: 300}, CostNanoUSD: 7_000, CreatedAt: since}},
+		{alice, store.UsageEntry{KeyID: k2, Model: "m", Usage: store.Usage{InputTokens: 40, OutputTokens: 2},
+			CostNanoUSD: 3_000, CreatedAt: since.Add(5 * time.Hour)}},
+		{alice, store.UsageEntry{Model: "m", Usage: store.Usage{InputTokens: 5, OutputTokens: 5, CacheReadTokens: 9},
+			CostNanoUSD: 11, CreatedAt: since.Add(30 * time.Minute).In(time.FixedZone("CET", 3600))}},
+		{alice, store.UsageEntry{KeyID: k1, Model: "m", Usage: store.Usage{InputTokens: 9_000, OutputTokens: 900},
+			CostNanoUSD: 9_000_000, CreatedAt: since.Add(-time.Microsecond)}},
+		{bob, store.UsageEntry{KeyID: k1, Model: "m", Usage: store.Usage{InputTokens: 50_000, OutputTokens: 1},
+			CostNanoUSD: 5_000_000, CreatedAt: since.Add(time.Hour)}},
+	}
+	addUsage(t, s, rows)
+	sess := createSession(t, s, alice)
+	try := func(quota ...store.Limit) error {
+		t.Helper()
+		run, err := createLimited(t, s, alice, sess.ID, "", store.RunRunning, quota...)
+		if err == nil {
+			mustFinish(t, s, alice, run.ID, store.RunEnd{Status: store.RunCompleted})
+		}
+		return err
+	}
+	for _, key := range []string{"", k1, k2} {
+		tokens, cost := usedSince(rows, alice, key, since)
+		for _, l := range []struct {
+			name string
+			used int64
+		}{{store.LimitTokens, tokens}, {store.LimitSpend, cost}} {
+			at := store.Limit{Name: l.name, KeyID: key, Max: l.used, Since: since}
+			wantLimit(t, fmt.Sprintf("%s of key %q at its limit", l.name, key), try(at), at, l.used)
+			below := at
+			below.Max++
+			if err := try(below); err != nil {
+				t.Errorf("%s of key %q below its limit: %v", l.name, key, err)
+			}
+		}
+		gotTokens, gotCost, err := s.UsageSince(ctx, alice, key, since.In(time.FixedZone("PST", -8*3600)))
+		if err != nil || gotTokens != tokens || gotCost != cost {
+			t.Errorf("UsageSince(key %q) = %d tokens, %d nano-USD, %v; want %d, %d", key, gotTokens, gotCost, err,
+				tokens, cost)
+		}
+	}
+	testQuotaUsageShared(t, s, alice, k1, since, rows, try)
+
+	later := store.Limit{Name: store.LimitTokens, Max: 1, Since: since.Add(6 * time.Hour)}
+	if err := try(later); err != nil {
+		t.Errorf("a tokens limit since after every entry: %v", err)
+	}
+	if tokens, cost, err := s.UsageSince(ctx, alice, "", later.Since); err != nil || tokens != 0 || cost != 0 {
+		t.Errorf("UsageSince after every entry = %d, %d, %v; want nothing", tokens, cost, err)
+	}
+	tokens, cost := usedSince(rows, bob, k1, since)
+	gotTokens, gotCost, err := s.UsageSince(ctx, bob, k1, since)
+	if err != nil || gotTokens != tokens || gotCost != cost {
+		t.Errorf("UsageSince(bob, key %s) = %d, %d, %v; want %d, %d", k1, gotTokens, gotCost, err, tokens, cost)
+	}
+}
+
+// testQuotaUsageShared: of limits in one Quota, each is counted on its own: two with the same key and
+// Since, one of the user beside one of a key, two with different Since.
+func testQuotaUsageShared(t *testing.T, s store.Store, user, keyID string, since time.Time, rows []usageRow,
+	try func(...store.Limit) error) {
+	tokens, cost := usedSince(rows, user, "", since)
+	keyTokens, _ := usedSince(rows, user, keyID, since)
+	earlier := since.Add(-time.Hour)
+	allTokens, _ := usedSince(rows, user, "", earlier)
+	for _, tc := range []struct {
+		name    string
+		passing store.Limit
+		reached store.Limit
+		used    int64
+	}{
+		{"spend beside tokens", store.Limit{Name: store.LimitTokens, Max: tokens + 1, Since: since},
+			store.Limit{Name: store.LimitSpend, Max: cost, Since: since}, cost},
+		{"the user's beside a key's",
+			store.Limit{Name: store.LimitTokens, KeyID: keyID, Max: keyTokens + 1, Since: since},
+			store.Limit{Name: store.LimitTokens, Max: tokens, Since: since}, tokens},
+		{"an earlier Since", store.Limit{Name: store.LimitTokens, Max: tokens + 1, Since: since},
+			store.Limit{Name: store.LimitTokens, Max: allTokens, Since: earlier}, allTokens},
+	} {
+		wantLimit(t, tc.name, try(tc.passing, tc.reached), tc.reached, tc.used)
 	}
 }

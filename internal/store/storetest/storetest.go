@@ -68,6 +68,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CreateKeyRefused", testCreateKeyRefused},
 		{"RevokeKey", testRevokeKey},
 		{"SignIns", testSignIns},
+		{"QuotaConcurrentRuns", testQuotaConcurrentRuns},
+		{"QuotaKeyRuns", testQuotaKeyRuns},
+		{"QuotaRace", testQuotaRace},
+		{"QuotaUsage", testQuotaUsage},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
