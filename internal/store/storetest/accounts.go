@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -510,5 +512,144 @@ func testQuotaUsageShared(t *testing.T, s store.Store, user, keyID string, since
 			store.Limit{Name: store.LimitTokens, Max: allTokens, Since: earlier}, allTokens},
 	} {
 		wantLimit(t, tc.name, try(tc.passing, tc.reached), tc.reached, tc.used)
+	}
+}
+
+// sumUsage sums rows as UsageTotals answers q, groups in ascending order.
+func sumUsage(rows []usageRow, q store.UsageQuery) []store.UsageTotal {
+	sums := map[string]*store.UsageTotal{}
+	for _, r := range rows {
+		if q.User != "" && r.user != q.User || !q.From.IsZero() && r.CreatedAt.Before(q.From) ||
+			!q.To.IsZero() && !r.CreatedAt.Before(q.To) {
+			continue
+		}
+		group := map[string]string{store.GroupByUser: r.user, store.GroupByKey: r.KeyID, store.GroupByAgent: r.Agent,
+			store.GroupByModel: r.Model, store.GroupByDay: r.CreatedAt.UTC().Format(time.DateOnly)}[q.GroupBy]
+		sum := sums[group]
+		if sum == nil {
+			sum = &store.UsageTotal{Group: group}
+			sums[group] = sum
+		}
+		sum.Calls++
+		sum.Usage.Add(r.Usage)
+		sum.CostNanoUSD += r.CostNanoUSD
+	}
+	var totals []store.UsageTotal
+	for _, g := range slices.Sorted(maps.Keys(sums)) {
+		totals = append(totals, *sums[g])
+	}
+	return totals
+}
+
+// usageEntries adds, for each of three new users, entries of two agents and two models at times, with
+// the user's two keys in turn and different tokens and costs. It returns the users, their keys and the
+// entries.
+func usageEntries(t *testing.T, s store.Store, times []time.Time) (users, keys []string, rows []usageRow) {
+	t.Helper()
+	var n int64
+	for _, name := range []string{"alice", "bob", "carol"} {
+		user := newUser(name)
+		users = append(users, user)
+		own := []string{createKey(t, s, user, "a").ID, createKey(t, s, user, "b").ID}
+		keys = append(keys, own...)
+		for _, agent := range []string{"default", "support"} {
+			for _, model := range []string{"openai/gpt-4o-mini", "anthropic/claude-sonnet-4"} {
+				for _, at := range times {
+					n++
+					rows = append(rows, usageRow{user, store.UsageEntry{RunID: "run-" + user, SessionID: "s",
+						KeyID: own[n%2], Agent: agent, Model: model, CostNanoUSD: 1000*n + 7, CreatedAt: at,
+						Usage: store.Usage{InputTokens: 100*n + 1, OutputTokens: n, CacheReadTokens: 2 * n,
+							CacheWriteTokens: 3 * n, ReasoningTokens: 5 * n}}})
+				}
+			}
+		}
+	}
+	addUsage(t, s, rows)
+	return users, keys, rows
+}
+
+// testUsageTotals: UsageTotals sums the entries of [From, To) per user, key, agent, model or UTC day,
+// of one user or of all, in ascending order of group; Calls counts the entries. An unknown grouping is
+// an error.
+func testUsageTotals(t *testing.T, s store.Store) {
+	day1 := time.Date(2026, 2, 3, 0, 0, 0, 0, time.UTC)
+	day2 := day1.AddDate(0, 0, 1)
+	// The second is 01:30 on day 2 where it was written, and still day 1 in UTC.
+	times := []time.Time{day1.Add(10 * time.Hour),
+		day1.Add(23*time.Hour + 30*time.Minute).In(time.FixedZone("EET", 2*3600)), day2, day2.Add(time.Hour)}
+	users, keys, rows := usageEntries(t, s, times)
+	groupings := []string{store.GroupByUser, store.GroupByKey, store.GroupByAgent, store.GroupByModel, store.GroupByDay}
+	var open time.Time
+	bounds := []struct{ from, to time.Time }{{open, open}, {times[1], times[3]}, {times[2], open}, {open, times[1]}}
+	for _, b := range bounds {
+		for _, by := range []string{store.GroupByUser, store.GroupByKey} {
+			q := store.UsageQuery{From: b.from, To: b.to, GroupBy: by}
+			mine := users
+			if by == store.GroupByKey {
+				mine = keys
+			}
+			got := slices.DeleteFunc(usageTotals(t, s, q), func(u store.UsageTotal) bool {
+				return !slices.Contains(mine, u.Group)
+			})
+			if diff := cmp.Diff(sumUsage(rows, q), got, cmpOpts); diff != "" {
+				t.Errorf("UsageTotals(%+v) of this test's %ss (-want +got):\n%s", q, by, diff)
+			}
+		}
+		for _, user := range users {
+			for _, by := range groupings {
+				q := store.UsageQuery{User: user, From: b.from, To: b.to, GroupBy: by}
+				if diff := cmp.Diff(sumUsage(rows, q), usageTotals(t, s, q), cmpOpts); diff != "" {
+					t.Errorf("UsageTotals(%+v) (-want +got):\n%s", q, diff)
+				}
+			}
+		}
+	}
+	if got, err := s.UsageTotals(t.Context(), store.UsageQuery{User: users[0], GroupBy: "week"}); err == nil {
+		t.Errorf("UsageTotals grouped by week = %+v, want an error", got)
+	}
+}
+
+// usageTotals returns UsageTotals(q), having checked that its groups are in ascending order.
+func usageTotals(t *testing.T, s store.Store, q store.UsageQuery) []store.UsageTotal {
+	t.Helper()
+	totals, err := s.UsageTotals(t.Context(), q)
+	if err != nil {
+		t.Fatalf("UsageTotals(%+v): %v", q, err)
+	}
+	if !slices.IsSortedFunc(totals, func(a, b store.UsageTotal) int { return strings.Compare(a.Group, b.Group) }) {
+		t.Errorf("UsageTotals(%+v) is not in ascending order of group: %+v", q, totals)
+	}
+	return totals
+}
+
+// testRunKeyID: a run keeps the key it was created with, running or queued, in Run and UnfinishedRuns.
+func testRunKeyID(t *testing.T, s store.Store) {
+	alice := newUser("alice")
+	k := createKey(t, s, alice, "laptop")
+	sess := createSession(t, s, alice)
+	running := mustCreateLimited(t, s, alice, sess.ID, k.ID, store.RunRunning)
+	queued := mustCreateLimited(t, s, alice, sess.ID, k.ID, store.RunQueued)
+	plain := createRun(t, s, alice, createSession(t, s, alice).ID)
+	if diff := cmp.Diff(running, getRun(t, s, alice, running.ID)); diff != "" || running.KeyID != k.ID {
+		t.Errorf("Run of a run created with key %s (-want +got):\n%s", k.ID, diff)
+	}
+	want := map[string]string{running.ID: k.ID, queued.ID: k.ID, plain.ID: ""}
+	for id, key := range want {
+		if got := getRun(t, s, alice, id).KeyID; got != key {
+			t.Errorf("Run(%s).KeyID = %q, want %q", id, got, key)
+		}
+	}
+	all, err := s.UnfinishedRuns(t.Context())
+	if err != nil {
+		t.Fatalf("UnfinishedRuns: %v", err)
+	}
+	got := map[string]string{}
+	for _, r := range all {
+		if _, ok := want[r.ID]; ok {
+			got[r.ID] = r.KeyID
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("UnfinishedRuns' key ids (-want +got):\n%s", diff)
 	}
 }

@@ -72,6 +72,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"QuotaKeyRuns", testQuotaKeyRuns},
 		{"QuotaRace", testQuotaRace},
 		{"QuotaUsage", testQuotaUsage},
+		{"UsageTotals", testUsageTotals},
+		{"RunKeyID", testRunKeyID},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
