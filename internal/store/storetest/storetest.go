@@ -64,6 +64,16 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Usage", testUsage},
 		{"ConcurrentAppend", testConcurrentAppend},
 		{"Retracts", testRetracts},
+		{"Keys", testKeys},
+		{"CreateKeyRefused", testCreateKeyRefused},
+		{"RevokeKey", testRevokeKey},
+		{"SignIns", testSignIns},
+		{"QuotaConcurrentRuns", testQuotaConcurrentRuns},
+		{"QuotaKeyRuns", testQuotaKeyRuns},
+		{"QuotaRace", testQuotaRace},
+		{"QuotaUsage", testQuotaUsage},
+		{"UsageTotals", testUsageTotals},
+		{"RunKeyID", testRunKeyID},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
