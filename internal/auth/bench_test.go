@@ -16,6 +16,24 @@ func cachedKey(tb testing.TB) (*Authenticator, string) {
 	return a, secret
 }
 
+// A key verified once is served from the cache without allocating: every request pays this.
+func TestVerifyCachedAllocates0(t *testing.T) {
+	a, secret := cachedKey(t)
+	r := bearer(secret)
+	tests := []struct {
+		name string
+		f    func()
+	}{
+		{"Verify", func() { _, _ = a.Verify(r.Context(), secret) }},
+		{"Authenticate", func() { _, _ = a.Authenticate(r) }},
+	}
+	for _, tt := range tests {
+		if n := testing.AllocsPerRun(100, tt.f); n != 0 {
+			t.Errorf("%s of a cached key: %v allocations, want 0", tt.name, n)
+		}
+	}
+}
+
 func BenchmarkVerifyCached(b *testing.B) {
 	a, secret := cachedKey(b)
 	ctx := b.Context()
