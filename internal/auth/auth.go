@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"chatd/internal/store"
 )
@@ -257,13 +259,15 @@ func (a *Authenticator) trusted(r *http.Request) *Principal {
 // MaxUserLen bounds a user name.
 const MaxUserLen = 256
 
-// validUser reports whether name can be a user: printable, without spaces at its ends, not too long.
+// validUser reports whether name can be a user: UTF-8 without control characters (C1's included: a
+// terminal showing a log reads U+009B as the start of a command), without spaces at its ends, not too
+// long. Invalid UTF-8 is refused because JSON would show it as U+FFFD, a name that is not the user's.
 func validUser(name string) bool {
-	if name == "" || len(name) > MaxUserLen || strings.TrimSpace(name) != name {
+	if name == "" || len(name) > MaxUserLen || strings.TrimSpace(name) != name || !utf8.ValidString(name) {
 		return false
 	}
 	for _, c := range name {
-		if c < 0x20 || c == 0x7f {
+		if unicode.IsControl(c) {
 			return false
 		}
 	}
@@ -273,7 +277,7 @@ func validUser(name string) bool {
 // ValidUser is validUser for the places users are named: the CLI and the keys API.
 func ValidUser(name string) error {
 	if !validUser(name) {
-		return fmt.Errorf("a user name is 1 to %d printable characters, without spaces at its ends", MaxUserLen)
+		return fmt.Errorf("a user name is 1 to %d bytes of UTF-8 without control characters or spaces at its ends", MaxUserLen)
 	}
 	return nil
 }

@@ -469,6 +469,8 @@ func TestTrustedHeader(t *testing.T) {
 		{name: "newline", remote: "10.1.2.3:5000", user: "alice\n@example.com"},
 		{name: "escape", remote: "10.1.2.3:5000", user: "alice\x1b[31m@example.com"},
 		{name: "DEL", remote: "10.1.2.3:5000", user: "alice\x7f@example.com"},
+		{name: "C1 control", remote: "10.1.2.3:5000", user: "alice\u009b31m@example.com"},
+		{name: "not UTF-8", remote: "10.1.2.3:5000", user: "jos\xe9@example.com"},
 
 		// From elsewhere the header is ignored, not refused: the key decides.
 		{name: "ignored before a key", remote: "192.0.2.1:1234", user: "root@example.com", extra: []string{"Authorization", "Bearer " + secret},
@@ -522,6 +524,10 @@ func TestValidUser(t *testing.T) {
 		{"al\x00ice", false},
 		{"al\nice", false},
 		{"al\x7fice", false},
+		{"al\u0085ice", false},         // NEL, a C1 control
+		{"al\u009b31mice", false},      // CSI: a terminal reads what follows as a command
+		{"al\xffice", false},           // not UTF-8: JSON would show it as U+FFFD, another name
+		{"jos\xe9@example.com", false}, // Latin-1, not UTF-8
 	}
 	for _, tt := range tests {
 		err := ValidUser(tt.name)
