@@ -236,12 +236,17 @@ func (a *Authenticator) local() *Principal {
 }
 
 // trusted returns the user a trusted proxy signed in, or nil when the request has none or comes from
-// an address that is not a trusted proxy (whose header is ignored).
+// an address that is not a trusted proxy (whose header is ignored). A header sent twice is ignored too:
+// a proxy that adds its own rather than replacing the client's leaves the client's first.
 func (a *Authenticator) trusted(r *http.Request) *Principal {
 	if a.opts.TrustedHeader == "" {
 		return nil
 	}
-	user := strings.TrimSpace(r.Header.Get(a.opts.TrustedHeader))
+	values := r.Header.Values(a.opts.TrustedHeader)
+	if len(values) != 1 {
+		return nil
+	}
+	user := strings.TrimSpace(values[0])
 	if user == "" || !validUser(user) {
 		return nil
 	}

@@ -497,6 +497,32 @@ func TestTrustedHeader(t *testing.T) {
 	}
 }
 
+func TestTrustedHeaderTwice(t *testing.T) {
+	t.Parallel()
+	// A proxy that adds its header rather than replacing it leaves the client's copy first: with two,
+	// which one the proxy set is not known, so neither is believed.
+	a, _ := newAuth(t, newClock(), Options{Loopback: true, TrustedHeader: "X-Forwarded-Email",
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Admins: []string{"root@example.com"}})
+	tests := [][]string{
+		{"root@example.com", "alice@example.com"},
+		{"alice@example.com", "alice@example.com"},
+		{"", "alice@example.com"},
+	}
+	for _, values := range tests {
+		r := request()
+		r.RemoteAddr = "10.1.2.3:5000"
+		for _, v := range values {
+			r.Header.Add("X-Forwarded-Email", v)
+		}
+		p, err := a.Authenticate(r)
+		if err == nil {
+			t.Errorf("header %q: authenticated as %s (admin %v), want it ignored", values, p.User, p.Admin)
+			continue
+		}
+		checkRefused(t, err, http.StatusUnauthorized, "auth_required")
+	}
+}
+
 func TestTrustedHeaderWithoutProxies(t *testing.T) {
 	t.Parallel()
 	// A header named but no proxies trusted: nobody can set it.
