@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"chatd/internal/store"
 )
@@ -234,12 +236,17 @@ func (a *Authenticator) local() *Principal {
 }
 
 // trusted returns the user a trusted proxy signed in, or nil when the request has none or comes from
-// an address that is not a trusted proxy (whose header is ignored).
+// an address that is not a trusted proxy (whose header is ignored). A header sent twice is ignored too:
+// a proxy that adds its own rather than replacing the client's leaves the client's first.
 func (a *Authenticator) trusted(r *http.Request) *Principal {
 	if a.opts.TrustedHeader == "" {
 		return nil
 	}
-	user := strings.TrimSpace(r.Header.Get(a.opts.TrustedHeader))
+	values := r.Header.Values(a.opts.TrustedHeader)
+	if len(values) != 1 {
+		return nil
+	}
+	user := strings.TrimSpace(values[0])
 	if user == "" || !validUser(user) {
 		return nil
 	}
@@ -257,13 +264,15 @@ func (a *Authenticator) trusted(r *http.Request) *Principal {
 // MaxUserLen bounds a user name.
 const MaxUserLen = 256
 
-// validUser reports whether name can be a user: printable, without spaces at its ends, not too long.
+// validUser reports whether name can be a user: UTF-8 without control characters (C1's included: a
+// terminal showing a log reads U+009B as the start of a command), without spaces at its ends, not too
+// long. Invalid UTF-8 is refused because JSON would show it as U+FFFD, a name that is not the user's.
 func validUser(name string) bool {
-	if name == "" || len(name) > MaxUserLen || strings.TrimSpace(name) != name {
+	if name == "" || len(name) > MaxUserLen || strings.TrimSpace(name) != name || !utf8.ValidString(name) {
 		return false
 	}
 	for _, c := range name {
-		if c < 0x20 || c == 0x7f {
+		if unicode.IsControl(c) {
 			return false
 		}
 	}
@@ -273,7 +282,7 @@ func validUser(name string) bool {
 // ValidUser is validUser for the places users are named: the CLI and the keys API.
 func ValidUser(name string) error {
 	if !validUser(name) {
-		return fmt.Errorf("a user name is 1 to %d printable characters, without spaces at its ends", MaxUserLen)
+		return fmt.Errorf("a user name is 1 to %d bytes of UTF-8 without control characters or spaces at its ends", MaxUserLen)
 	}
 	return nil
 }
@@ -296,6 +305,12 @@ func (a *Authenticator) Verify(ctx context.Context, secret string) (*Principal, 
 	if c := a.lookup(&h, now); c != nil {
 		return c.result(now)
 	}
+	return a.fetchKey(ctx, h, now)
+}
+
+// fetchKey asks the store for the key of hash h and caches the answer. It takes h by value: the store
+// is an interface, so the slice of h it gets escapes, and h with it; here that costs a miss, not a hit.
+func (a *Authenticator) fetchKey(ctx context.Context, h [sha256.Size]byte, now time.Time) (*Principal, error) {
 	k, err := a.opts.Store.KeyByHash(ctx, h[:])
 	c := &cached{hash: h, fetched: now}
 	switch {

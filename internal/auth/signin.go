@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -51,6 +52,12 @@ func (a *Authenticator) verifySignIn(ctx context.Context, value string) (*Princi
 	if c := a.lookup(&h, now); c != nil {
 		return c.result(now)
 	}
+	return a.fetchSignIn(ctx, h, now)
+}
+
+// fetchSignIn asks the store for the sign-in of hash h and caches the answer; it takes h by value for
+// the reason fetchKey does.
+func (a *Authenticator) fetchSignIn(ctx context.Context, h [sha256.Size]byte, now time.Time) (*Principal, error) {
 	s, k, err := a.opts.Store.AuthSession(ctx, h[:])
 	c := &cached{hash: h, fetched: now}
 	switch {
