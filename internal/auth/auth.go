@@ -136,8 +136,13 @@ type Authenticator struct {
 	opts     Options
 	required atomic.Bool
 
-	mu    sync.RWMutex
-	cache map[[sha256.Size]byte]*cached
+	mu sync.RWMutex
+	// cache holds verified keys and sign-ins, misses the refusals of unknown ones, each bounded: a
+	// flood of made-up keys empties misses, never the cache of the keys in use.
+	cache, misses map[[sha256.Size]byte]*cached
+	// gen counts forgets: an answer the store gave before one is not cached after it, so a key revoked
+	// while it was being read is not trusted again for CacheTTL.
+	gen uint64
 }
 
 // cached is a verified key or sign-in: p, or the refusal err.
@@ -149,8 +154,11 @@ type cached struct {
 	fetched time.Time
 }
 
-// maxCached bounds the cache; past it, it starts over.
-const maxCached = 10000
+// maxCached and maxMisses bound the cache and the misses; past its bound, each starts over.
+const (
+	maxCached = 10000
+	maxMisses = 1000
+)
 
 // New returns an Authenticator. It asks the store whether keys exist, to know whether auth is required.
 func New(ctx context.Context, opts Options) (*Authenticator, error) {
@@ -166,7 +174,7 @@ func New(ctx context.Context, opts Options) (*Authenticator, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &Authenticator{opts: opts, cache: map[[sha256.Size]byte]*cached{}}
+	a := &Authenticator{opts: opts, cache: map[[sha256.Size]byte]*cached{}, misses: map[[sha256.Size]byte]*cached{}}
 	has, err := opts.Store.HasKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
@@ -311,6 +319,7 @@ func (a *Authenticator) Verify(ctx context.Context, secret string) (*Principal, 
 // fetchKey asks the store for the key of hash h and caches the answer. It takes h by value: the store
 // is an interface, so the slice of h it gets escapes, and h with it; here that costs a miss, not a hit.
 func (a *Authenticator) fetchKey(ctx context.Context, h [sha256.Size]byte, now time.Time) (*Principal, error) {
+	gen := a.generation()
 	k, err := a.opts.Store.KeyByHash(ctx, h[:])
 	c := &cached{hash: h, fetched: now}
 	switch {
@@ -321,7 +330,7 @@ func (a *Authenticator) fetchKey(ctx context.Context, h [sha256.Size]byte, now t
 	default:
 		a.fromKey(c, k)
 	}
-	a.keep(c)
+	a.keep(c, gen)
 	return c.result(now)
 }
 
@@ -356,6 +365,9 @@ func (c *cached) result(now time.Time) (*Principal, error) {
 func (a *Authenticator) lookup(h *[sha256.Size]byte, now time.Time) *cached {
 	a.mu.RLock()
 	c := a.cache[*h]
+	if c == nil {
+		c = a.misses[*h]
+	}
 	a.mu.RUnlock()
 	if c == nil || now.Sub(c.fetched) >= a.opts.CacheTTL || subtle.ConstantTimeCompare(c.hash[:], h[:]) != 1 {
 		return nil
@@ -363,18 +375,33 @@ func (a *Authenticator) lookup(h *[sha256.Size]byte, now time.Time) *cached {
 	return c
 }
 
-func (a *Authenticator) keep(c *cached) {
+// keep caches c, an answer the store gave at generation gen, unless something was forgotten since.
+func (a *Authenticator) keep(c *cached, gen uint64) {
 	a.mu.Lock()
-	if len(a.cache) >= maxCached {
-		clear(a.cache)
+	defer a.mu.Unlock()
+	if a.gen != gen {
+		return
 	}
-	a.cache[c.hash] = c
-	a.mu.Unlock()
+	m, limit := a.cache, maxCached
+	if c.p == nil {
+		m, limit = a.misses, maxMisses
+	}
+	if len(m) >= limit {
+		clear(m)
+	}
+	m[c.hash] = c
+}
+
+func (a *Authenticator) generation() uint64 {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.gen
 }
 
 // forget drops every cached entry of a key: its own and its sign-ins'.
 func (a *Authenticator) forget(keyID string) {
 	a.mu.Lock()
+	a.gen++
 	for h, c := range a.cache {
 		if c.p != nil && c.p.KeyID == keyID {
 			delete(a.cache, h)

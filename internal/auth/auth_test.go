@@ -121,7 +121,7 @@ func checkUser(t *testing.T, p *Principal, err error, user, method string) {
 func cacheLen(a *Authenticator) int {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return len(a.cache)
+	return len(a.cache) + len(a.misses)
 }
 
 var cmpPrincipal = cmp.Options{cmp.AllowUnexported(Principal{}), cmpopts.EquateEmpty()}
@@ -560,5 +560,47 @@ func TestValidUser(t *testing.T) {
 		if (err == nil) != tt.ok {
 			t.Errorf("ValidUser(%q) = %v, want ok %v", tt.name, err, tt.ok)
 		}
+	}
+}
+
+// TestRevokeWhileVerifying: a key revoked while a Verify is reading it from the store is not cached
+// by that Verify afterwards: the next request is refused at once, not after CacheTTL.
+func TestRevokeWhileVerifying(t *testing.T) {
+	t.Parallel()
+	a, db := newAuth(t, newClock(), Options{Loopback: true})
+	secret, k := createKey(t, a, KeySpec{User: "alice"})
+	h := hashOf(secret)
+	gen := a.generation() // the Verify reads this, then the store: the key is not revoked yet
+	stale, err := db.KeyByHash(t.Context(), h[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.RevokeKey(t.Context(), "", k.ID); err != nil {
+		t.Fatal(err)
+	}
+	c := &cached{hash: h, fetched: a.opts.Now()}
+	a.fromKey(c, stale)
+	a.keep(c, gen) // the Verify caches what it read, after the revoke forgot the key
+	_, err = a.Verify(t.Context(), secret)
+	checkRefused(t, err, http.StatusUnauthorized, "key_revoked")
+}
+
+// TestUnknownKeysDoNotFlushTheCache: refusals of made-up keys are kept apart, so a flood of them
+// never pushes the keys in use out of the cache.
+func TestUnknownKeysDoNotFlushTheCache(t *testing.T) {
+	t.Parallel()
+	a, _ := newAuth(t, newClock(), Options{Loopback: true})
+	secret, _ := createKey(t, a, KeySpec{User: "alice"})
+	if _, err := a.Verify(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	for range maxMisses + 10 {
+		made, _ := newSecret(KeyPrefix)
+		_, err := a.Verify(t.Context(), made)
+		checkRefused(t, err, http.StatusUnauthorized, "invalid_key")
+	}
+	h := hashOf(secret)
+	if a.lookup(&h, a.opts.Now()) == nil {
+		t.Error("the key in use left the cache after a flood of unknown keys")
 	}
 }

@@ -36,10 +36,12 @@ func (a *Authenticator) SignOut(ctx context.Context, value string) error {
 		return nil
 	}
 	h := hashOf(value)
+	err := a.opts.Store.DeleteAuthSession(ctx, h[:])
 	a.mu.Lock()
+	a.gen++
 	delete(a.cache, h)
 	a.mu.Unlock()
-	return a.opts.Store.DeleteAuthSession(ctx, h[:])
+	return err
 }
 
 // verifySignIn returns the caller of a sign-in cookie, cached like a key.
@@ -58,6 +60,7 @@ func (a *Authenticator) verifySignIn(ctx context.Context, value string) (*Princi
 // fetchSignIn asks the store for the sign-in of hash h and caches the answer; it takes h by value for
 // the reason fetchKey does.
 func (a *Authenticator) fetchSignIn(ctx context.Context, h [sha256.Size]byte, now time.Time) (*Principal, error) {
+	gen := a.generation()
 	s, k, err := a.opts.Store.AuthSession(ctx, h[:])
 	c := &cached{hash: h, fetched: now}
 	switch {
@@ -71,6 +74,6 @@ func (a *Authenticator) fetchSignIn(ctx context.Context, h [sha256.Size]byte, no
 			c.p.Method, c.p.ExpiresAt, c.expires = MethodCookie, &s.ExpiresAt, s.ExpiresAt
 		}
 	}
-	a.keep(c)
+	a.keep(c, gen)
 	return c.result(now)
 }
