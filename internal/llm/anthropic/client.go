@@ -81,7 +81,7 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Eve
 			return
 		}
 		defer resp.Close()
-		d := decoder{ctx: ctx, provider: c.name}
+		d := decoder{ctx: ctx, provider: c.name, key: c.endpoint.Secret}
 		d.run(resp, yield)
 	}
 }
@@ -134,9 +134,9 @@ func parseError(body []byte) (code, message string) {
 }
 
 // inBandError converts an error event sent after HTTP 200. Its kind is the one the same error type
-// has as an HTTP answer.
-func inBandError(provider string, e *apiError) *llm.Error {
-	out := &llm.Error{Provider: provider, Kind: llm.KindStream, Code: e.Type, Message: e.Message}
+// has as an HTTP answer. The key is removed from its message: a proxy may echo it there.
+func inBandError(provider string, e *apiError, key string) *llm.Error {
+	out := &llm.Error{Provider: provider, Kind: llm.KindStream, Code: e.Type, Message: upstream.Redact(e.Message, key)}
 	if status, ok := errorStatus[e.Type]; ok {
 		out.Kind = llm.KindForStatus(status)
 	}

@@ -16,6 +16,7 @@ import (
 type decoder struct {
 	ctx      context.Context
 	provider string
+	key      string      // removed from the messages of in-band errors
 	ev       streamEvent // reused across events
 	// json decodes one event at a time into the reused value, allocating almost nothing.
 	json   upstream.EventDecoder
@@ -113,7 +114,7 @@ func (d *decoder) event(data []byte, yield func(llm.Event, error) bool) (more, o
 	case evMessageStop:
 		return false, true
 	case evError:
-		yield(llm.Event{}, inBandError(d.provider, &ev.Error))
+		yield(llm.Event{}, inBandError(d.provider, &ev.Error, d.key))
 		return false, false
 	}
 	// ping, and the event types of later API versions.

@@ -217,6 +217,16 @@ func TestInBandErrors(t *testing.T) {
 	}
 }
 
+// TestInBandErrorHidesKey: a proxy that names the key in an error event does not get it passed on to
+// chatd's clients, its log or its database.
+func TestInBandErrorHidesKey(t *testing.T) {
+	body := "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":\"invalid x-api-key sk-ant-test\"}}\n\n"
+	got := describe(t, []byte(body), 1000)
+	if strings.Contains(got, "sk-ant-test") || !strings.Contains(got, "invalid x-api-key [redacted]") {
+		t.Errorf("got:\n%s", got)
+	}
+}
+
 func TestBadEventIsAStreamError(t *testing.T) {
 	body := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n" +
 		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_de\n\n"

@@ -75,7 +75,7 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Eve
 			return
 		}
 		defer body.Close()
-		d := decoder{provider: c.name}
+		d := decoder{provider: c.name, key: c.ep.Secret}
 		d.run(ctx, body, yield)
 	}
 }
@@ -218,9 +218,11 @@ func (e *apiError) retryDelay() time.Duration {
 }
 
 // inBandError converts an {"error": …} chunk sent after HTTP 200. Its kind follows the error's status
-// the way the HTTP status would have classified it.
-func inBandError(provider string, e *apiError) *llm.Error {
-	out := &llm.Error{Provider: provider, Kind: llm.KindStream, Code: e.Status, Message: e.Message, RetryAfter: e.retryDelay()}
+// the way the HTTP status would have classified it. The key is removed from its message: a proxy may
+// echo it there.
+func inBandError(provider string, e *apiError, key string) *llm.Error {
+	out := &llm.Error{Provider: provider, Kind: llm.KindStream, Code: e.Status, Message: upstream.Redact(e.Message, key),
+		RetryAfter: e.retryDelay()}
 	switch {
 	case e.Status == "UNAVAILABLE" || e.Code == http.StatusServiceUnavailable:
 		out.Kind = llm.KindOverloaded

@@ -179,6 +179,16 @@ func TestInBandErrorKinds(t *testing.T) {
 	}
 }
 
+// TestInBandErrorHidesKey: a proxy that names the key in an error chunk does not get it passed on to
+// chatd's clients, its log or its database.
+func TestInBandErrorHidesKey(t *testing.T) {
+	body := `data: {"error": {"code": 400,"message": "API key not valid: ` + testKey + `","status": "INVALID_ARGUMENT"}}` + "\r\n\r\n"
+	got := describe(t, []byte(body), len(body))
+	if strings.Contains(got, testKey) || !strings.Contains(got, "API key not valid: [redacted]") {
+		t.Errorf("got:\n%s", got)
+	}
+}
+
 func TestFinishReasons(t *testing.T) {
 	tests := []struct {
 		in     string

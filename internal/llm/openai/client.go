@@ -70,7 +70,7 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Eve
 			return
 		}
 		defer resp.Close()
-		d := decoder{provider: c.name}
+		d := decoder{provider: c.name, key: c.endpoint.Secret}
 		d.run(ctx, resp, yield)
 	}
 }
@@ -140,9 +140,10 @@ func errorCode(e *apiError) string {
 	return e.Type
 }
 
-// inBandError converts an error chunk sent after HTTP 200.
-func inBandError(provider string, e *apiError) *llm.Error {
-	out := &llm.Error{Provider: provider, Kind: llm.KindStream, Code: errorCode(e), Message: e.Message}
+// inBandError converts an error chunk sent after HTTP 200. The key is removed from its message: a
+// compatible server or proxy may echo it there.
+func inBandError(provider string, e *apiError, key string) *llm.Error {
+	out := &llm.Error{Provider: provider, Kind: llm.KindStream, Code: errorCode(e), Message: upstream.Redact(e.Message, key)}
 	switch {
 	case upstream.IsContextLength(out.Code, out.Message):
 		out.Kind = llm.KindContextLength

@@ -18,7 +18,8 @@ var doneMarker = []byte("[DONE]")
 // decoder turns the chunks of one streamed completion into llm events. It is used once.
 type decoder struct {
 	provider string
-	c        chunk // reused across chunks so that decoding reuses its slices
+	key      string // removed from the messages of in-band errors
+	c        chunk  // reused across chunks so that decoding reuses its slices
 	// json decodes one chunk at a time into the reused value, allocating almost nothing.
 	json     upstream.EventDecoder
 	calls    []call
@@ -87,7 +88,7 @@ func (d *decoder) chunk(data []byte, yield func(llm.Event, error) bool) bool {
 		return false
 	}
 	if d.c.Error != nil {
-		yield(llm.Event{}, inBandError(d.provider, d.c.Error))
+		yield(llm.Event{}, inBandError(d.provider, d.c.Error, d.key))
 		return false
 	}
 	if u := d.c.Usage; u != nil {

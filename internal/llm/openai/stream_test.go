@@ -154,6 +154,17 @@ func TestBadChunkIsAStreamError(t *testing.T) {
 	}
 }
 
+// TestInBandErrorHidesKey: a server or proxy that names the key in an error chunk does not get it passed
+// on to chatd's clients, its log or its database.
+func TestInBandErrorHidesKey(t *testing.T) {
+	body := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n" +
+		"data: {\"error\":{\"message\":\"the key sk-test is over its quota\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n"
+	got := describe(t, []byte(body), 1000)
+	if strings.Contains(got, "sk-test") || !strings.Contains(got, "the key [redacted] is over its quota") {
+		t.Errorf("got:\n%s", got)
+	}
+}
+
 func TestNewRejectsBadBaseURL(t *testing.T) {
 	for _, u := range []string{"ftp://x", "localhost:11434", "http://"} {
 		if _, err := New(Options{BaseURL: u}); err == nil {
