@@ -454,6 +454,82 @@ func TestConcurrentRunsLimit(t *testing.T) {
 	}
 }
 
+// TestKeyOverridesConcurrentRuns: a key's own limit replaces its user's and counts over the key alone:
+// under a user limit of 1, the key with 3 runs 3 while the user's other keys, which share the user's
+// limit, run 1 between them.
+func TestKeyOverridesConcurrentRuns(t *testing.T) {
+	hold := newLimHold()
+	e := newLimEnv(t, limSetup{Users: map[string]store.Limits{"bob": {ConcurrentRuns: 1}}, Hold: hold,
+		Respond: func(int, llmtest.Request) llmtest.Turn { return hold.turn("held", nil) }})
+	wide := e.key(t, auth.KeySpec{User: "bob", Name: "batch", Limits: store.Limits{ConcurrentRuns: 3}})
+	plain := e.key(t, auth.KeySpec{User: "bob", Name: "laptop"})
+	phone := e.key(t, auth.KeySpec{User: "bob", Name: "phone"})
+
+	var running []*limStream
+	for i := range 3 {
+		s := e.open(t, wide, `{"message":"hi"}`)
+		if s.status != http.StatusOK {
+			t.Fatalf("the batch key's send %d: %v", i+1, s.wait(t))
+		}
+		running = append(running, s)
+	}
+	fourth := e.open(t, wide, `{"message":"hi"}`).wait(t)
+	checkRefused(t, "the batch key's 4th send", fourth, store.LimitConcurrentRuns, "")
+	if !strings.Contains(fourth.message, "this API key's limit of 3") {
+		t.Errorf("the refusal says %q; want it to name the key's limit of 3", fourth.message)
+	}
+
+	s := e.open(t, plain, `{"message":"hi"}`)
+	if s.status != http.StatusOK {
+		t.Fatalf("the other key's first send, while the batch key runs 3: %v; want it to run: "+
+			"the batch key's runs count over that key, not over its user", s.wait(t))
+	}
+	running = append(running, s)
+	for _, k := range []string{plain, phone} {
+		a := e.open(t, k, `{"message":"hi"}`).wait(t)
+		checkRefused(t, "a send of a key without its own limit", a, store.LimitConcurrentRuns, "")
+		if !strings.Contains(a.message, "your limit of 1") {
+			t.Errorf("the refusal says %q; want it to name the user's limit of 1", a.message)
+		}
+	}
+
+	hold.await(t, 4)
+	hold.release()
+	for i, s := range running {
+		checkEnd(t, fmt.Sprintf("run %d", i), s.wait(t), "complete", store.RunCompleted)
+	}
+	for _, k := range []string{wide, plain} {
+		checkEnd(t, "a send after the runs ended", e.send(t, k, "POST", "/v1/chat/stream", `{"message":"again"}`),
+			"complete", store.RunCompleted)
+	}
+}
+
+// TestKeyOverridesTokensPerDay: a key's own day of tokens counts over the key alone, and what it uses
+// is not taken from its user's: the user's other key still has its 100.
+func TestKeyOverridesTokensPerDay(t *testing.T) {
+	used := map[string]int64{"big": 150, "small": 30, "large": 80}
+	e := newLimEnv(t, limSetup{Users: map[string]store.Limits{"bob": {TokensPerDay: 100}},
+		Respond: func(_ int, req llmtest.Request) llmtest.Turn {
+			msgs := req.Messages()
+			n := used[fmt.Sprint(msgs[len(msgs)-1]["content"])]
+			return llmtest.Turn{Text: "ok", Usage: &llm.Usage{InputTokens: n - 5, OutputTokens: 5}}
+		}})
+	wide := e.key(t, auth.KeySpec{User: "bob", Name: "batch", Limits: store.Limits{TokensPerDay: 1000}})
+	plain := e.key(t, auth.KeySpec{User: "bob", Name: "laptop"})
+	send := func(key, msg string) limAnswer {
+		return e.send(t, key, "POST", "/v1/chat/stream", `{"message":"`+msg+`"}`)
+	}
+
+	checkEnd(t, "the batch key's 150 tokens", send(wide, "big"), "complete", store.RunCompleted)
+	checkEnd(t, "the other key's 30, after the batch key's 150", send(plain, "small"), "complete", store.RunCompleted)
+	failed := checkEnd(t, "the other key's 80 more", send(plain, "large"), "error", store.RunFailed)
+	if failed["code"] != store.LimitTokens {
+		t.Errorf("the run's error = %v, want code %s", failed, store.LimitTokens)
+	}
+	checkRefused(t, "the other key after 110 of the user's 100", send(plain, "small"), store.LimitTokens, "3630")
+	checkEnd(t, "the batch key after its 150 of 1000", send(wide, "big"), "complete", store.RunCompleted)
+}
+
 // TestRequestsPerMinute: of 50 requests at once under a limit of 5 a minute, exactly 5 pass and 45 are
 // refused with 429 requests_per_minute, told to come back in 12 s; 12 s later one more passes. Another
 // user's allowance is their own.
