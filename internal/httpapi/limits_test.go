@@ -7,12 +7,17 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"chatd/internal/auth"
 	"chatd/internal/chat"
@@ -672,4 +677,229 @@ func TestSpendLimit(t *testing.T) {
 	if len(got.Usage) != 1 || got.Usage[0].CostUSD != 0.00014 {
 		t.Errorf("carol's usage: %+v; want $0.00014", got.Usage)
 	}
+}
+
+// limUsage is a usage total as GET /v1/usage answers it.
+type limUsage struct {
+	Group            string  `json:"group"`
+	Calls            int64   `json:"calls"`
+	InputTokens      int64   `json:"input_tokens"`
+	OutputTokens     int64   `json:"output_tokens"`
+	CacheReadTokens  int64   `json:"cache_read_tokens"`
+	CacheWriteTokens int64   `json:"cache_write_tokens"`
+	ReasoningTokens  int64   `json:"reasoning_tokens"`
+	CostUSD          float64 `json:"cost_usd"`
+}
+
+// limCall is one model call as its run streamed it, labelled with who made it and how.
+type limCall struct {
+	user, key, agent, model string
+	usage                   runevent.Usage
+}
+
+// limNanoPrices are the test's price table in nano-dollars a token (the $/Mtok prices × 1000), so
+// that the expected costs are sums of whole numbers.
+var limNanoPrices = map[string]struct{ input, output, cacheRead int64 }{
+	"openai/gpt-4o-mini": {1000, 2000, 1000},
+	"openai/gpt-4o":      {3000, 6000, 500},
+}
+
+// limTotals sums calls by the group each belongs to, in ascending order of group, as the API sorts.
+func limTotals(calls []limCall, group func(limCall) string) []limUsage {
+	byGroup := map[string]*limUsage{}
+	nanos := map[string]int64{}
+	for _, c := range calls {
+		g := group(c)
+		if g == "" {
+			continue
+		}
+		u := byGroup[g]
+		if u == nil {
+			u = &limUsage{Group: g}
+			byGroup[g] = u
+		}
+		u.Calls++
+		u.InputTokens += c.usage.InputTokens
+		u.OutputTokens += c.usage.OutputTokens
+		u.CacheReadTokens += c.usage.CacheReadTokens
+		u.CacheWriteTokens += c.usage.CacheWriteTokens
+		u.ReasoningTokens += c.usage.ReasoningTokens
+		p := limNanoPrices[c.model]
+		plain := c.usage.InputTokens - c.usage.CacheReadTokens - c.usage.CacheWriteTokens
+		nanos[g] += plain*p.input + c.usage.CacheReadTokens*p.cacheRead + c.usage.CacheWriteTokens*p.input + c.usage.OutputTokens*p.output
+	}
+	out := []limUsage{}
+	for g, u := range byGroup {
+		u.CostUSD = float64(nanos[g]) / 1e9
+		out = append(out, *u)
+	}
+	slices.SortFunc(out, func(a, b limUsage) int { return strings.Compare(a.Group, b.Group) })
+	return out
+}
+
+// TestUsageTotals: 3 users with 2 agents and 2 models make runs of one and two model calls; GET
+// /v1/usage sums what their runs streamed per user, key, agent, model and day, with the cost from the
+// price table. An admin sees everyone's or one user's; a user only their own; from and to bound the
+// calls.
+func TestUsageTotals(t *testing.T) {
+	e := newLimEnv(t, limSetup{
+		Prices: map[string]chat.Price{
+			"openai/gpt-4o-mini": {Input: 1, Output: 2},
+			"openai/gpt-4o":      {Input: 3, Output: 6, CacheRead: 0.5},
+		},
+		Agents: map[string]chat.Agent{"default": {Model: "openai/gpt-4o-mini"}, "writer": {Model: "openai/gpt-4o"}},
+		Respond: func(n int, req llmtest.Request) llmtest.Turn {
+			// Each call's usage differs, so that a call counted twice or in the wrong group shows.
+			u := &llm.Usage{InputTokens: int64(100 + 7*n), OutputTokens: int64(10 + n%7), CacheReadTokens: int64(n % 3 * 20),
+				ReasoningTokens: int64(n % 4)}
+			msgs := req.Messages()
+			last := msgs[len(msgs)-1]
+			if last["role"] == "user" && last["content"] == "use a tool" {
+				return limToolTurn(u)
+			}
+			return llmtest.Turn{Text: "Done.", Usage: u}
+		}})
+	root := e.key(t, auth.KeySpec{User: "root", Admin: true})
+	type caller struct{ user, secret, id string }
+	newCaller := func(user, name string) caller {
+		secret, id := e.keyID(t, auth.KeySpec{User: user, Name: name})
+		return caller{user, secret, id}
+	}
+	alice1, alice2, bob, carol := newCaller("alice", "one"), newCaller("alice", "two"), newCaller("bob", ""), newCaller("carol", "")
+
+	var calls []limCall
+	// run sends a message and keeps the usage of each model call its run streamed.
+	run := func(c caller, agent, model, msg string) {
+		a := e.send(t, c.secret, "POST", "/v1/chat/stream", fmt.Sprintf(`{"message":%q,"agent":%q,"model":%q}`, msg, agent, model))
+		checkEnd(t, "a run", a, "complete", store.RunCompleted)
+		for _, ev := range a.events {
+			if ev.Type != "usage" {
+				continue
+			}
+			raw, _ := json.Marshal(ev.Data)
+			u, err := runevent.Decode[runevent.UsageEvent](raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, limCall{user: c.user, key: c.id, agent: agent, model: u.Model, usage: u.Usage})
+		}
+	}
+	// batch runs, for each caller and agent, one run of one model call and one of two, on the model.
+	batch := func(model string, callers ...caller) {
+		for _, c := range callers {
+			for _, agent := range []string{"default", "writer"} {
+				run(c, agent, model, "say something")
+				run(c, agent, model, "use a tool")
+			}
+		}
+	}
+	before := time.Now().UTC()
+	batch("openai/gpt-4o-mini", alice1, bob, carol)
+	// The store stamps each call with the real clock. Every call of the first batch was stored before its
+	// run ended, and so before this instant; every call of the second after it. The instant divides the
+	// calls by the order of events, whatever the time between them.
+	between := time.Now().UTC()
+	batch("openai/gpt-4o", alice2, bob, carol)
+	after := time.Now().UTC()
+	if len(calls) != 2*3*2*3 {
+		t.Fatalf("%d model calls streamed their usage, want 36 (2 models × 3 users × 2 agents × 3 calls)", len(calls))
+	}
+
+	// Groupings of the calls; "" leaves a call out.
+	users := func(c limCall) string { return c.user }
+	keys := func(c limCall) string { return c.key }
+	agents := func(c limCall) string { return c.agent }
+	models := func(c limCall) string { return c.model }
+	none := func(limCall) string { return "" }
+	only := func(user string, group func(limCall) string) func(limCall) string {
+		return func(c limCall) string {
+			if c.user != user {
+				return ""
+			}
+			return group(c)
+		}
+	}
+	on := func(model string, group func(limCall) string) func(limCall) string {
+		return func(c limCall) string {
+			if c.model != model {
+				return ""
+			}
+			return group(c)
+		}
+	}
+	at := func(t time.Time) string { return url.QueryEscape(t.Format(time.RFC3339Nano)) }
+	for _, tc := range []struct {
+		name, key, as, query string
+		want                 func(limCall) string
+	}{
+		{"admin by user", root, "", "group_by=user", users},
+		{"admin by key", root, "", "group_by=key", keys},
+		{"admin by agent", root, "", "group_by=agent", agents},
+		{"admin by model", root, "", "group_by=model", models},
+		{"admin by model, the default grouping", root, "", "", models},
+		{"admin, one user's", root, "", "group_by=agent&user=bob", only("bob", agents)},
+		{"admin as a user", root, "carol", "group_by=key", only("carol", keys)},
+		{"a user by user", alice1.secret, "", "group_by=user", only("alice", users)},
+		{"a user by key, with another of her keys", alice2.secret, "", "group_by=key", only("alice", keys)},
+		{"a user asking for another's", alice1.secret, "", "group_by=model&user=bob", only("alice", models)},
+		{"another user", bob.secret, "", "group_by=agent", only("bob", agents)},
+		{"to the first batch's end", root, "", "group_by=user&to=" + at(between), on("openai/gpt-4o-mini", users)},
+		{"from the second batch's start", root, "", "group_by=agent&from=" + at(between), on("openai/gpt-4o", agents)},
+		{"a user's, from the second batch's start", alice1.secret, "", "group_by=key&from=" + at(between),
+			on("openai/gpt-4o", only("alice", keys))},
+		{"to the first call's day", root, "", "group_by=user&to=" + before.Format(time.DateOnly), none},
+		{"from the day after the last call's", root, "", "group_by=user&from=" + after.AddDate(0, 0, 1).Format(time.DateOnly), none},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := "/v1/usage?" + tc.query
+			got := e.usage(t, tc.key, tc.as, path)
+			if diff := cmp.Diff(limTotals(calls, tc.want), got); diff != "" {
+				t.Errorf("GET %s (-want +got):\n%s", path, diff)
+			}
+		})
+	}
+
+	// Days are the real clock's, in UTC: the calls' day, or two when they crossed a midnight.
+	var sum limUsage
+	for _, d := range e.usage(t, root, "", "/v1/usage?group_by=day") {
+		if _, err := time.Parse(time.DateOnly, d.Group); err != nil || d.Group < before.Format(time.DateOnly) || d.Group > after.Format(time.DateOnly) {
+			t.Errorf("day %q is not one of the calls' (%s to %s)", d.Group, before, after)
+		}
+		sum.Calls += d.Calls
+		sum.InputTokens += d.InputTokens
+		sum.OutputTokens += d.OutputTokens
+		sum.CacheReadTokens += d.CacheReadTokens
+		sum.CacheWriteTokens += d.CacheWriteTokens
+		sum.ReasoningTokens += d.ReasoningTokens
+		sum.CostUSD += d.CostUSD
+	}
+	total := limTotals(calls, func(limCall) string { return "all" })[0]
+	total.Group = ""
+	if diff := cmp.Diff(total, sum, cmpopts.EquateApprox(0, 1e-12)); diff != "" {
+		t.Errorf("the days add up to (-want +got):\n%s", diff)
+	}
+}
+
+// usage reads GET /v1/usage as the key, or as user with X-Chatd-As-User when as is set.
+func (e *limEnv) usage(t *testing.T, key, as, path string) []limUsage {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "GET", e.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	if as != "" {
+		req.Header.Set(httpapi.AsUserHeader, as)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var got struct{ Usage []limUsage }
+	if err := json.Unmarshal(raw, &got); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, raw)
+	}
+	return got.Usage
 }
