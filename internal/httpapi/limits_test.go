@@ -679,6 +679,43 @@ func TestSpendLimit(t *testing.T) {
 	}
 }
 
+// TestTokenLimitEndsABatchRunWith429: POST /v1/chat, whose run the day's tokens end after its model call,
+// answers as a send over a limit does — 429 tokens_per_day with Retry-After — and carries the run,
+// whose answer is kept.
+func TestTokenLimitEndsABatchRunWith429(t *testing.T) {
+	e := newLimEnv(t, limSetup{Defaults: store.Limits{TokensPerDay: 100}, Respond: limBudgetRespond})
+	key := e.key(t, auth.KeySpec{User: "carol"})
+	if a := e.send(t, key, "POST", "/v1/chat", `{"message":"first"}`); a.status != http.StatusOK {
+		t.Fatalf("the run under the budget: %v", a)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	resp, err := e.request(ctx, key, "POST", "/v1/chat", `{"message":"what time is it?"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct {
+		RunID   string `json:"run_id"`
+		Status  string
+		Message runevent.Record
+		Error   runevent.Error
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatalf("%d %s", resp.StatusCode, raw)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "3630" {
+		t.Errorf("%d, Retry-After %q: %s; want 429 with Retry-After 3630, as the next send gets",
+			resp.StatusCode, resp.Header.Get("Retry-After"), raw)
+	}
+	if got.Status != store.RunFailed || got.Error.Code != store.LimitTokens || got.RunID == "" ||
+		got.Message.Content != "Let me check the time." {
+		t.Errorf("the answer: %s; want the failed run, its tokens_per_day error and its kept answer", raw)
+	}
+	checkRefused(t, "the next send", e.send(t, key, "POST", "/v1/chat", `{"message":"more"}`), store.LimitTokens, "3630")
+}
+
 // limUsage is a usage total as GET /v1/usage answers it.
 type limUsage struct {
 	Group            string  `json:"group"`
