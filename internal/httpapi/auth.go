@@ -105,9 +105,29 @@ func (s *server) account(ctx context.Context) chat.Account {
 }
 
 func tooMany(code string, wait time.Duration, msg string) *apiError {
-	secs := max(int64(math.Ceil(wait.Seconds())), 1)
+	secs := retrySeconds(wait)
 	return &apiError{status: http.StatusTooManyRequests, code: code,
 		message: msg + "; retry in " + strconv.FormatInt(secs, 10) + " s", retryAfter: secs}
+}
+
+// retrySeconds is a wait as Retry-After says it: whole seconds, at least 1.
+func retrySeconds(wait time.Duration) int64 {
+	return max(int64(math.Ceil(wait.Seconds())), 1)
+}
+
+// budgetRetry is the Retry-After, in seconds, of a run that one of the caller's token or spend limits
+// ended (code names it): until the limit's period ends. It is 0 for a run that ended otherwise.
+func (s *server) budgetRetry(ctx context.Context, code string) int64 {
+	if code != store.LimitTokens && code != store.LimitSpend {
+		return 0
+	}
+	p, now := principal(ctx), s.now()
+	for _, l := range p.Quota(now) {
+		if l.Name == code {
+			return retrySeconds(auth.RetryAfter(l, p.Limits.SpendPeriod, now))
+		}
+	}
+	return 0
 }
 
 // limitError is the refusal of a send that would pass one of the caller's limits.

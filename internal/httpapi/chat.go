@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"chatd/internal/chat"
@@ -191,10 +192,10 @@ type batchResponse struct {
 	Error        *runevent.Error        `json:"error,omitempty"`
 }
 
-// chatBatch starts a run and answers when it has ended. A failed run answers 502 (upstream) or 500 with
-// the error and the run's ids, since the user's message is stored either way. A retried send (the same
-// Idempotency-Key) answers 200 with the run as it ended, whatever its status: sending it again cannot
-// change it.
+// chatBatch starts a run and answers when it has ended. A failed run answers 502 (upstream), 429 with
+// Retry-After (the caller's token or spend limit ended it) or 500, with the error and the run's ids,
+// since the user's message is stored either way. A retried send (the same Idempotency-Key) answers 200
+// with the run as it ended, whatever its status: sending it again cannot change it.
 func (s *server) chatBatch(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.startRun(w, r)
 	if err != nil {
@@ -210,6 +211,11 @@ func (s *server) chatBatch(w http.ResponseWriter, r *http.Request) error {
 	status := http.StatusOK
 	if o.Error != nil && !st.Replayed {
 		status = runErrorStatus(o.Error)
+		// A run the caller's token or spend budget ended is refused by a limit, like the next send.
+		if secs := s.budgetRetry(r.Context(), o.Error.Code); secs > 0 {
+			status = http.StatusTooManyRequests
+			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		}
 	}
 	return writeJSON(w, status, batchResponse{
 		SessionID: st.SessionID, RunID: st.RunID, Status: o.Status, Message: o.Message,

@@ -19,7 +19,8 @@ const (
 )
 
 // Limit is one limit CreateRun checks in its transaction, so that concurrent sends cannot all pass it.
-// It counts the user's runs or usage, or, with KeyID, those of one of the user's keys.
+// It counts, with KeyID, the runs or usage of one of the user's keys; without, the user's, leaving out
+// those of the keys that set their own limit of the kind (they count over the key alone).
 type Limit struct {
 	Name  string // LimitConcurrentRuns, LimitTokens or LimitSpend
 	KeyID string // "": the user's
@@ -141,7 +142,8 @@ type Accounts interface {
 
 	// UsageTotals sums usage entries as q asks, groups in ascending order.
 	UsageTotals(ctx context.Context, q UsageQuery) ([]UsageTotal, error)
-	// UsageSince sums the tokens (input + output) and cost of the user's usage entries (only those
-	// made with keyID, when not "") created at or after since.
+	// UsageSince sums the tokens (input + output) and cost of the user's usage entries created at or
+	// after since: only those made with keyID, when not ""; else all but the tokens of the keys that set
+	// their own TokensPerDay and the cost of those that set their own SpendUSD.
 	UsageSince(ctx context.Context, user, keyID string, since time.Time) (tokens, costNanoUSD int64, err error)
 }

@@ -28,10 +28,17 @@ const (
 	deleteAuthSessionSQL = `DELETE FROM auth_sessions WHERE hash = $1`
 	endSignInsSQL        = `DELETE FROM auth_sessions WHERE key_id = $1`
 
-	// What a Quota counts: the runs not ended and the usage since a time, of a user or of one key.
-	activeRunsSQL    = `SELECT COUNT(*) FROM runs WHERE user_id = $1 AND status IN ('running', 'queued')`
+	// What a Quota counts: the runs not ended and the usage since a time, of one key — or of a user,
+	// leaving out the keys that set their own limit of the kind: those count over the key alone, as the
+	// per-minute limiter counts them, so that a key's own limit neither spends nor is held to its user's.
+	activeRunsSQL = `SELECT COUNT(*) FROM runs WHERE user_id = $1 AND status IN ('running', 'queued')
+AND key_id NOT IN (SELECT id FROM api_keys WHERE user_id = $1 AND json_extract(limits, '$.concurrent_runs') > 0)`
 	activeKeyRunsSQL = `SELECT COUNT(*) FROM runs WHERE key_id = $1 AND user_id = $2 AND status IN ('running', 'queued')`
-	usageSinceSQL    = `SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost_nanousd), 0)
+	usageSinceSQL    = `SELECT
+COALESCE(SUM(CASE WHEN key_id IN (SELECT id FROM api_keys WHERE user_id = $1 AND json_extract(limits, '$.tokens_per_day') > 0)
+	THEN 0 ELSE input_tokens + output_tokens END), 0),
+COALESCE(SUM(CASE WHEN key_id IN (SELECT id FROM api_keys WHERE user_id = $1 AND json_extract(limits, '$.spend_usd') > 0)
+	THEN 0 ELSE cost_nanousd END), 0)
 FROM usage WHERE user_id = $1 AND created_at >= $2`
 	keyUsageSinceSQL = `SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost_nanousd), 0)
 FROM usage WHERE key_id = $3 AND user_id = $1 AND created_at >= $2`
