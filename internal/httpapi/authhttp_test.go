@@ -673,3 +673,41 @@ func TestAuthHostCheck(t *testing.T) {
 	resp.Body.Close()
 	e.wantError(t, "no auth, another name", resp, raw, http.StatusForbidden, "forbidden_host")
 }
+
+// TestAuthEveryRouteNeedsACaller: every route of the API, by every method it takes (HEAD too, for a
+// GET), refuses a request without credentials — but the sign-in, the sign-out and /healthz. A HEAD
+// of /v1/auth/session once went through unauthenticated and was served as the local user, an admin.
+func TestAuthEveryRouteNeedsACaller(t *testing.T) {
+	e := newKeyedEnv(t, httpapi.Options{}, auth.Options{})
+	e.key(t, auth.KeySpec{User: "alice"})
+	public := []string{"GET /healthz", "POST /v1/auth/session", "DELETE /v1/auth/session"}
+	wildcard := strings.NewReplacer("{id}", "x", "{record}", "y", "{n}", "0")
+	for _, pattern := range httpapi.RoutePatterns() {
+		method, path, _ := strings.Cut(pattern, " ")
+		methods := []string{method}
+		if method == "GET" {
+			methods = append(methods, "HEAD")
+		}
+		for _, m := range methods {
+			body := ""
+			if m == "POST" || m == "PATCH" {
+				body = `{}`
+			}
+			resp, raw := e.call(t, m, wildcard.Replace(path), body, nil)
+			what := m + " " + path
+			switch {
+			case slices.Contains(public, pattern):
+				// The sign-in refuses a bad key itself; it must not ask for a caller first.
+				if strings.Contains(string(raw), `"auth_required"`) {
+					t.Errorf("%s needs no caller, but answered %d %s", what, resp.StatusCode, raw)
+				}
+			case m == "HEAD":
+				if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+					t.Errorf("%s without credentials: %d, want 401 with a challenge", what, resp.StatusCode)
+				}
+			default:
+				e.want401(t, what+" without credentials", resp, raw, "auth_required")
+			}
+		}
+	}
+}
