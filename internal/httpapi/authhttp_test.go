@@ -711,3 +711,44 @@ func TestAuthEveryRouteNeedsACaller(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthTrustedHeaderCrossOrigin: the identity a trusted proxy vouches for is ambient, as a cookie
+// is: the proxy adds it to whatever the browser sends, a page of another site's included. Such a write
+// is refused as a cookie's is — also when the proxy forwards an Authorization header of its own (an
+// OIDC token, as oauth2-proxy does with --pass-authorization-header): that header is not an API key.
+// It once exempted the request from the cross-origin check, which looked only for the header.
+func TestAuthTrustedHeaderCrossOrigin(t *testing.T) {
+	const header = "X-Forwarded-Email"
+	e := newKeyedEnv(t, httpapi.Options{}, auth.Options{TrustedHeader: header,
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	alice, _ := e.key(t, auth.KeySpec{User: "alice"})
+	proxied := func(more ...string) map[string]string {
+		h := map[string]string{header: "carol@example.com"}
+		for i := 0; i+1 < len(more); i += 2 {
+			h[more[i]] = more[i+1]
+		}
+		return h
+	}
+	const oidc = "Bearer eyJhbGciOiJSUzI1NiJ9.eyJlbWFpbCI6ImNhcm9sQGV4YW1wbGUuY29tIn0.c2ln"
+	for _, tt := range []struct {
+		name   string
+		header map[string]string
+	}{
+		{"proxy header", proxied("Sec-Fetch-Site", "cross-site")},
+		{"proxy header and the proxy's token", proxied("Authorization", oidc, "Sec-Fetch-Site", "cross-site")},
+		{"proxy header and the proxy's token, old browser", proxied("Authorization", oidc, "Origin", "http://attacker.example")},
+	} {
+		resp, raw := e.call(t, "POST", "/v1/sessions", `{"title":"cross-site"}`, tt.header)
+		e.wantError(t, tt.name, resp, raw, http.StatusForbidden, "cross_origin_request")
+	}
+	if _, raw := e.call(t, "GET", "/v1/sessions", "", proxied()); !strings.Contains(string(raw), `"sessions":[]`) {
+		t.Errorf("carol's sessions after refused cross-site writes: %s", raw)
+	}
+	// From the proxy's own site, and with an API key from anywhere, writes go through.
+	if resp, raw := e.call(t, "POST", "/v1/sessions", `{"title":"same site"}`, proxied("Authorization", oidc, "Sec-Fetch-Site", "same-origin")); resp.StatusCode != http.StatusCreated {
+		t.Errorf("a same-origin write through the proxy: %d %s", resp.StatusCode, raw)
+	}
+	if resp, raw := e.call(t, "POST", "/v1/sessions", `{"title":"key"}`, e.bearer(alice, "Sec-Fetch-Site", "cross-site")); resp.StatusCode != http.StatusCreated {
+		t.Errorf("a cross-site write with a key: %d %s", resp.StatusCode, raw)
+	}
+}
