@@ -63,14 +63,16 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 
 type asUserKey struct{}
 
-// needsCaller reports whether a request needs an authenticated caller: every API route but the
-// sign-in and sign-out themselves; the web UI's files and /healthz are public.
+// needsCaller reports whether a request needs an authenticated caller: every API request but the
+// sign-in and sign-out themselves; the web UI's files and /healthz are public. The exceptions are
+// named by method: any other method of the sign-in path — a HEAD, which the GET route serves — must
+// not reach a handler without a caller, where principal would answer the local user, an admin.
 func needsCaller(r *http.Request) bool {
 	p := r.URL.Path
 	if len(p) < 4 || p[:4] != apiRoot[:4] {
 		return false
 	}
-	return p != authSessionPath || r.Method == http.MethodGet
+	return p != authSessionPath || (r.Method != http.MethodPost && r.Method != http.MethodDelete)
 }
 
 const authSessionPath = "/v1/auth/session"

@@ -81,20 +81,23 @@ func New(opts Options) http.Handler {
 	}
 	s := &server{Options: opts, log: opts.Logger, limiter: auth.NewRateLimiter()}
 	// A web page the user visits must not be able to drive the API with the user's identity — the
-	// local user's, or a sign-in cookie's: cross-origin writes are refused (CSRF) unless they carry an
-	// API key, which a page cannot send for the user. Without auth, so are requests for another host
-	// name, which is what a DNS-rebinding page sends.
+	// local user's, a sign-in cookie's, or the one a trusted proxy adds: cross-origin writes are
+	// refused (CSRF) unless the caller authenticated with an API key, which a page cannot send for the
+	// user. Without auth, so are requests for another host name, which is what a DNS-rebinding page
+	// sends.
 	csrf := http.NewCrossOriginProtection()
 	csrf.SetDenyHandler(s.handle(s.crossOrigin))
-	return s.checkHost(s.unlessBearer(csrf.Handler, s.authenticate(s.routes())))
+	return s.checkHost(s.authenticate(s.unlessKey(csrf.Handler, s.routes())))
 }
 
-// unlessBearer routes requests that carry an Authorization header straight to next, and the others
-// through wrap(next).
-func (s *server) unlessBearer(wrap func(http.Handler) http.Handler, next http.Handler) http.Handler {
+// unlessKey routes requests whose caller authenticated with an API key straight to next, and the
+// others — the local user, a sign-in cookie, a trusted proxy's header, the sign-in itself — through
+// wrap(next). It asks how the caller authenticated, not whether an Authorization header is there: a
+// proxy that vouches for its user by a header may forward an Authorization header of its own.
+func (s *server) unlessKey(wrap func(http.Handler) http.Handler, next http.Handler) http.Handler {
 	wrapped := wrap(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "" {
+		if p, ok := r.Context().Value(principalKey{}).(*auth.Principal); ok && p.Method == auth.MethodBearer {
 			next.ServeHTTP(w, r)
 			return
 		}
