@@ -91,12 +91,17 @@ func (s *server) newKey(r *http.Request, spec auth.KeySpec) (string, *store.APIK
 	return secret, k, err
 }
 
-// listKeys answers GET /v1/keys (admins): every key, or one user's (?user=), never a secret.
+// listKeys answers GET /v1/keys (admins): every key, or one user's (?user=, or X-Chatd-As-User),
+// never a secret.
 func (s *server) listKeys(w http.ResponseWriter, r *http.Request) error {
 	if err := s.adminOnly(r); err != nil {
 		return err
 	}
-	keys, err := s.Store.Keys(r.Context(), r.URL.Query().Get("user"))
+	who := r.URL.Query().Get("user")
+	if r.Header.Get(AsUserHeader) != "" {
+		who = user(r.Context()) // what that user would see: their own keys
+	}
+	keys, err := s.Store.Keys(r.Context(), who)
 	if err != nil {
 		return err
 	}
