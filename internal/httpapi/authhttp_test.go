@@ -11,17 +11,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"chatd/internal/auth"
 	"chatd/internal/chat"
-	"chatd/internal/config"
 	"chatd/internal/httpapi"
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
-	"chatd/internal/provider"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
 )
@@ -34,25 +31,7 @@ type keyedEnv struct {
 	db       *sqlite.DB
 	chat     *chat.Service
 	auth     *auth.Authenticator
-	clock    *keyClock
-}
-
-// keyClock is the Authenticator's clock: it stands still until the test moves it.
-type keyClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *keyClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *keyClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+	clock    *stepClock
 }
 
 // newKeyedEnv starts chatd with an Authenticator made from authOpts (Store and Now are set here;
@@ -60,28 +39,15 @@ func (c *keyClock) Advance(d time.Duration) {
 // respond says otherwise.
 func newKeyedEnv(t *testing.T, api httpapi.Options, authOpts auth.Options) *keyedEnv {
 	t.Helper()
-	e := &keyedEnv{upstream: llmtest.NewServer(t), clock: &keyClock{now: time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)}}
+	e := &keyedEnv{upstream: llmtest.NewServer(t), clock: &stepClock{now: time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)}}
 	e.upstream.Respond = func(int, llmtest.Request) llmtest.Turn { return llmtest.Turn{Text: "ok"} }
 	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.db = db
-	cfg, err := config.Load(nil, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	provs, err := provider.New([]provider.Config{{Name: "openai", Type: "openai", BaseURL: e.upstream.BaseURL(), APIKey: "sk-test"}},
-		cfg.Unconfigured)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools := tool.NewRegistry(tool.Options{})
-	if err := tools.Register(tool.CurrentTime(func() time.Time { return time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC) })); err != nil {
-		t.Fatal(err)
-	}
-	e.chat = chat.New(chat.Options{Store: db, Models: provs, Tools: tools, DefaultModel: "openai/gpt-4o-mini", RetryBase: time.Millisecond,
-		Agents: map[string]chat.Agent{"support": {}}})
+	var tools *tool.Registry
+	e.chat, tools = newChat(t, db, e.upstream, fixedNow, chat.Options{Agents: map[string]chat.Agent{"support": {}}})
 	authOpts.Store, authOpts.Now, authOpts.Loopback = db, e.clock.Now, true
 	if e.auth, err = auth.New(t.Context(), authOpts); err != nil {
 		t.Fatal(err)
@@ -90,12 +56,7 @@ func newKeyedEnv(t *testing.T, api httpapi.Options, authOpts auth.Options) *keye
 	e.srv = httptest.NewServer(httpapi.New(api))
 	t.Cleanup(func() {
 		e.srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), patience)
-		defer cancel()
-		if err := e.chat.Close(ctx); err != nil {
-			t.Errorf("close chat: %v", err)
-		}
-		tools.Close()
+		closeChat(t, e.chat, tools)
 		db.Close()
 	})
 	return e

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,34 +46,69 @@ func newEnv(t *testing.T, opts httpapi.Options, turns ...llmtest.Turn) *env {
 		t.Fatal(err)
 	}
 	e.db = db
-	// The hints for providers that are not configured are the real configuration's.
+	var tools *tool.Registry
+	e.chat, tools = newChat(t, db, e.upstream, fixedNow, chat.Options{})
+	opts.Chat, opts.Store, opts.Tools = e.chat, db, tools
+	e.srv = httptest.NewServer(httpapi.New(opts))
+	t.Cleanup(func() {
+		e.srv.Close()
+		closeChat(t, e.chat, tools)
+		db.Close()
+	})
+	return e
+}
+
+// fixedNow is the time current_time tells, so that answers and goldens hold still.
+func fixedNow() time.Time { return time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC) }
+
+// newChat makes the chat service of a test server as cmd/chatd does: on db, with the upstream as the
+// openai provider (the hints for providers that are not configured are the real configuration's) and
+// current_time telling now. opts adds what the test configures (agents, prices …).
+func newChat(t *testing.T, db store.Store, upstream *llmtest.Server, now func() time.Time, opts chat.Options) (*chat.Service, *tool.Registry) {
+	t.Helper()
 	cfg, err := config.Load(nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	provs, err := provider.New([]provider.Config{{Name: "openai", Type: "openai", BaseURL: e.upstream.BaseURL(), APIKey: "sk-test"}},
+	provs, err := provider.New([]provider.Config{{Name: "openai", Type: "openai", BaseURL: upstream.BaseURL(), APIKey: "sk-test"}},
 		cfg.Unconfigured)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tools := tool.NewRegistry(tool.Options{})
-	if err := tools.Register(tool.CurrentTime(func() time.Time { return time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC) })); err != nil {
+	if err := tools.Register(tool.CurrentTime(now)); err != nil {
 		t.Fatal(err)
 	}
-	e.chat = chat.New(chat.Options{Store: db, Models: provs, Tools: tools, DefaultModel: "openai/gpt-4o-mini", RetryBase: time.Millisecond})
-	opts.Chat, opts.Store, opts.Tools = e.chat, db, tools
-	e.srv = httptest.NewServer(httpapi.New(opts))
-	t.Cleanup(func() {
-		e.srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), patience)
-		defer cancel()
-		if err := e.chat.Close(ctx); err != nil {
-			t.Errorf("close chat: %v", err)
-		}
-		tools.Close()
-		db.Close()
-	})
-	return e
+	opts.Store, opts.Models, opts.Tools, opts.DefaultModel, opts.RetryBase = db, provs, tools, "openai/gpt-4o-mini", time.Millisecond
+	return chat.New(opts), tools
+}
+
+// closeChat ends a test server's runs and tools.
+func closeChat(t *testing.T, c *chat.Service, tools *tool.Registry) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("close chat: %v", err)
+	}
+	tools.Close()
+}
+
+// stepClock is an injected clock: it stands still until the test moves it.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }
 
 func (e *env) do(t *testing.T, method, path, body string) (*http.Response, []byte) {

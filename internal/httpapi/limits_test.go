@@ -21,35 +21,15 @@ import (
 
 	"chatd/internal/auth"
 	"chatd/internal/chat"
-	"chatd/internal/config"
 	"chatd/internal/httpapi"
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
-	"chatd/internal/provider"
 	"chatd/internal/runevent"
 	"chatd/internal/sse"
 	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
 )
-
-// limClock is the clock of the limits: it stands still until the test moves it.
-type limClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *limClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *limClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // limStart is where the limits' clock starts: 22:59:30 UTC, so that the day's tokens come back 3630 s
 // later. It lies in the past because the store stamps each model call's usage with its own clock, the
@@ -75,7 +55,7 @@ type limSetup struct {
 type limEnv struct {
 	setup    limSetup
 	path     string
-	clock    *limClock
+	clock    *stepClock
 	upstream *llmtest.Server
 
 	db    *sqlite.DB
@@ -87,7 +67,7 @@ type limEnv struct {
 
 func newLimEnv(t *testing.T, s limSetup) *limEnv {
 	t.Helper()
-	e := &limEnv{setup: s, path: filepath.Join(t.TempDir(), "chatd.db"), clock: &limClock{now: limStart},
+	e := &limEnv{setup: s, path: filepath.Join(t.TempDir(), "chatd.db"), clock: &stepClock{now: limStart},
 		upstream: llmtest.NewServer(t)}
 	e.upstream.Respond = s.Respond
 	e.start(t)
@@ -109,23 +89,9 @@ func (e *limEnv) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(nil, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	provs, err := provider.New([]provider.Config{{Name: "openai", Type: "openai", BaseURL: e.upstream.BaseURL(), APIKey: "sk-test"}},
-		cfg.Unconfigured)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools := tool.NewRegistry(tool.Options{})
-	if err := tools.Register(tool.CurrentTime(e.clock.Now)); err != nil {
-		t.Fatal(err)
-	}
-	e.db, e.auth, e.tools = db, a, tools
-	e.chat = chat.New(chat.Options{Store: db, Models: provs, Tools: tools, DefaultModel: "openai/gpt-4o-mini",
-		RetryBase: time.Millisecond, Prices: e.setup.Prices, Agents: e.setup.Agents})
-	e.srv = httptest.NewServer(httpapi.New(httpapi.Options{Chat: e.chat, Store: db, Tools: tools, Auth: a, Now: e.clock.Now}))
+	e.db, e.auth = db, a
+	e.chat, e.tools = newChat(t, db, e.upstream, e.clock.Now, chat.Options{Prices: e.setup.Prices, Agents: e.setup.Agents})
+	e.srv = httptest.NewServer(httpapi.New(httpapi.Options{Chat: e.chat, Store: db, Tools: e.tools, Auth: a, Now: e.clock.Now}))
 }
 
 func (e *limEnv) stop(t *testing.T) {
@@ -133,12 +99,7 @@ func (e *limEnv) stop(t *testing.T) {
 		return
 	}
 	e.srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	if err := e.chat.Close(ctx); err != nil {
-		t.Errorf("close chat: %v", err)
-	}
-	e.tools.Close()
+	closeChat(t, e.chat, e.tools)
 	if err := e.db.Close(); err != nil {
 		t.Errorf("close db: %v", err)
 	}
