@@ -276,10 +276,15 @@ const MaxUserLen = 256
 // terminal showing a log reads U+009B as the start of a command), without spaces at its ends, not too
 // long. Invalid UTF-8 is refused because JSON would show it as U+FFFD, a name that is not the user's.
 func validUser(name string) bool {
-	if name == "" || len(name) > MaxUserLen || strings.TrimSpace(name) != name || !utf8.ValidString(name) {
+	return name != "" && len(name) <= MaxUserLen && strings.TrimSpace(name) == name && printable(name)
+}
+
+// printable reports whether s is UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
 		return false
 	}
-	for _, c := range name {
+	for _, c := range s {
 		if unicode.IsControl(c) {
 			return false
 		}

@@ -21,8 +21,11 @@ type KeySpec struct {
 	ExpiresIn time.Duration // 0: never
 }
 
-// MaxKeyName bounds a key's label.
-const MaxKeyName = 200
+// MaxKeyName bounds a key's label, MaxKeyAgents the agents it names.
+const (
+	MaxKeyName   = 200
+	MaxKeyAgents = 100
+)
 
 // ErrInvalidSpec is the kind of every refusal of a KeySpec: the caller's mistake.
 var ErrInvalidSpec = errors.New("invalid key")
@@ -53,8 +56,11 @@ func CreateKey(ctx context.Context, st store.Accounts, spec KeySpec, now time.Ti
 	if err := ValidUser(spec.User); err != nil {
 		return "", nil, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
-	if len(spec.Name) > MaxKeyName {
-		return "", nil, invalidSpec("a key's name is at most %d bytes", MaxKeyName)
+	if len(spec.Name) > MaxKeyName || !printable(spec.Name) {
+		return "", nil, invalidSpec("a key's name is at most %d bytes of printable text", MaxKeyName)
+	}
+	if len(spec.Agents) > MaxKeyAgents {
+		return "", nil, invalidSpec("a key names at most %d agents", MaxKeyAgents)
 	}
 	if spec.ExpiresIn < 0 {
 		return "", nil, invalidSpec("a key cannot expire in the past")
@@ -75,10 +81,19 @@ func CreateKey(ctx context.Context, st store.Accounts, spec KeySpec, now time.Ti
 	return secret, k, nil
 }
 
+// The range of a spend budget: costs are counted in nano-dollars, in 63 bits.
+const (
+	MinSpendUSD = 1e-6
+	MaxSpendUSD = 1e9
+)
+
 // CheckLimits refuses limits that cannot be meant: negative ones, an unknown spend period.
 func CheckLimits(l store.Limits) error {
 	if l.ConcurrentRuns < 0 || l.RequestsPerMinute < 0 || l.TokensPerDay < 0 || l.SpendUSD < 0 {
 		return invalidSpec("limits cannot be negative")
+	}
+	if l.SpendUSD != 0 && !(l.SpendUSD >= MinSpendUSD && l.SpendUSD <= MaxSpendUSD) { // NaN too
+		return invalidSpec("spend_usd is from $%g to $%g (0: no budget)", MinSpendUSD, MaxSpendUSD)
 	}
 	switch l.SpendPeriod {
 	case "", "day", "week", "month":

@@ -17,12 +17,13 @@ func (a *Authenticator) SignIn(ctx context.Context, secret string) (string, *Pri
 	if err != nil {
 		return "", nil, time.Time{}, err
 	}
-	expires := a.opts.Now().Add(a.opts.SessionTTL)
+	now := a.opts.Now()
+	expires := now.Add(a.opts.SessionTTL)
 	if p.ExpiresAt != nil && p.ExpiresAt.Before(expires) {
 		expires = *p.ExpiresAt
 	}
 	value, h := newSecret(cookiePrefix)
-	if err := a.opts.Store.CreateAuthSession(ctx, &store.AuthSession{Hash: h[:], KeyID: p.KeyID, ExpiresAt: expires}); err != nil {
+	if err := a.opts.Store.CreateAuthSession(ctx, &store.AuthSession{Hash: h[:], KeyID: p.KeyID, CreatedAt: now, ExpiresAt: expires}); err != nil {
 		return "", nil, time.Time{}, fmt.Errorf("auth: sign in: %w", err)
 	}
 	cp := *p

@@ -135,28 +135,18 @@ func (o *observer) recordUsage(model string, u llm.Usage) {
 	}
 }
 
-// overBudget returns the limit the sender's usage has reached, of the token and spend limits of its
-// quota, or nil.
+// overBudget returns the limit of the sender's token and spend budgets that its usage has reached, as
+// the run's failure, or nil.
 func (o *observer) overBudget() error {
-	for _, l := range o.p.account.Quota {
-		if l.Name != store.LimitTokens && l.Name != store.LimitSpend {
-			continue
-		}
-		tokens, cost, err := o.store.UsageSince(o.ctx, o.p.user, l.KeyID, l.Since)
-		if err != nil {
-			o.log.Error("read usage for the run's budget", "run", o.run.ID, "err", err)
-			return nil
-		}
-		if l.Name == store.LimitTokens && tokens >= l.Max {
-			return &agent.LimitError{Code: l.Name, Message: fmt.Sprintf(
-				"the limit of %d tokens a day is used up (%d used today, UTC); what the run said is kept", l.Max, tokens)}
-		}
-		if l.Name == store.LimitSpend && cost >= l.Max {
-			return &agent.LimitError{Code: l.Name, Message: fmt.Sprintf(
-				"the spend budget of $%.2f is used up; what the run said is kept", float64(l.Max)/1e9)}
-		}
+	e, err := budgetReached(o.ctx, o.store, o.p.user, o.p.account.Quota)
+	if err != nil {
+		o.log.Error("read usage for the run's budget", "run", o.run.ID, "err", err)
+		return nil
 	}
-	return nil
+	if e == nil {
+		return nil
+	}
+	return budgetError(e)
 }
 
 // RecordTurn stores a turn of the loop.
@@ -174,9 +164,40 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 		return err
 	}
 	o.parents[t], o.last = rec, rec
+	if u == (store.Usage{}) {
+		o.estimateUsage(t)
+	}
 	o.added(rec)
 	o.run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(rec)}))
 	return nil
+}
+
+// estimateUsage stores, for a turn whose provider reported no usage — a call cut short by a cancel
+// before its last chunk, or a server that does not report —, the usage chatd counts: the request as
+// estimated when it was built, and about a token for every four bytes streamed. Without it a caller
+// could stop every answer just before its end and never be counted.
+func (o *observer) estimateUsage(t *agent.Turn) {
+	out := len(t.Text) + len(t.Reasoning)
+	for _, c := range t.ToolCalls {
+		out += len(c.Name) + len(c.Arguments)
+	}
+	var in int64
+	if o.conv != nil && o.conv.estimate > 0 {
+		in = int64(o.conv.est.calibrated(o.conv.model, o.conv.estimate))
+	}
+	u := store.Usage{InputTokens: in, OutputTokens: int64((out + 3) / 4)}
+	if u == (store.Usage{}) {
+		return
+	}
+	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, KeyID: o.p.account.KeyID, Agent: o.p.agentNm,
+		Model: t.Origin, Usage: u, CostNanoUSD: o.prices[t.Origin].cost(u), Estimated: true}
+	if err := o.store.AddUsage(o.ctx, o.p.user, entry); err != nil {
+		o.log.Error("store estimated usage", "run", o.run.ID, "err", err)
+		return
+	}
+	if err := o.overBudget(); err != nil {
+		o.run.stop(err)
+	}
 }
 
 // RecordToolResult stores the result of a call of a stored turn.

@@ -190,6 +190,14 @@ func (s *Service) startQueued(run *Run) error {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	p := run.plan
+	// The budget was checked when the run was queued; what ran since may have used it up.
+	if err := s.overBudget(context.WithoutCancel(s.base), p.user, p.account); err != nil {
+		s.wg.Done()
+		if e, ok := errors.AsType[*store.LimitError](err); ok {
+			return budgetError(e)
+		}
+		return err
+	}
 	first := p.first(run.SessionID)
 	reserve := run.reservation()
 	if err := s.opts.Store.StartRun(context.WithoutCancel(s.base), run.user, run.ID, first, reserve); err != nil {

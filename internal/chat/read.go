@@ -86,6 +86,29 @@ func (s *Service) Cancel(ctx context.Context, user, id, reason string) (*CancelR
 	return &CancelResult{RunID: id, Status: r.Status, AlreadyEnded: true, Message: "the run had already ended (" + r.Status + "); nothing was cancelled"}, nil
 }
 
+// CancelKey cancels, as Cancel does, every live run — running or queued — started with an API key:
+// the key was revoked, and what it started must not go on spending. It returns how many it cancelled.
+func (s *Service) CancelKey(ctx context.Context, keyID, reason string) int {
+	if keyID == "" {
+		return 0
+	}
+	s.mu.Lock()
+	var runs []*Run
+	for _, r := range s.runs {
+		if r.plan != nil && r.plan.account.KeyID == keyID {
+			runs = append(runs, r)
+		}
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, r := range runs {
+		if _, err := s.Cancel(ctx, r.user, r.ID, reason); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
 // Follower reads one run's events in order, from the live run or from the store: a run that is not
 // live any more has its whole log in the store.
 type Follower struct {

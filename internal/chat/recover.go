@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"chatd/internal/runevent"
 	"chatd/internal/store"
@@ -211,6 +212,11 @@ func (s *Service) requeue(ctx context.Context, r *store.Run) error {
 		return s.failQueued(ctx, r, fmt.Errorf("its stored request is unreadable: %w", err))
 	}
 	req.SessionID = r.SessionID
+	if refused, err := s.keyRefused(ctx, r); err != nil {
+		return err
+	} else if refused != nil {
+		return s.failQueued(ctx, r, refused)
+	}
 	// The sender's quota was checked when the run was queued; its key still counts what it uses.
 	p, err := s.plan(ctx, r.UserID, req, Account{KeyID: r.KeyID})
 	if err != nil {
@@ -250,6 +256,24 @@ func (s *Service) requeue(ctx context.Context, r *store.Run) error {
 	}
 	s.queues.push(run)
 	return nil
+}
+
+// keyRefused returns why a queued run may not start because of its API key — revoked, or expired,
+// while chatd was down —, or nil.
+func (s *Service) keyRefused(ctx context.Context, r *store.Run) (refused, err error) {
+	if r.KeyID == "" {
+		return nil, nil
+	}
+	keys, err := s.opts.Store.Keys(ctx, r.UserID)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if k.ID == r.KeyID && k.RevokedAt == nil && (k.ExpiresAt == nil || time.Now().Before(*k.ExpiresAt)) {
+			return nil, nil
+		}
+	}
+	return &Error{Kind: ErrForbidden, Code: "key_revoked", Message: "the API key that queued it was revoked or has expired"}, nil
 }
 
 // failQueued ends a recovered queued run that can no longer start.

@@ -172,6 +172,10 @@ func (s *Service) whenBusy(ctx context.Context, p *plan, sd send, attempt int) (
 		return st, false, err
 	case OnActiveInterrupt:
 		if time.Now().Before(sd.deadline) {
+			// A send its budget would refuse must not cost the session its active run.
+			if err := s.overBudget(ctx, p.user, p.account); err != nil {
+				return nil, false, err
+			}
 			if err := s.interruptActive(ctx, p.user, active.ID, sd.deadline, attempt); err != nil {
 				return nil, false, err
 			}
@@ -377,6 +381,25 @@ func (s *Service) resolveModel(p *plan) error {
 			return invalid("invalid_model", "agent %q: fallback: %s", p.agentNm, err.Error())
 		}
 		p.fallbacks = append(p.fallbacks, agent.Model{Provider: prov, Name: upstream, ProviderName: providerName(name)})
+	}
+	return s.checkPriced(p)
+}
+
+// checkPriced refuses, for a sender with a spend budget, a model the price table does not know: its
+// calls would cost nothing, and the budget would not hold.
+func (s *Service) checkPriced(p *plan) error {
+	if !slices.ContainsFunc(p.account.Quota, func(l store.Limit) bool { return l.Name == store.LimitSpend }) {
+		return nil
+	}
+	models := []string{p.model}
+	for _, f := range p.fallbacks {
+		models = append(models, llm.Origin(f.ProviderName, f.Name))
+	}
+	for _, m := range models {
+		if _, ok := s.opts.Prices[m]; !ok {
+			return &Error{Kind: ErrForbidden, Code: "model_not_priced",
+				Message: fmt.Sprintf("model %s has no price in chatd's price table, and your spend budget needs one; use a priced model, or ask the operator to add it under prices:", m)}
+		}
 	}
 	return nil
 }

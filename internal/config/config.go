@@ -171,8 +171,9 @@ func (c *Config) accounts(f *file) error {
 		}
 	}
 	for model, p := range f.Prices {
-		if p.Input < 0 || p.Output < 0 || p.CacheRead < 0 || p.CacheWrite < 0 {
-			return fmt.Errorf("config: prices: %s: prices are US dollars per million tokens, never negative", model)
+		if !(p.Input >= 0 && p.Output >= 0 && p.CacheRead >= 0 && p.CacheWrite >= 0) ||
+			max(p.Input, p.Output, p.CacheRead, p.CacheWrite) > 1e6 { // NaN and infinities too
+			return fmt.Errorf("config: prices: %s: prices are US dollars per million tokens, from 0 to 1000000", model)
 		}
 		if c.Prices == nil {
 			c.Prices = map[string]chat.Price{}
@@ -185,6 +186,9 @@ func (c *Config) accounts(f *file) error {
 func checkLimits(who string, l store.Limits) error {
 	if l.ConcurrentRuns < 0 || l.RequestsPerMinute < 0 || l.TokensPerDay < 0 || l.SpendUSD < 0 {
 		return fmt.Errorf("config: user_limits: %s: limits are positive numbers (0: no limit)", who)
+	}
+	if l.SpendUSD != 0 && !(l.SpendUSD >= 1e-6 && l.SpendUSD <= 1e9) { // NaN and infinities too
+		return fmt.Errorf("config: user_limits: %s: spend_usd is from $0.000001 to $1000000000 (0: no budget)", who)
 	}
 	switch l.SpendPeriod {
 	case "", "day", "week", "month":

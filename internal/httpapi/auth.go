@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"chatd/internal/auth"
@@ -38,11 +39,15 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 				return
 			}
 		}
-		if rpm := p.Limits.RequestsPerMinute; rpm > 0 {
-			if wait := s.limiter.Allow(p.User, p.LimitKey(auth.LimitRequests), rpm, s.now()); wait > 0 {
-				s.writeError(w, r, tooMany(auth.LimitRequests, wait, "the limit of "+strconv.Itoa(rpm)+" requests a minute is reached"))
-				return
-			}
+		if p.Method == auth.MethodTrusted && !s.hostAllowed(r.Host) {
+			// The proxy's header is believed from its address, and a page that rebinds its own name to
+			// that address sends from it too: only the names chatd is served under are the proxy's.
+			s.writeError(w, r, &apiError{status: http.StatusForbidden, code: "forbidden_host",
+				message: "a request signed in by the trusted proxy must be for one of chatd's names; add the name the proxy forwards to allowed_hosts (CHATD_ALLOWED_HOSTS)"})
+			return
+		}
+		if !s.allow(w, r, p) {
+			return
 		}
 		ctx := context.WithValue(r.Context(), principalKey{}, p)
 		if as := r.Header.Get(AsUserHeader); as != "" {
@@ -62,6 +67,19 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 }
 
 type asUserKey struct{}
+
+// allow counts a request of the caller against its requests per minute; past them it answers 429.
+func (s *server) allow(w http.ResponseWriter, r *http.Request, p *auth.Principal) bool {
+	rpm := p.Limits.RequestsPerMinute
+	if rpm <= 0 {
+		return true
+	}
+	if wait := s.limiter.Allow(p.User, p.LimitKey(auth.LimitRequests), rpm, s.now()); wait > 0 {
+		s.writeError(w, r, tooMany(auth.LimitRequests, wait, "the limit of "+strconv.Itoa(rpm)+" requests a minute is reached"))
+		return false
+	}
+	return true
+}
 
 // needsCaller reports whether a request needs an authenticated caller: every API request but the
 // sign-in and sign-out themselves; the web UI's files and /healthz are public. The exceptions are
@@ -181,13 +199,27 @@ func (s *server) signIn(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{status: http.StatusConflict, code: "auth_not_enabled",
 			message: "this chatd runs without auth (local mode): there is nothing to sign in to"}
 	}
+	// A sign-in is a request of the key's: it counts against its requests per minute.
+	kp, err := s.Auth.Verify(r.Context(), in.Key)
+	if err != nil {
+		return err
+	}
+	if !s.allow(w, r, kp) {
+		return nil
+	}
 	value, p, expires, err := s.Auth.SignIn(r.Context(), in.Key)
 	if err != nil {
 		return err
 	}
 	http.SetCookie(w, &http.Cookie{Name: auth.CookieName, Value: value, Path: "/", Expires: expires,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
 	return writeJSON(w, http.StatusOK, whoamiOf(p))
+}
+
+// secure reports whether the browser reached chatd over HTTPS: directly, or through a proxy that says
+// so. A client that claims it falsely only makes its own cookie HTTPS-only.
+func secure(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
 // signOut answers DELETE /v1/auth/session: the sign-in ends and the cookie is cleared.
@@ -198,7 +230,7 @@ func (s *server) signOut(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: auth.CookieName, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

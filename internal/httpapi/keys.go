@@ -34,9 +34,6 @@ func keyOf(k *store.APIKey) keyJSON {
 		Limits: k.Limits, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt}
 }
 
-// maxKeyAgents bounds the agents a key names.
-const maxKeyAgents = 100
-
 // createKey answers POST /v1/keys (admins): a new key, its secret shown in this answer only.
 func (s *server) createKey(w http.ResponseWriter, r *http.Request) error {
 	if err := s.adminOnly(r); err != nil {
@@ -60,9 +57,6 @@ func (s *server) createKey(w http.ResponseWriter, r *http.Request) error {
 			return &apiError{status: http.StatusBadRequest, code: "invalid_expires_in", message: err.Error()}
 		}
 		spec.ExpiresIn = d
-	}
-	if len(in.Agents) > maxKeyAgents {
-		return &apiError{status: http.StatusBadRequest, code: "invalid_key_spec", message: "a key names at most 100 agents"}
 	}
 	for _, a := range in.Agents {
 		if !s.Chat.HasAgent(a) {
@@ -112,7 +106,8 @@ func (s *server) listKeys(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]any{"keys": out})
 }
 
-// revokeKey answers DELETE /v1/keys/{id} (admins): the key stops working at once, with its sign-ins.
+// revokeKey answers DELETE /v1/keys/{id} (admins): the key stops working at once, with its sign-ins and
+// the runs it started.
 func (s *server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 	if err := s.adminOnly(r); err != nil {
 		return err
@@ -127,6 +122,9 @@ func (s *server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// What the key started stops spending with it: its running runs are cancelled (their answers so far
+	// kept) and its queued ones never start.
+	s.Chat.CancelKey(r.Context(), k.ID, "the API key that started the run was revoked")
 	return writeJSON(w, http.StatusOK, keyOf(k))
 }
 

@@ -133,7 +133,8 @@ type Accounts interface {
 	// HasKeys reports whether any key was ever created.
 	HasKeys(ctx context.Context) (bool, error)
 
-	// CreateAuthSession stores a sign-in.
+	// CreateAuthSession stores a sign-in, made at s.CreatedAt (zero: now). It may forget sign-ins
+	// expired by then, and a key's oldest ones past a bound.
 	CreateAuthSession(ctx context.Context, s *AuthSession) error
 	// AuthSession returns the sign-in whose Hash is hash with its key, or ErrNotFound.
 	AuthSession(ctx context.Context, hash []byte) (*AuthSession, *APIKey, error)

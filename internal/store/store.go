@@ -313,8 +313,11 @@ type UsageEntry struct {
 	Agent     string
 	Model     string
 	Usage
-	CostNanoUSD int64     // from the config's price table; 0 when the model has no price
-	CreatedAt   time.Time // zero: now
+	CostNanoUSD int64 // from the config's price table; 0 when the model has no price
+	// Estimated says the provider reported no usage for the call (cut short, or a server that does not
+	// report it): chatd counted what was sent and streamed.
+	Estimated bool
+	CreatedAt time.Time // zero: now
 }
 
 // Store is the persistence contract. Implementations are safe for concurrent use.

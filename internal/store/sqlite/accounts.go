@@ -27,6 +27,9 @@ const (
 	authSessionSQL       = `SELECT key_id, created_at, expires_at FROM auth_sessions WHERE hash = $1`
 	deleteAuthSessionSQL = `DELETE FROM auth_sessions WHERE hash = $1`
 	endSignInsSQL        = `DELETE FROM auth_sessions WHERE key_id = $1`
+	expiredSignInsSQL    = `DELETE FROM auth_sessions WHERE expires_at <= $1`
+	oldSignInsSQL        = `DELETE FROM auth_sessions WHERE key_id = $1 AND hash NOT IN
+(SELECT hash FROM auth_sessions WHERE key_id = $1 ORDER BY created_at DESC, hash DESC LIMIT $2)`
 
 	// What a Quota counts: the runs not ended and the usage since a time, of one key — or of a user,
 	// leaving out the keys that set their own limit of the kind: those count over the key alone, as the
@@ -148,12 +151,26 @@ func (db *DB) HasKeys(ctx context.Context) (bool, error) {
 	return has, err
 }
 
-// CreateAuthSession stores a sign-in.
+// maxSignIns bounds the live sign-ins of one key: past it, the oldest end.
+const maxSignIns = 100
+
+// CreateAuthSession stores a sign-in (made at CreatedAt, or now). In the same transaction it forgets the
+// sign-ins expired by then, and ends the
+// key's oldest past maxSignIns, so that signing in again and again cannot grow the table.
 func (db *DB) CreateAuthSession(ctx context.Context, s *store.AuthSession) error {
-	s.CreatedAt = db.clock()
+	if s.CreatedAt.IsZero() {
+		s.CreatedAt = db.clock()
+	}
+	s.CreatedAt = s.CreatedAt.UTC().Truncate(time.Microsecond)
 	s.ExpiresAt = s.ExpiresAt.UTC().Truncate(time.Microsecond)
 	return db.write(ctx, "create sign-in", func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, insertAuthSessionSQL, s.Hash, s.KeyID, s.CreatedAt.UnixMicro(), s.ExpiresAt.UnixMicro())
+		if _, err := tx.ExecContext(ctx, expiredSignInsSQL, s.CreatedAt.UnixMicro()); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, insertAuthSessionSQL, s.Hash, s.KeyID, s.CreatedAt.UnixMicro(), s.ExpiresAt.UnixMicro()); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, oldSignInsSQL, s.KeyID, maxSignIns)
 		return err
 	})
 }

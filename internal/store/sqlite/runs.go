@@ -62,8 +62,8 @@ recovered_from = $12, request = NULL
 WHERE id = $1 AND user_id = $2 AND status IN ('queued', 'running')`
 
 	insertUsageSQL = `INSERT INTO usage (id, user_id, run_id, session_id, agent, model, input_tokens,
-output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, created_at, key_id, cost_nanousd)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
+output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, created_at, key_id, cost_nanousd, estimated)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 
 	insertEventSQL  = `INSERT INTO run_events (run_id, seq, type, data) VALUES ($1, $2, $3, $4)`
 	selectEventsSQL = `SELECT e.seq, e.type, e.data FROM run_events e JOIN runs r ON r.id = e.run_id
@@ -614,7 +614,7 @@ func (db *DB) AddUsage(ctx context.Context, user string, u store.UsageEntry) err
 	return db.write(ctx, "add usage", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, insertUsageSQL, uuid.Must(uuid.NewV7()).String(), user, u.RunID,
 			u.SessionID, u.Agent, u.Model, u.InputTokens, u.OutputTokens, u.CacheReadTokens,
-			u.CacheWriteTokens, u.ReasoningTokens, at.UnixMicro(), u.KeyID, u.CostNanoUSD)
+			u.CacheWriteTokens, u.ReasoningTokens, at.UnixMicro(), u.KeyID, u.CostNanoUSD, u.Estimated)
 		return err
 	})
 }

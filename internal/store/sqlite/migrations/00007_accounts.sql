@@ -27,7 +27,8 @@ CREATE TABLE auth_sessions (
     expires_at BIGINT NOT NULL
 );
 
-CREATE INDEX auth_sessions_by_key ON auth_sessions (key_id);
+CREATE INDEX auth_sessions_by_key ON auth_sessions (key_id, created_at);
+CREATE INDEX auth_sessions_by_expiry ON auth_sessions (expires_at);
 
 ALTER TABLE runs ADD COLUMN key_id TEXT NOT NULL DEFAULT '';
 -- Per-key concurrent-run limits count these (runs_running_by_user counts the user's running ones).
@@ -36,12 +37,16 @@ CREATE INDEX runs_active_by_user ON runs (user_id) WHERE status IN ('running', '
 
 ALTER TABLE usage ADD COLUMN key_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE usage ADD COLUMN cost_nanousd BIGINT NOT NULL DEFAULT 0;
+-- estimated: the provider reported no usage for the call (it was cut short, or the server does not
+-- report it), so chatd counted it from what was sent and streamed.
+ALTER TABLE usage ADD COLUMN estimated BOOLEAN NOT NULL DEFAULT FALSE;
 CREATE INDEX usage_by_key_time ON usage (key_id, created_at);
 CREATE INDEX usage_by_time ON usage (created_at);
 
 -- +goose Down
 DROP INDEX usage_by_time;
 DROP INDEX usage_by_key_time;
+ALTER TABLE usage DROP COLUMN estimated;
 ALTER TABLE usage DROP COLUMN cost_nanousd;
 ALTER TABLE usage DROP COLUMN key_id;
 DROP INDEX runs_active_by_user;
