@@ -159,10 +159,16 @@ func revokeKey(ctx context.Context, args []string, getenv func(string) string, s
 	fs := flag.NewFlagSet("keys revoke", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	db := fs.String("db", "", "database (env CHATD_DB)")
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") { // chatd keys revoke ID --db …
+		id, args = args[0], args[1:]
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if id == "" && fs.NArg() == 1 {
+		id = fs.Arg(0)
+	} else if id == "" || fs.NArg() != 0 {
 		return errors.New("keys revoke: name one key id (chatd keys list shows them)")
 	}
 	st, err := openAccounts(ctx, *db, getenv)
@@ -170,9 +176,9 @@ func revokeKey(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	defer st.Close()
-	k, err := st.RevokeKey(ctx, "", fs.Arg(0))
+	k, err := st.RevokeKey(ctx, "", id)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("keys revoke: no key %q", fs.Arg(0))
+		return fmt.Errorf("keys revoke: no key %q", id)
 	}
 	if err != nil {
 		return err
@@ -248,14 +254,10 @@ func printTotal(w io.Writer, group string, t store.UsageTotal) {
 		t.CacheReadTokens, t.CacheWriteTokens, t.ReasoningTokens, float64(t.CostNanoUSD)/1e9)
 }
 
+// parseFlags parses a command's flags; after -h, which printed the help, it returns flag.ErrHelp, which
+// run takes as success.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errUsage
-		}
-		return err
-	}
-	return nil
+	return fs.Parse(args)
 }
 
 // openAccounts opens the database of --db (or CHATD_DB, or the default) for the keys and usage commands.

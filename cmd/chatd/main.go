@@ -62,6 +62,14 @@ func main() {
 
 var errUsage = errors.New("usage")
 
+// helpIsSuccess makes a command asked for its help (-h) succeed.
+func helpIsSuccess(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -71,9 +79,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "serve":
 		return serve(ctx, args[1:], getenv, stderr)
 	case "keys":
-		return keys(ctx, args[1:], getenv, stdout, stderr)
+		return helpIsSuccess(keys(ctx, args[1:], getenv, stdout, stderr))
 	case "usage":
-		return usageTable(ctx, args[1:], getenv, stdout, stderr)
+		return helpIsSuccess(usageTable(ctx, args[1:], getenv, stdout, stderr))
 	case "mcp-conformance":
 		return conformance(ctx, args[1:], getenv, stdout, stderr)
 	case "version":
