@@ -15,6 +15,7 @@ import (
 	"chatd/internal/runevent"
 	"chatd/internal/sse"
 	"chatd/internal/store"
+	"chatd/internal/store/sqlite"
 )
 
 // The tests of this file pin what a hostile review of chatd found and its fixes closed: each fails when
@@ -328,5 +329,165 @@ func TestReviewQueuedRunOverBudget(t *testing.T) {
 	}
 	if n := len(e.upstream.Requests()); n != 1 {
 		t.Errorf("the upstream got %d requests, want 1: the queued run starts over its budget and calls no model", n)
+	}
+}
+
+// TestReviewRevokeCancelsTheKeysRuns: revoking a key cancels what it started: its running run (whose
+// answer so far is kept) and the runs queued behind it, which never call the model. A run of the same
+// user's other key goes on.
+func TestReviewRevokeCancelsTheKeysRuns(t *testing.T) {
+	hold := newLimHold()
+	e := newLimEnv(t, limSetup{Hold: hold, Respond: func(int, llmtest.Request) llmtest.Turn {
+		return hold.turn("held answer", &llm.Usage{InputTokens: 5, OutputTokens: 5})
+	}})
+	root := e.key(t, auth.KeySpec{User: "root", Admin: true})
+	laptop, laptopID := e.keyID(t, auth.KeySpec{User: "alice", Name: "laptop"})
+	phone := e.key(t, auth.KeySpec{User: "alice", Name: "phone"})
+
+	running := e.watch(t, laptop, `{"message":"hi"}`, "held answer")
+	other := e.watch(t, phone, `{"message":"hi"}`, "held answer")
+	hold.await(t, 2)
+	running.awaitText(t)
+	other.awaitText(t)
+	// Many runs queue behind the running one: were the running one cancelled first, its end would start
+	// the next one still queued, which calls the model before its cancel. With one queued run that shows
+	// now and then; with 24, in most runs of the test.
+	var queued []*limStream
+	for i := range 24 {
+		s := e.open(t, laptop, fmt.Sprintf(`{"message":"later %d","session_id":%q,"on_active_run":"enqueue"}`, i, running.sessionID))
+		if s.status != http.StatusOK {
+			t.Fatalf("queued send %d: %v", i, s.wait(t))
+		}
+		queued = append(queued, s)
+	}
+
+	if a := e.send(t, root, "DELETE", "/v1/keys/"+laptopID, ""); a.status != http.StatusOK {
+		t.Fatalf("revoke: %v", a)
+	}
+	if r := e.run(t, phone, other.runID); r.Status != store.RunRunning {
+		t.Fatalf("the other key's run after the revoke is %q, want running", r.Status)
+	}
+	// The answers may finish now: the revoke has cancelled what it cancels, and a run it did not cancel
+	// completes instead of holding the test.
+	hold.release()
+	a := running.wait(t)
+	checkEnd(t, "the revoked key's running run", a, "cancelled", store.RunCancelled)
+	for i, s := range queued {
+		a := s.wait(t)
+		checkEnd(t, fmt.Sprintf("the revoked key's queued run %d", i), a, "cancelled", store.RunCancelled)
+		if got := text(a.events); got != "" {
+			t.Errorf("queued run %d streamed %q", i, got)
+		}
+	}
+	checkEnd(t, "the other key's run", other.wait(t), "complete", store.RunCompleted)
+	if n := len(e.upstream.Requests()); n != 2 {
+		t.Errorf("the upstream got %d requests, want 2: a queued run of a revoked key calls no model", n)
+	}
+	msgs := e.messages(t, phone, running.sessionID)
+	if got := lastOf(msgs, store.RoleAssistant); got != "held answer" {
+		t.Errorf("the cancelled run's stored answer is %q, want its partial answer kept; messages %+v", got, msgs)
+	}
+	for _, m := range msgs {
+		if strings.HasPrefix(m.Content, "later") {
+			t.Errorf("a queued run's message was stored: %+v", m)
+		}
+	}
+}
+
+// TestReviewCloseCancelsQueuedRuns: chatd stopping (chat.Service.Close) cancels the runs queued behind
+// its running ones instead of leaving them queued in the store for the next start, which then has
+// nothing to start.
+func TestReviewCloseCancelsQueuedRuns(t *testing.T) {
+	hold := newLimHold()
+	e := newLimEnv(t, limSetup{Hold: hold, Respond: func(int, llmtest.Request) llmtest.Turn {
+		return hold.turn("held answer", nil)
+	}})
+	key := e.key(t, auth.KeySpec{User: "alice"})
+
+	// The clients go away before the stop: the server's Close waits for open streams.
+	ctx, leave := context.WithCancel(t.Context())
+	running, err := e.openStream(ctx, key, `{"message":"hi"}`)
+	if err != nil || running.status != http.StatusOK {
+		t.Fatalf("send: %v %v", running, err)
+	}
+	hold.await(t, 1)
+	session := e.run(t, key, running.runID).SessionID
+	queued, err := e.openStream(ctx, key, fmt.Sprintf(`{"message":"later","session_id":%q,"on_active_run":"enqueue"}`, session))
+	if err != nil || queued.status != http.StatusOK {
+		t.Fatalf("queued send: %v %v", queued, err)
+	}
+	leave()
+	<-running.ended
+	<-queued.ended
+
+	e.restart(t)
+	if err := e.chat.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.run(t, key, queued.runID); r.Status != store.RunCancelled {
+		t.Errorf("the queued run after a stop and a start is %q, want cancelled by the stop", r.Status)
+	}
+	a := e.send(t, key, "GET", "/v1/runs/"+queued.runID+"/events", "")
+	if got := checkEnd(t, "the queued run's log", a, "cancelled", store.RunCancelled); got["reason"] != "chatd is shutting down" {
+		t.Errorf("the queued run was cancelled for %v", got)
+	}
+	if n := len(e.upstream.Requests()); n != 1 {
+		t.Errorf("the upstream got %d requests, want 1", n)
+	}
+}
+
+// TestReviewRestartFailsARevokedKeysQueuedRun: a run a killed chatd left queued, whose key was revoked
+// while chatd was down, fails with key_revoked at the next start instead of running; a queued run of a
+// key still valid starts.
+func TestReviewRestartFailsARevokedKeysQueuedRun(t *testing.T) {
+	e := newLimEnv(t, limSetup{Respond: func(int, llmtest.Request) llmtest.Turn {
+		return llmtest.Turn{Text: "ok", Usage: &llm.Usage{InputTokens: 5, OutputTokens: 5}}
+	}})
+	_, revokedID := e.keyID(t, auth.KeySpec{User: "alice", Name: "laptop"})
+	valid, validID := e.keyID(t, auth.KeySpec{User: "alice", Name: "phone"})
+	e.stop(t)
+
+	// What a killed process leaves, and what an admin does while chatd is down (chatd keys revoke).
+	db, err := sqlite.Open(t.Context(), e.path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := func(keyID, message string) string {
+		s := &store.Session{Agent: "default", Title: message}
+		if err := db.CreateSession(t.Context(), "alice", s); err != nil {
+			t.Fatal(err)
+		}
+		req, err := json.Marshal(chat.Request{SessionID: s.ID, Message: message})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &store.Run{SessionID: s.ID, Agent: "default", Model: "openai/gpt-4o-mini", Status: store.RunQueued,
+			Request: req, KeyID: keyID}
+		if err := db.CreateRun(t.Context(), "alice", r, nil); err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	ofRevoked, ofValid := queue(revokedID, "from the laptop"), queue(validID, "from the phone")
+	if _, err := db.RevokeKey(t.Context(), "", revokedID); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	e.start(t)
+	if err := e.chat.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a := e.send(t, valid, "GET", "/v1/runs/"+ofValid+"/events", "")
+	checkEnd(t, "the valid key's queued run", a, "complete", store.RunCompleted)
+	a = e.send(t, valid, "GET", "/v1/runs/"+ofRevoked+"/events", "")
+	if failed := checkEnd(t, "the revoked key's queued run", a, "error", store.RunFailed); failed["code"] != "key_revoked" {
+		t.Errorf("the revoked key's queued run ended with %v, want code key_revoked", failed)
+	}
+	reqs := e.upstream.Requests()
+	if len(reqs) != 1 || lastContent(reqs[0]) != "from the phone" {
+		t.Errorf("the upstream got %d requests, want the phone's only", len(reqs))
 	}
 }
