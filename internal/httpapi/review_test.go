@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"chatd/internal/auth"
 	"chatd/internal/chat"
+	"chatd/internal/httpapi"
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/runevent"
@@ -489,5 +491,130 @@ func TestReviewRestartFailsARevokedKeysQueuedRun(t *testing.T) {
 	reqs := e.upstream.Requests()
 	if len(reqs) != 1 || lastContent(reqs[0]) != "from the phone" {
 		t.Errorf("the upstream got %d requests, want the phone's only", len(reqs))
+	}
+}
+
+// TestReviewTrustedHeaderNeedsChatdsHost: a trusted proxy's header is believed only in a request for
+// one of chatd's names: a page that rebinds its own name to the proxy's address sends from there too.
+// An API key is not bound to a name.
+func TestReviewTrustedHeaderNeedsChatdsHost(t *testing.T) {
+	const header = "X-Forwarded-Email"
+	e := newKeyedEnv(t, httpapi.Options{AllowedHosts: []string{"chat.example.com"}}, auth.Options{TrustedHeader: header,
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	alice, _ := e.key(t, auth.KeySpec{User: "alice"})
+	port := e.srv.URL[strings.LastIndex(e.srv.URL, ":"):]
+	for _, host := range []string{"evil.example", "evil.example" + port, "chat.example.com.evil.example"} {
+		resp, raw := e.call(t, "GET", "/v1/sessions", "", map[string]string{header: "carol@example.com", "Host": host})
+		e.wantError(t, "the proxy's header for "+host, resp, raw, http.StatusForbidden, "forbidden_host")
+		resp, raw = e.call(t, "POST", "/v1/sessions", `{"title":"rebound"}`, map[string]string{header: "carol@example.com", "Host": host})
+		e.wantError(t, "a write with the proxy's header for "+host, resp, raw, http.StatusForbidden, "forbidden_host")
+		if resp, raw := e.call(t, "GET", "/v1/sessions", "", e.bearer(alice, "Host", host)); resp.StatusCode != http.StatusOK {
+			t.Errorf("a key for %s: %d %s", host, resp.StatusCode, raw)
+		}
+	}
+	for _, host := range []string{"", "127.0.0.1" + port, "localhost" + port, "chat.example.com", "CHAT.example.com:443"} {
+		h := map[string]string{header: "carol@example.com"}
+		if host != "" {
+			h["Host"] = host
+		}
+		resp, raw := e.call(t, "GET", "/v1/auth/session", "", h)
+		if resp.StatusCode != http.StatusOK || e.who(t, raw).User != "carol@example.com" {
+			t.Errorf("the proxy's header for %q: %d %s", host, resp.StatusCode, raw)
+		}
+	}
+	if _, raw := e.call(t, "GET", "/v1/sessions", "", map[string]string{header: "carol@example.com"}); !strings.Contains(string(raw), `"sessions":[]`) {
+		t.Errorf("carol's sessions after the refused writes: %s", raw)
+	}
+}
+
+// TestReviewSignInCountsAgainstRequests: a sign-in is a request of its key: under a limit of 2 a
+// minute, the third answers 429 requests_per_minute and sets no cookie.
+func TestReviewSignInCountsAgainstRequests(t *testing.T) {
+	e := newKeyedEnv(t, httpapi.Options{}, auth.Options{})
+	alice, _ := e.key(t, auth.KeySpec{User: "alice", Limits: store.Limits{RequestsPerMinute: 2}})
+	for range 2 {
+		e.signIn(t, alice)
+	}
+	resp, raw := e.call(t, "POST", "/v1/auth/session", `{"key":"`+alice+`"}`, nil)
+	e.wantError(t, "the third sign-in in a minute", resp, raw, http.StatusTooManyRequests, auth.LimitRequests)
+	if resp.Header.Get("Retry-After") == "" {
+		t.Errorf("the refused sign-in has no Retry-After")
+	}
+	if len(resp.Cookies()) != 0 {
+		t.Errorf("the refused sign-in set %v", resp.Header.Values("Set-Cookie"))
+	}
+}
+
+// TestReviewCookieSecureBehindHTTPSProxy: the sign-in cookie (and the sign-out's clearing one) is
+// Secure when a proxy says the browser came over HTTPS, and not over plain HTTP.
+func TestReviewCookieSecureBehindHTTPSProxy(t *testing.T) {
+	e := newKeyedEnv(t, httpapi.Options{}, auth.Options{})
+	alice, _ := e.key(t, auth.KeySpec{User: "alice"})
+	for _, tt := range []struct {
+		name   string
+		header map[string]string
+		secure bool
+	}{
+		{"plain HTTP", nil, false},
+		{"behind an HTTPS proxy", map[string]string{"X-Forwarded-Proto": "https"}, true},
+		{"behind an HTTPS proxy, in capitals", map[string]string{"X-Forwarded-Proto": "HTTPS"}, true},
+		{"behind an HTTP proxy", map[string]string{"X-Forwarded-Proto": "http"}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, raw := e.call(t, "POST", "/v1/auth/session", `{"key":"`+alice+`"}`, tt.header)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("sign in: %d %s", resp.StatusCode, raw)
+			}
+			cookies := resp.Cookies()
+			if len(cookies) != 1 || cookies[0].Secure != tt.secure {
+				t.Fatalf("Set-Cookie %v; want Secure %v", resp.Header.Values("Set-Cookie"), tt.secure)
+			}
+			out := map[string]string{"Cookie": auth.CookieName + "=" + cookies[0].Value}
+			for k, v := range tt.header {
+				out[k] = v
+			}
+			resp, raw = e.call(t, "DELETE", "/v1/auth/session", "", out)
+			if resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("sign out: %d %s", resp.StatusCode, raw)
+			}
+			if cleared := resp.Cookies(); len(cleared) != 1 || cleared[0].Secure != tt.secure {
+				t.Errorf("sign out's Set-Cookie %v; want Secure %v", resp.Header.Values("Set-Cookie"), tt.secure)
+			}
+		})
+	}
+}
+
+// TestReviewCreateKeyInputLimits: POST /v1/keys refuses, with 400 invalid_key_spec and nothing made, a
+// name a terminal would read as commands, more agents than a key may name, and a spend budget outside
+// what chatd counts.
+func TestReviewCreateKeyInputLimits(t *testing.T) {
+	e := newKeyedEnv(t, httpapi.Options{}, auth.Options{})
+	admin, _ := e.key(t, auth.KeySpec{User: "root", Admin: true})
+	many := `"support"` + strings.Repeat(`,"support"`, auth.MaxKeyAgents)
+	for _, tt := range []struct{ name, body string }{
+		{"a name with ESC", `{"user":"dave","name":"laptop\u001b[2J"}`},
+		{"a name with a newline", `{"user":"dave","name":"laptop\nINFO forged log line"}`},
+		{"a name with C1 CSI", `{"user":"dave","name":"laptop\u009b2J"}`},
+		{"101 agents", `{"user":"dave","agents":[` + many + `]}`},
+		{"spend under a micro-dollar", `{"user":"dave","limits":{"spend_usd":1e-7}}`},
+		{"spend over a billion", `{"user":"dave","limits":{"spend_usd":1e10}}`},
+		{"spend of 1e308", `{"user":"dave","limits":{"spend_usd":1e308}}`},
+	} {
+		resp, raw := e.call(t, "POST", "/v1/keys", tt.body, e.bearer(admin))
+		e.wantError(t, tt.name, resp, raw, http.StatusBadRequest, "invalid_key_spec")
+	}
+	resp, raw := e.call(t, "GET", "/v1/keys?user=dave", "", e.bearer(admin))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"keys":[]`) {
+		t.Errorf("dave's keys after the refusals: %d %s", resp.StatusCode, raw)
+	}
+	for _, body := range []string{
+		`{"user":"dave","name":"laptop – Zoë's"}`,
+		`{"user":"dave","agents":[` + strings.TrimPrefix(strings.Repeat(`,"support"`, auth.MaxKeyAgents), ",") + `]}`,
+		`{"user":"dave","limits":{"spend_usd":1e-6}}`,
+		`{"user":"dave","limits":{"spend_usd":1e9}}`,
+	} {
+		if resp, raw := e.call(t, "POST", "/v1/keys", body, e.bearer(admin)); resp.StatusCode != http.StatusCreated {
+			t.Errorf("POST /v1/keys %.80s: %d %s", body, resp.StatusCode, raw)
+		}
 	}
 }
