@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +33,16 @@ func TestCreateKeyRefusals(t *testing.T) {
 		{"negative tokens", KeySpec{User: "alice", Limits: store.Limits{TokensPerDay: -1}}},
 		{"negative spend", KeySpec{User: "alice", Limits: store.Limits{SpendUSD: -0.01}}},
 		{"unknown period", KeySpec{User: "alice", Limits: store.Limits{SpendUSD: 1, SpendPeriod: "year"}}},
+		// A name is shown in lists and logs: control characters would be a terminal's commands.
+		{"name with ESC", KeySpec{User: "alice", Name: "laptop\x1b[2J"}},
+		{"name with a newline", KeySpec{User: "alice", Name: "laptop\nlevel=INFO msg=forged"}},
+		{"name with C1 CSI", KeySpec{User: "alice", Name: "laptop\u009b2J"}},
+		{"name not UTF-8", KeySpec{User: "alice", Name: "laptop\xff"}},
+		{"too many agents", KeySpec{User: "alice", Agents: make([]string, MaxKeyAgents+1)}},
+		{"spend under a micro-dollar", KeySpec{User: "alice", Limits: store.Limits{SpendUSD: MinSpendUSD / 10}}},
+		{"spend over a billion", KeySpec{User: "alice", Limits: store.Limits{SpendUSD: MaxSpendUSD * 10}}},
+		{"spend NaN", KeySpec{User: "alice", Limits: store.Limits{SpendUSD: math.NaN()}}},
+		{"spend +Inf", KeySpec{User: "alice", Limits: store.Limits{SpendUSD: math.Inf(1)}}},
 	}
 	a, db := newAuth(t, newClock(), Options{Loopback: true})
 	for _, tt := range tests {
@@ -59,6 +71,10 @@ func TestCreateKeyLimits(t *testing.T) {
 		{User: "alice", Name: strings.Repeat("n", MaxKeyName)},
 		{User: strings.Repeat("a", MaxUserLen)},
 		{User: "alice", Limits: store.Limits{ConcurrentRuns: 1, RequestsPerMinute: 1, TokensPerDay: 1, SpendUSD: 1, SpendPeriod: "week"}},
+		{User: "alice", Name: "Zoë's laptop – 2 ☕"},
+		{User: "alice", Agents: slices.Repeat([]string{"writer"}, MaxKeyAgents)},
+		{User: "alice", Limits: store.Limits{SpendUSD: MinSpendUSD}},
+		{User: "alice", Limits: store.Limits{SpendUSD: MaxSpendUSD}},
 	} {
 		if _, _, err := a.CreateKey(t.Context(), spec); err != nil {
 			t.Errorf("CreateKey(%+v) = %v", spec, err)
@@ -119,6 +135,13 @@ func TestCheckLimits(t *testing.T) {
 		{store.Limits{SpendUSD: -1}, false},
 		{store.Limits{SpendPeriod: "Month"}, false},
 		{store.Limits{SpendPeriod: "year"}, false},
+		{store.Limits{SpendUSD: MinSpendUSD}, true},
+		{store.Limits{SpendUSD: MaxSpendUSD}, true},
+		{store.Limits{SpendUSD: 1e-7}, false},
+		{store.Limits{SpendUSD: 1e10}, false},
+		{store.Limits{SpendUSD: math.NaN()}, false},
+		{store.Limits{SpendUSD: math.Inf(1)}, false},
+		{store.Limits{SpendUSD: math.Inf(-1)}, false},
 	}
 	for _, tt := range tests {
 		err := CheckLimits(tt.limits)

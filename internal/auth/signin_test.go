@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -199,5 +200,50 @@ func TestSignInRefused(t *testing.T) {
 			}
 			checkRefused(t, err, http.StatusUnauthorized, tt.code)
 		})
+	}
+}
+
+// TestSignInStampedByItsClock: a sign-in is stored as made at the Authenticator's clock, and signing in
+// forgets the sign-ins expired by that clock, not by the store's: one still live by chatd's clock stays.
+func TestSignInStampedByItsClock(t *testing.T) {
+	t.Parallel()
+	// Long ago: by the store's own clock, every sign-in made here has expired.
+	made := time.Date(2001, 2, 3, 10, 0, 0, 0, time.UTC)
+	clk := &clock{t: made}
+	a, db := newAuth(t, clk, Options{Loopback: true, SessionTTL: sessionTTL})
+	secret, _ := createKey(t, a, KeySpec{User: "alice"})
+	stored := func(value string) (*store.AuthSession, error) {
+		h := hashOf(value)
+		s, _, err := db.AuthSession(t.Context(), h[:])
+		return s, err
+	}
+
+	first, _, _, err := a.SignIn(t.Context(), secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Hour)
+	second, _, _, err := a.SignIn(t.Context(), secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := stored(first)
+	if err != nil {
+		t.Fatalf("the first sign-in after the second, an hour into its day: %v; want it kept", err)
+	}
+	if !s.CreatedAt.Equal(made) || !s.ExpiresAt.Equal(made.Add(sessionTTL)) {
+		t.Errorf("the first sign-in is stored as made at %v, expiring at %v; want %v and %v",
+			s.CreatedAt, s.ExpiresAt, made, made.Add(sessionTTL))
+	}
+
+	clk.Add(sessionTTL - 30*time.Minute) // past the first's end, before the second's
+	if _, _, _, err := a.SignIn(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stored(first); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the expired first sign-in after a third: %v; want it forgotten", err)
+	}
+	if _, err := stored(second); err != nil {
+		t.Errorf("the second sign-in, still live, after a third: %v; want it kept", err)
 	}
 }

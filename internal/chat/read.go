@@ -92,16 +92,22 @@ func (s *Service) CancelKey(ctx context.Context, keyID, reason string) int {
 	if keyID == "" {
 		return 0
 	}
+	// The queued ones are cancelled first: a running run's end starts the next run queued behind it,
+	// which would be the key's own if it were still queued, and would call the model before its cancel.
 	s.mu.Lock()
-	var runs []*Run
+	var queued, others []*Run
 	for _, r := range s.runs {
-		if r.plan != nil && r.plan.account.KeyID == keyID {
-			runs = append(runs, r)
+		switch {
+		case r.plan == nil || r.plan.account.KeyID != keyID:
+		case r.Status() == store.RunQueued:
+			queued = append(queued, r)
+		default:
+			others = append(others, r)
 		}
 	}
 	s.mu.Unlock()
 	n := 0
-	for _, r := range runs {
+	for _, r := range append(queued, others...) {
 		if _, err := s.Cancel(ctx, r.user, r.ID, reason); err == nil {
 			n++
 		}

@@ -252,6 +252,75 @@ func testSignIns(t *testing.T, s store.Store) {
 	}
 }
 
+// signInAt stores a sign-in of the key made at created, expiring at expires.
+func signInAt(t *testing.T, s store.Store, keyID string, created, expires time.Time) *store.AuthSession {
+	t.Helper()
+	a := &store.AuthSession{Hash: newHash(), KeyID: keyID, CreatedAt: created, ExpiresAt: expires}
+	if err := s.CreateAuthSession(t.Context(), a); err != nil {
+		t.Fatalf("CreateAuthSession: %v", err)
+	}
+	if !a.CreatedAt.Equal(created) {
+		t.Errorf("CreateAuthSession made at %v, want the CreatedAt given, %v", a.CreatedAt, created)
+	}
+	return a
+}
+
+// wantSignIn fails unless the sign-in is stored (live) or gone.
+func wantSignIn(t *testing.T, s store.Store, what string, a *store.AuthSession, live bool) {
+	t.Helper()
+	_, _, err := s.AuthSession(t.Context(), a.Hash)
+	switch {
+	case live && err != nil:
+		t.Errorf("%s: AuthSession = %v; want it kept", what, err)
+	case !live && !errors.Is(err, store.ErrNotFound):
+		t.Errorf("%s: AuthSession = %v; want it gone (ErrNotFound)", what, err)
+	}
+}
+
+// testSignInsBounded: a key keeps at most 100 sign-ins — signing in again and again cannot grow the
+// table: the 101st ends the oldest, and each one more the next oldest. Another key's are its own.
+func testSignInsBounded(t *testing.T, s store.Store) {
+	alice := newUser("alice")
+	k, other := createKey(t, s, alice, "laptop"), createKey(t, s, alice, "phone")
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	expires := start.AddDate(1, 0, 0)
+	elsewhere := signInAt(t, s, other.ID, start.Add(-time.Hour), expires) // older than all of k's
+	var made []*store.AuthSession
+	for i := range 101 {
+		made = append(made, signInAt(t, s, k.ID, start.Add(time.Duration(i)*time.Second), expires))
+	}
+	wantSignIn(t, s, "the oldest of 101", made[0], false)
+	for i, a := range made[1:] {
+		wantSignIn(t, s, fmt.Sprintf("sign-in %d of 101", i+2), a, true)
+	}
+	wantSignIn(t, s, "another key's older sign-in", elsewhere, true)
+
+	signInAt(t, s, k.ID, start.Add(time.Hour), expires)
+	wantSignIn(t, s, "the oldest after one more", made[1], false)
+	wantSignIn(t, s, "the next oldest after one more", made[2], true)
+	wantSignIn(t, s, "another key's sign-in after one more", elsewhere, true)
+}
+
+// testSignInsSwept: storing a sign-in forgets the sign-ins, of any key, that expired before it was
+// made (its CreatedAt, not the store's clock); those expiring later stay.
+func testSignInsSwept(t *testing.T, s store.Store) {
+	alice, bob := newUser("alice"), newUser("bob")
+	k, other := createKey(t, s, alice, "laptop"), createKey(t, s, bob, "ci")
+	// Long ago, so that the store's own clock would call every one of these expired.
+	at := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	before := at.Add(-2 * time.Hour)
+	expired := signInAt(t, s, k.ID, before, at.Add(-time.Hour))
+	justExpired := signInAt(t, s, other.ID, before, at.Add(-time.Microsecond))
+	kept := signInAt(t, s, k.ID, before, at.Add(time.Microsecond))
+	keptOther := signInAt(t, s, other.ID, before, at.Add(time.Hour))
+
+	signInAt(t, s, k.ID, at, at.Add(24*time.Hour))
+	wantSignIn(t, s, "a sign-in expired an hour before", expired, false)
+	wantSignIn(t, s, "another user's sign-in expired a microsecond before", justExpired, false)
+	wantSignIn(t, s, "a sign-in expiring a microsecond after", kept, true)
+	wantSignIn(t, s, "another user's sign-in expiring an hour after", keptOther, true)
+}
+
 // createLimited creates a run of status (running or queued) in the user's session, made with keyID,
 // under quota.
 func createLimited(t *testing.T, s store.Store, user, sessionID, keyID, status string,

@@ -68,6 +68,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CreateKeyRefused", testCreateKeyRefused},
 		{"RevokeKey", testRevokeKey},
 		{"SignIns", testSignIns},
+		{"SignInsBounded", testSignInsBounded},
+		{"SignInsSwept", testSignInsSwept},
 		{"QuotaConcurrentRuns", testQuotaConcurrentRuns},
 		{"QuotaKeyRuns", testQuotaKeyRuns},
 		{"QuotaRace", testQuotaRace},
