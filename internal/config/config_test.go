@@ -374,3 +374,23 @@ prices:
 		t.Error("--tls-cert without --tls-key: accepted")
 	}
 }
+
+// TestPriceRanges: prices and spend budgets out of range (negative, huge, not numbers) are refused.
+func TestPriceRanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "chatd.yaml")
+	for _, bad := range []string{
+		"prices: {m: {output: 2000000}}",
+		"prices: {m: {cache_read: .nan}}",
+		"prices: {m: {input: .inf}}",
+		"user_limits: {default: {spend_usd: 1e300}}",
+		"user_limits: {default: {spend_usd: 1e-12}}",
+		"user_limits: {users: {alice: {spend_usd: .nan}}}",
+	} {
+		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load([]string{"--config", path}, env(nil), io.Discard); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+}
