@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"testing"
 
 	"chatd/internal/store"
@@ -46,4 +47,24 @@ func benchmarkAppend(b *testing.B, db *DB) {
 			}
 		}
 	}
+}
+
+// BenchmarkConcurrentNewChats measures what a send to a new conversation stores — its session, run
+// and user message, in one CreateRun — with 50 senders at once on a file, synchronous=FULL: each op
+// is one acknowledged send. Group commit lets the senders share fsyncs.
+func BenchmarkConcurrentNewChats(b *testing.B) {
+	db := openTest(b, tempPath(b), Options{})
+	ctx := context.Background()
+	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			run := &store.Run{NewSession: &store.Session{}}
+			first := &store.Record{Role: store.RoleUser, Content: "hello"}
+			if err := db.CreateRun(ctx, "alice", run, first); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -46,6 +48,14 @@ type DB struct {
 	lock   *os.File // holds the lock on the lock file; nil for ":memory:"
 	log    *slog.Logger
 	now    func() time.Time // replaced by tests that need equal timestamps
+
+	// The committer (commit.go): writes wait in writes; quit stops it; committerDone is closed when it
+	// has stopped.
+	writes        chan *writeReq
+	quit          chan struct{}
+	committerDone chan struct{}
+	closeOnce     sync.Once
+	commits       atomic.Int64 // transactions committed (or tried) by the committer
 }
 
 var _ store.Store = (*DB)(nil)
@@ -84,6 +94,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	db.startCommitter()
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: migrate %s: %w", path, err)
@@ -197,8 +208,10 @@ func (db *DB) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes both pools, then releases the database's lock.
+// Close runs the writes already waiting, closes both pools, then releases the database's lock.
 func (db *DB) Close() error {
+	db.closeOnce.Do(func() { close(db.quit) })
+	<-db.committerDone
 	var err error
 	if db.reader != db.writer {
 		err = db.reader.Close()

@@ -13,23 +13,6 @@ import (
 	"chatd/internal/store"
 )
 
-// write runs fn in one write transaction and commits it when fn succeeds. Errors come back wrapped with
-// the operation's name, constraint violations as store.ErrConflict.
-func (db *DB) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
-	tx, err := db.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		return fmt.Errorf("sqlite: %s: %w", op, mapErr(err))
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: %s: %w", op, mapErr(err))
-	}
-	return nil
-}
-
 // read runs fn in one read transaction, so that the queries in fn see one snapshot of the database.
 func (db *DB) read(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
 	tx, err := db.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
