@@ -63,10 +63,9 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	b.db = filepath.Join(b.work, "chatd.db")
 	b.rep.Dir = b.work
-	if b.rep.FsyncUS, err = fsyncCost(b.work, 20); err != nil {
-		return fmt.Errorf("measure fsync in %s: %w", b.work, err)
+	if err := b.measureFsync(); err != nil {
+		return err
 	}
-	b.logf("one 4 KiB write + fsync in %s: %.0f µs (median of 20)", b.work, b.rep.FsyncUS)
 	if b.chatd = b.opt.chatd; b.chatd == "" {
 		if b.chatd, err = buildChatd(ctx, b.work); err != nil {
 			return err
@@ -75,6 +74,19 @@ func (b *bench) setup(ctx context.Context) error {
 	// No compaction: the history runs measure loading and sending a long conversation, not summarizing it.
 	b.config = filepath.Join(b.work, "chatd.yaml")
 	return os.WriteFile(b.config, []byte("context_windows: {\"openai/m\": 1000000000}\n"), 0o600)
+}
+
+// measureFsync measures the fsync of the temp dir's disk once more: at the start and in every round,
+// since other work on the machine may share the disk, and the report gives the median of them all.
+func (b *bench) measureFsync() error {
+	us, err := fsyncCost(b.work, 20)
+	if err != nil {
+		return fmt.Errorf("measure fsync in %s: %w", b.work, err)
+	}
+	b.rep.FsyncSamplesUS = append(b.rep.FsyncSamplesUS, us)
+	b.rep.FsyncUS = median(b.rep.FsyncSamplesUS)
+	b.logf("one 4 KiB write + fsync in %s: %.0f µs (median of 20)", b.work, us)
+	return nil
 }
 
 // buildChatd builds ./cmd/chatd of the module chatbench is run in.
@@ -218,6 +230,9 @@ func chatBodyFor(t target) func(int, int) []byte {
 // every target of a round alike.
 func (b *bench) rounds(ctx context.Context) error {
 	for r := 1; r <= b.opt.rounds; r++ {
+		if err := b.measureFsync(); err != nil {
+			return err
+		}
 		for _, c := range b.opt.conc {
 			if err := b.roundAt(ctx, r, c); err != nil {
 				return err

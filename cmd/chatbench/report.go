@@ -28,7 +28,8 @@ type report struct {
 	MinStreams       int               `json:"min_streams"`
 	ThroughputTokens int               `json:"throughput_tokens,omitempty"`
 	Dir              string            `json:"dir"`
-	FsyncUS          float64           `json:"fsync_us"`
+	FsyncUS          float64           `json:"fsync_us"` // the median of FsyncSamplesUS
+	FsyncSamplesUS   []float64         `json:"fsync_samples_us"`
 	HistorySessions  []historySessions `json:"history_sessions,omitempty"`
 	Runs             []runRow          `json:"runs"`
 	Summary          []summaryRow      `json:"summary"`
@@ -260,7 +261,8 @@ func (rep *report) printTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n  mock: %d tokens %.0f ms apart; streams opened over %.0f ms; at least %d streams per run;"+
 		" each server fresh, warmed with one stream\n", rep.Tokens, rep.IntervalMS, rep.RampMS, rep.MinStreams)
-	fmt.Fprintf(w, "  one 4 KiB write + fsync on the disk of %s: %s (median of 20)\n", filepath.Dir(rep.Dir), dur(rep.FsyncUS))
+	fmt.Fprintf(w, "  one 4 KiB write + fsync on the disk of %s: %s (the median of %d measurements, %s to %s, each the median of 20)\n",
+		filepath.Dir(rep.Dir), dur(rep.FsyncUS), len(rep.FsyncSamplesUS), dur(slices.Min(rep.FsyncSamplesUS)), dur(slices.Max(rep.FsyncSamplesUS)))
 	fmt.Fprintf(w, "  %d CPUs; load average %s at the start, %s at the end\n", rep.CPUs, rep.LoadStart, rep.LoadEnd)
 	fmt.Fprintf(w, "  medians over the rounds; TTFT: request sent → first token; delay: token received − its stamp;\n"+
 		"  stalls: gaps over 2× the stream's median gap (and 1 ms); RSS: (peak − idle) / clients\n\n")
