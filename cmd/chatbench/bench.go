@@ -31,6 +31,7 @@ type options struct {
 	dir         string
 	keep        bool
 	json        bool
+	reprint     string // -report: print a saved report's table, run nothing
 }
 
 // bench is one benchmark run: its temporary folder, the chatd binary and database, and the processes.

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -41,6 +42,9 @@ func benchMain(args []string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chatbench:", err)
 		return 2
+	}
+	if opt.reprint != "" {
+		return reprint(opt.reprint)
 	}
 	raiseFileLimit(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -94,6 +98,7 @@ with concurrent SSE clients in interleaved rounds. The table goes to stdout; pro
 	fs.StringVar(&opt.dir, "dir", os.TempDir(), "where the temporary folder (chatd's database) goes: the disk measured")
 	fs.BoolVar(&opt.keep, "keep", false, "keep the temporary folder (the database)")
 	fs.BoolVar(&opt.json, "json", false, "print the results as JSON on stdout (the table then goes to stderr)")
+	fs.StringVar(&opt.reprint, "report", "", "run nothing: print the table of a report saved with -json in this file")
 	if err := fs.Parse(args); err != nil {
 		return opt, err
 	}
@@ -112,6 +117,20 @@ with concurrent SSE clients in interleaved rounds. The table goes to stdout; pro
 		return opt, errors.New("-rounds, -tokens, -interval, -history-rows, -throughput-tokens and -timeout must be positive; -ramp, -min-streams and -throughput not negative")
 	}
 	return opt, nil
+}
+
+// reprint prints the table of a report that -json saved.
+func reprint(file string) int {
+	b, err := os.ReadFile(file)
+	if err == nil {
+		var rep report
+		if err = json.Unmarshal(b, &rep); err == nil {
+			rep.printTable(os.Stdout)
+			return 0
+		}
+	}
+	fmt.Fprintf(os.Stderr, "chatbench: -report: %v\n", err)
+	return 1
 }
 
 func intList(s string) ([]int, error) {
