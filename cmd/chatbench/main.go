@@ -125,6 +125,7 @@ func reprint(file string) int {
 	if err == nil {
 		var rep report
 		if err = json.Unmarshal(b, &rep); err == nil {
+			rep.derive()
 			rep.printTable(os.Stdout)
 			return 0
 		}

@@ -88,8 +88,7 @@ type summaryRow struct {
 	RSSPerKB float64        `json:"rss_per_stream_kb"`
 }
 
-// addedRow is what chatd adds over the mock directly at one c, against what the relay adds: each the
-// median over the rounds of that round's difference, so every difference is of runs of one round.
+// addedRow is what chatd adds over the mock directly at one c, against what the relay adds.
 type addedRow struct {
 	C             int     `json:"c"`
 	Target        string  `json:"target"`
@@ -125,9 +124,15 @@ func newReport(opt options) *report {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// finish derives the summary, the added costs and the throughput from the runs.
+// finish notes the load average at the end and derives the figures.
 func (rep *report) finish() {
 	rep.LoadEnd = loadAverage()
+	rep.derive()
+}
+
+// derive computes the summary, the added costs and the throughput from the runs; -report calls it
+// again on a saved report, so that a saved run is read with the current arithmetic.
+func (rep *report) derive() {
 	type key struct {
 		c     int
 		label string
@@ -150,12 +155,17 @@ func (rep *report) finish() {
 		}
 		byKey[k] = append(byKey[k], r)
 	}
+	rep.Summary, rep.Added = nil, nil
+	sums := map[key]summaryRow{}
 	for _, k := range order {
-		rep.Summary = append(rep.Summary, summarizeRounds(k.c, k.label, byKey[k]))
+		sums[k] = summarizeRounds(k.c, k.label, byKey[k])
+		rep.Summary = append(rep.Summary, sums[k])
 	}
 	for _, k := range order {
-		if strings.HasPrefix(k.label, "chatd") {
-			rep.Added = append(rep.Added, added(k.c, k.label, byKey[k], byKey[key{k.c, "relay"}], byKey[key{k.c, "direct"}]))
+		relay, okR := sums[key{k.c, "relay"}]
+		direct, okD := sums[key{k.c, "direct"}]
+		if strings.HasPrefix(k.label, "chatd") && okR && okD {
+			rep.Added = append(rep.Added, added(sums[k], relay, direct))
 		}
 	}
 	if len(tpChatd) > 0 {
@@ -201,31 +211,16 @@ func summarizeRounds(c int, label string, rows []runRow) summaryRow {
 	return s
 }
 
-// added pairs each chatd run with the relay and direct runs of its round.
-func added(c int, label string, chatd, relay, direct []runRow) addedRow {
-	byRound := func(rows []runRow) map[int]runRow {
-		m := map[int]runRow{}
-		for _, r := range rows {
-			m[r.Round] = r
-		}
-		return m
-	}
-	rl, dr := byRound(relay), byRound(direct)
-	var a [8][]float64
-	for _, t := range chatd {
-		r, okR := rl[t.Round]
-		d, okD := dr[t.Round]
-		if !okR || !okD {
-			continue
-		}
-		for i, v := range []float64{t.TTFTp50 - d.TTFTp50, r.TTFTp50 - d.TTFTp50, t.TTFTp99 - d.TTFTp99,
-			r.TTFTp99 - d.TTFTp99, t.Delayp50 - d.Delayp50, r.Delayp50 - d.Delayp50, t.RSSPerKB, r.RSSPerKB} {
-			a[i] = append(a[i], v)
-		}
-	}
-	return addedRow{C: c, Target: label, TTFTp50: median(a[0]), RelayTTFTp50: median(a[1]), TTFTp99: median(a[2]),
-		RelayTTFTp99: median(a[3]), Delayp50: median(a[4]), RelayDelayp50: median(a[5]), RSSPerKB: median(a[6]),
-		RelayRSSPerKB: median(a[7])}
+// added is what a chatd target adds over the mock directly at one c, against what the relay adds: the
+// summary's medians over the rounds, minus direct's. A difference of medians, not a median of each
+// round's differences: with three rounds, one run that other work on the machine slowed (a p99 of
+// 150 streams is their second-slowest) would otherwise decide the figure.
+func added(sum, relay, direct summaryRow) addedRow {
+	return addedRow{C: sum.C, Target: sum.Target,
+		TTFTp50: sum.TTFTp50 - direct.TTFTp50, RelayTTFTp50: relay.TTFTp50 - direct.TTFTp50,
+		TTFTp99: sum.TTFTp99 - direct.TTFTp99, RelayTTFTp99: relay.TTFTp99 - direct.TTFTp99,
+		Delayp50: sum.Delayp50 - direct.Delayp50, RelayDelayp50: relay.Delayp50 - direct.Delayp50,
+		RSSPerKB: sum.RSSPerKB, RelayRSSPerKB: relay.RSSPerKB}
 }
 
 // dur formats microseconds for a person: µs below a millisecond, ms below a second, else s.
@@ -275,7 +270,7 @@ func (rep *report) printTable(w io.Writer) {
 	}
 	tw.Flush()
 
-	fmt.Fprintf(w, "\nadded over the mock directly, chatd / relay (median of each round's difference)\n")
+	fmt.Fprintf(w, "\nadded over the mock directly (the medians above minus direct's), chatd / relay\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "c\t"+pad("target")+"\tTTFT p50 added\t\tTTFT p99 added\t\tdelay p50 added\t\tRSS/stream\t\t")
 	for _, a := range rep.Added {
