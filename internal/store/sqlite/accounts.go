@@ -69,7 +69,7 @@ func (db *DB) CreateKey(ctx context.Context, k *store.APIKey) error {
 		t := key.ExpiresAt.UTC().Truncate(time.Microsecond)
 		key.ExpiresAt = &t
 	}
-	err = db.write(ctx, "create key", func(tx *sql.Tx) error {
+	err = db.write(ctx, "create key", func(tx txn) error {
 		_, err := tx.ExecContext(ctx, insertKeySQL, key.ID, key.User, key.Name, key.Prefix, key.Hash, key.Admin,
 			string(agents), string(limits), key.CreatedAt.UnixMicro(), micros(key.ExpiresAt), nil)
 		return err
@@ -84,7 +84,7 @@ func (db *DB) CreateKey(ctx context.Context, k *store.APIKey) error {
 // KeyByHash returns the key whose hash is hash.
 func (db *DB) KeyByHash(ctx context.Context, hash []byte) (*store.APIKey, error) {
 	var k *store.APIKey
-	err := db.read(ctx, "key", func(tx *sql.Tx) error {
+	err := db.read(ctx, "key", func(tx txn) error {
 		var err error
 		k, err = scanKey(tx.QueryRowContext(ctx, keyByHashSQL, hash))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -98,7 +98,7 @@ func (db *DB) KeyByHash(ctx context.Context, hash []byte) (*store.APIKey, error)
 // Keys lists the keys of user, or of everyone.
 func (db *DB) Keys(ctx context.Context, user string) ([]store.APIKey, error) {
 	var keys []store.APIKey
-	err := db.read(ctx, "keys", func(tx *sql.Tx) error {
+	err := db.read(ctx, "keys", func(tx txn) error {
 		rows, err := tx.QueryContext(ctx, keysSQL, user)
 		if err != nil {
 			return err
@@ -119,7 +119,7 @@ func (db *DB) Keys(ctx context.Context, user string) ([]store.APIKey, error) {
 // RevokeKey revokes a key and ends its sign-ins.
 func (db *DB) RevokeKey(ctx context.Context, user, id string) (*store.APIKey, error) {
 	var k *store.APIKey
-	err := db.write(ctx, "revoke key", func(tx *sql.Tx) error {
+	err := db.write(ctx, "revoke key", func(tx txn) error {
 		var err error
 		if k, err = scanKey(tx.QueryRowContext(ctx, keyByIDSQL, id, user)); errors.Is(err, sql.ErrNoRows) {
 			return notFound("key", id)
@@ -145,7 +145,7 @@ func (db *DB) RevokeKey(ctx context.Context, user, id string) (*store.APIKey, er
 // HasKeys reports whether a key was ever created.
 func (db *DB) HasKeys(ctx context.Context) (bool, error) {
 	var has bool
-	err := db.read(ctx, "has keys", func(tx *sql.Tx) error {
+	err := db.read(ctx, "has keys", func(tx txn) error {
 		return tx.QueryRowContext(ctx, hasKeysSQL).Scan(&has)
 	})
 	return has, err
@@ -163,7 +163,7 @@ func (db *DB) CreateAuthSession(ctx context.Context, s *store.AuthSession) error
 	}
 	s.CreatedAt = s.CreatedAt.UTC().Truncate(time.Microsecond)
 	s.ExpiresAt = s.ExpiresAt.UTC().Truncate(time.Microsecond)
-	return db.write(ctx, "create sign-in", func(tx *sql.Tx) error {
+	return db.write(ctx, "create sign-in", func(tx txn) error {
 		if _, err := tx.ExecContext(ctx, expiredSignInsSQL, s.CreatedAt.UnixMicro()); err != nil {
 			return err
 		}
@@ -179,7 +179,7 @@ func (db *DB) CreateAuthSession(ctx context.Context, s *store.AuthSession) error
 func (db *DB) AuthSession(ctx context.Context, hash []byte) (*store.AuthSession, *store.APIKey, error) {
 	s := &store.AuthSession{Hash: hash}
 	var k *store.APIKey
-	err := db.read(ctx, "sign-in", func(tx *sql.Tx) error {
+	err := db.read(ctx, "sign-in", func(tx txn) error {
 		var created, expires int64
 		err := tx.QueryRowContext(ctx, authSessionSQL, hash).Scan(&s.KeyID, &created, &expires)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -199,7 +199,7 @@ func (db *DB) AuthSession(ctx context.Context, hash []byte) (*store.AuthSession,
 
 // DeleteAuthSession ends a sign-in.
 func (db *DB) DeleteAuthSession(ctx context.Context, hash []byte) error {
-	return db.write(ctx, "delete sign-in", func(tx *sql.Tx) error {
+	return db.write(ctx, "delete sign-in", func(tx txn) error {
 		_, err := tx.ExecContext(ctx, deleteAuthSessionSQL, hash)
 		return err
 	})
@@ -226,7 +226,7 @@ func scanKey(row scanner) (*store.APIKey, error) {
 
 // checkQuota refuses with a *store.LimitError when a run would pass one of the limits. It runs in the
 // write transaction that creates the run: SQLite's one writer makes the count and the insert one step.
-func checkQuota(ctx context.Context, tx *sql.Tx, user string, quota []store.Limit) error {
+func checkQuota(ctx context.Context, tx txn, user string, quota []store.Limit) error {
 	var tokens, cost sql.NullInt64 // of the last usage query, reused when two limits share it
 	var last store.Limit
 	for _, l := range quota {
@@ -264,7 +264,7 @@ func checkQuota(ctx context.Context, tx *sql.Tx, user string, quota []store.Limi
 	return nil
 }
 
-func usageSince(ctx context.Context, tx *sql.Tx, user, keyID string, since time.Time) (tokens, cost int64, err error) {
+func usageSince(ctx context.Context, tx txn, user, keyID string, since time.Time) (tokens, cost int64, err error) {
 	if keyID != "" {
 		err = tx.QueryRowContext(ctx, keyUsageSinceSQL, user, since.UnixMicro(), keyID).Scan(&tokens, &cost)
 	} else {
@@ -275,7 +275,7 @@ func usageSince(ctx context.Context, tx *sql.Tx, user, keyID string, since time.
 
 // UsageSince sums the tokens and cost of usage entries since a time.
 func (db *DB) UsageSince(ctx context.Context, user, keyID string, since time.Time) (tokens, cost int64, err error) {
-	err = db.read(ctx, "usage since", func(tx *sql.Tx) error {
+	err = db.read(ctx, "usage since", func(tx txn) error {
 		tokens, cost, err = usageSince(ctx, tx, user, keyID, since)
 		return err
 	})
@@ -309,7 +309,7 @@ SUM(cache_write_tokens), SUM(reasoning_tokens), SUM(cost_nanousd)
 FROM usage WHERE ($1 = '' OR user_id = $1) AND created_at >= $2 AND created_at < $3
 GROUP BY 1 ORDER BY 1`
 	var totals []store.UsageTotal
-	err := db.read(ctx, "usage totals", func(tx *sql.Tx) error {
+	err := db.read(ctx, "usage totals", func(tx txn) error {
 		rows, err := tx.QueryContext(ctx, query, q.User, from, to)
 		if err != nil {
 			return err

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 )
@@ -23,7 +22,7 @@ const maxBatch = 128
 type writeReq struct {
 	ctx  context.Context
 	op   string
-	fn   func(tx *sql.Tx) error
+	fn   func(tx txn) error
 	done chan error // buffered: the committer never waits for the writer
 }
 
@@ -41,7 +40,7 @@ func (db *DB) startCommitter() {
 // write runs fn in a write transaction, shared with the writes that wait with it, and returns once it is
 // committed — or fn's error, wrapped with the operation's name, constraint violations as
 // store.ErrConflict. A write whose ctx ends before the committer takes it is not run.
-func (db *DB) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+func (db *DB) write(ctx context.Context, op string, fn func(tx txn) error) error {
 	req := &writeReq{ctx: ctx, op: op, fn: fn, done: make(chan error, 1)}
 	select {
 	case db.writes <- req:
@@ -123,7 +122,7 @@ func (db *DB) commitOne(req *writeReq) error {
 	if err != nil {
 		return err
 	}
-	if err := run(req, tx); err != nil {
+	if err := run(req, txn{tx, db.writeStmts}); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -147,7 +146,7 @@ func (db *DB) commitMany(batch []*writeReq, errs []error) {
 			fill(errs, err)
 			return
 		}
-		if errs[i] = run(req, tx); errs[i] != nil {
+		if errs[i] = run(req, txn{tx, db.writeStmts}); errs[i] != nil {
 			if _, err := tx.Exec("ROLLBACK TO write"); err != nil {
 				// The transaction cannot go on (SQLite rolled it back on an I/O or full-disk error):
 				// none of the batch is stored.
@@ -177,7 +176,7 @@ func (db *DB) commitMany(batch []*writeReq, errs []error) {
 }
 
 // run calls a write's function; a panic fails the write (and is re-raised as an error, not lost).
-func run(req *writeReq, tx *sql.Tx) (err error) {
+func run(req *writeReq, tx txn) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("panic in write: %v", v)

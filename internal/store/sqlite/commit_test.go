@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"runtime"
@@ -19,7 +18,7 @@ func holdCommitter(t *testing.T, db *DB) (release func()) {
 	started, gate := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- db.write(context.Background(), "hold", func(*sql.Tx) error {
+		done <- db.write(context.Background(), "hold", func(txn) error {
 			close(started)
 			<-gate
 			return nil
@@ -65,9 +64,9 @@ func TestGroupCommit(t *testing.T) {
 				errs[i] = db.AppendRecord(ctx, "alice", &store.Record{SessionID: sess.ID, Role: store.RoleTool,
 					ParentID: "nope", ToolCallID: "call_1", Name: "x", Success: &ok})
 			case 7:
-				errs[i] = db.write(ctx, "panics", func(*sql.Tx) error { panic("boom") })
+				errs[i] = db.write(ctx, "panics", func(txn) error { panic("boom") })
 			case 11:
-				errs[i] = db.write(cancelled, "cancelled", func(*sql.Tx) error {
+				errs[i] = db.write(cancelled, "cancelled", func(txn) error {
 					return errors.New("a write whose context ended before it was taken ran")
 				})
 			default:

@@ -62,7 +62,7 @@ func (db *DB) AppendRecord(ctx context.Context, user string, r *store.Record) er
 	if err != nil {
 		return fmt.Errorf("sqlite: append record: %w", err)
 	}
-	err = db.write(ctx, "append record", func(tx *sql.Tx) error {
+	err = db.write(ctx, "append record", func(tx txn) error {
 		return appendRecord(ctx, tx, user, &rec, db.clock())
 	})
 	if err != nil {
@@ -73,7 +73,7 @@ func (db *DB) AppendRecord(ctx context.Context, user string, r *store.Record) er
 }
 
 // appendRecord is AppendRecord inside a transaction; FinishRun uses it too.
-func appendRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Record, now time.Time) error {
+func appendRecord(ctx context.Context, tx txn, user string, rec *store.Record, now time.Time) error {
 	var seq int64
 	err := tx.QueryRowContext(ctx, bumpSeqSQL, rec.SessionID, user, now.UnixMicro()).Scan(&seq)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -111,7 +111,7 @@ func appendRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Recor
 
 // pair enforces the invariant: a tool record answers an open call of its parent; any other record waits
 // until no call of the session is open.
-func pair(ctx context.Context, tx *sql.Tx, rec *store.Record) error {
+func pair(ctx context.Context, tx txn, rec *store.Record) error {
 	if rec.Role == store.RoleTool {
 		res, err := tx.ExecContext(ctx, claimCallSQL, rec.ID, rec.ParentID, rec.ToolCallID, rec.SessionID)
 		if err != nil {
@@ -136,7 +136,7 @@ func pair(ctx context.Context, tx *sql.Tx, rec *store.Record) error {
 	return nil
 }
 
-func insertRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Record) error {
+func insertRecord(ctx context.Context, tx txn, user string, rec *store.Record) error {
 	var attachments, payload, usage, replay any // NULL when absent
 	if rec.Replay != nil {
 		b, err := json.Marshal(rec.Replay)
@@ -254,7 +254,7 @@ func toolCalls(calls []store.ToolCall) ([]store.ToolCall, error) {
 // Attachment returns attachment n of one record, reading that record's attachments only.
 func (db *DB) Attachment(ctx context.Context, user, sessionID, recordID string, n int) (*store.Attachment, error) {
 	var raw sql.NullString
-	err := db.read(ctx, "attachment", func(tx *sql.Tx) error {
+	err := db.read(ctx, "attachment", func(tx txn) error {
 		return tx.QueryRowContext(ctx, selectAttachmentsSQL, recordID, sessionID, user).Scan(&raw)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -278,7 +278,7 @@ func (db *DB) Attachment(ctx context.Context, user, sessionID, recordID string, 
 // Transcript reads the session, its records and its running run in one read transaction.
 func (db *DB) Transcript(ctx context.Context, user, sessionID string) (*store.Transcript, error) {
 	var t store.Transcript
-	err := db.read(ctx, "transcript", func(tx *sql.Tx) error {
+	err := db.read(ctx, "transcript", func(tx txn) error {
 		s, err := scanSession(tx.QueryRowContext(ctx, selectSessionSQL, sessionID, user))
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("session", sessionID)
@@ -305,7 +305,7 @@ func (db *DB) Transcript(ctx context.Context, user, sessionID string) (*store.Tr
 // Records returns the session's records, oldest first, read from one snapshot.
 func (db *DB) Records(ctx context.Context, user, sessionID string) ([]store.Record, error) {
 	var recs []store.Record
-	err := db.read(ctx, "records", func(tx *sql.Tx) error {
+	err := db.read(ctx, "records", func(tx txn) error {
 		var ok bool
 		if err := tx.QueryRowContext(ctx, sessionExistsSQL, sessionID, user).Scan(&ok); err != nil {
 			return err
@@ -324,7 +324,7 @@ func (db *DB) Records(ctx context.Context, user, sessionID string) ([]store.Reco
 }
 
 // loadRecords reads the session's records, oldest first, with their tool calls.
-func loadRecords(ctx context.Context, tx *sql.Tx, user, sessionID string) ([]store.Record, error) {
+func loadRecords(ctx context.Context, tx txn, user, sessionID string) ([]store.Record, error) {
 	recs, err := selectRecords(ctx, tx, user, sessionID)
 	if err != nil {
 		return nil, err
@@ -332,7 +332,7 @@ func loadRecords(ctx context.Context, tx *sql.Tx, user, sessionID string) ([]sto
 	return recs, addToolCalls(ctx, tx, user, sessionID, recs)
 }
 
-func selectRecords(ctx context.Context, tx *sql.Tx, user, sessionID string) ([]store.Record, error) {
+func selectRecords(ctx context.Context, tx txn, user, sessionID string) ([]store.Record, error) {
 	rows, err := tx.QueryContext(ctx, selectRecordsSQL, sessionID, user)
 	if err != nil {
 		return nil, err
@@ -351,7 +351,7 @@ func selectRecords(ctx context.Context, tx *sql.Tx, user, sessionID string) ([]s
 }
 
 // addToolCalls fills in the ToolCalls of recs, which are ordered by seq as the calls are.
-func addToolCalls(ctx context.Context, tx *sql.Tx, user, sessionID string, recs []store.Record) error {
+func addToolCalls(ctx context.Context, tx txn, user, sessionID string, recs []store.Record) error {
 	byID := make(map[string]int, len(recs))
 	for i, r := range recs {
 		byID[r.ID] = i

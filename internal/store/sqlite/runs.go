@@ -128,7 +128,7 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 	if run.Status == store.RunQueued && run.Request != nil {
 		request = string(run.Request)
 	}
-	err := db.write(ctx, "create run", func(tx *sql.Tx) error {
+	err := db.write(ctx, "create run", func(tx txn) error {
 		if run.NewSession != nil {
 			if err := insertSession(ctx, tx, user, &sess); err != nil {
 				return err
@@ -187,7 +187,7 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 // checkIdle refuses with store.ErrBusy while the user's session has a running run. The unique index
 // runs_one_running_per_session enforces the same; checking first gives the error its own kind. Another
 // user's session looks idle here, so that the insert that follows reports it as not found.
-func checkIdle(ctx context.Context, tx *sql.Tx, user, sessionID string) error {
+func checkIdle(ctx context.Context, tx txn, user, sessionID string) error {
 	var id string
 	err := tx.QueryRowContext(ctx, runningInSQL, sessionID, user).Scan(&id)
 	switch {
@@ -209,7 +209,7 @@ func (db *DB) StartRun(ctx context.Context, user, runID string, first *store.Rec
 		}
 		rec.RunID = runID
 	}
-	err := db.write(ctx, "start run", func(tx *sql.Tx) error {
+	err := db.write(ctx, "start run", func(tx txn) error {
 		sessionID, status, err := runState(ctx, tx, user, runID)
 		if err != nil {
 			return err
@@ -247,7 +247,7 @@ func (db *DB) Run(ctx context.Context, user, id string) (*store.Run, error) {
 }
 
 // completeRun adds what is not a column of the run's row: its last event and, before it ends, its usage.
-func completeRun(ctx context.Context, tx *sql.Tx, user string, r *store.Run) error {
+func completeRun(ctx context.Context, tx txn, user string, r *store.Run) error {
 	if err := tx.QueryRowContext(ctx, lastEventSeqSQL, r.ID).Scan(&r.LastEventSeq); err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func (db *DB) RunByKey(ctx context.Context, user, key string) (*store.Run, error
 // runBy reads the one run query finds, reporting none as the missing "what id".
 func (db *DB) runBy(ctx context.Context, user, what, id, query string, args ...any) (*store.Run, error) {
 	var r *store.Run
-	err := db.read(ctx, what, func(tx *sql.Tx) error {
+	err := db.read(ctx, what, func(tx txn) error {
 		var err error
 		r, err = scanRun(tx.QueryRowContext(ctx, query, args...))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -292,7 +292,7 @@ func (db *DB) runBy(ctx context.Context, user, what, id, query string, args ...a
 // UnfinishedRuns returns every user's running and queued runs, oldest first.
 func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
 	var runs []store.Run
-	err := db.read(ctx, "unfinished runs", func(tx *sql.Tx) error {
+	err := db.read(ctx, "unfinished runs", func(tx txn) error {
 		rows, err := tx.QueryContext(ctx, unfinishedSQL)
 		if err != nil {
 			return err
@@ -352,7 +352,7 @@ func scanRun(row scanner, extra ...any) (*store.Run, error) {
 }
 
 // runState reads the session and status of one of the user's runs.
-func runState(ctx context.Context, tx *sql.Tx, user, runID string) (sessionID, status string, err error) {
+func runState(ctx context.Context, tx txn, user, runID string) (sessionID, status string, err error) {
 	err = tx.QueryRowContext(ctx, runStateSQL, runID, user).Scan(&sessionID, &status)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = notFound("run", runID)
@@ -363,7 +363,7 @@ func runState(ctx context.Context, tx *sql.Tx, user, runID string) (sessionID, s
 // CloseCalls appends a failed tool record for each open call of the run.
 func (db *DB) CloseCalls(ctx context.Context, user, runID, reason string) ([]store.Record, error) {
 	var added []store.Record
-	err := db.write(ctx, "close calls", func(tx *sql.Tx) error {
+	err := db.write(ctx, "close calls", func(tx txn) error {
 		sessionID, _, err := runState(ctx, tx, user, runID)
 		if err != nil {
 			return err
@@ -390,7 +390,7 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 		}
 	}
 	var added []store.Record
-	err := db.write(ctx, "finish run", func(tx *sql.Tx) error {
+	err := db.write(ctx, "finish run", func(tx txn) error {
 		sessionID, status, err := runState(ctx, tx, user, runID)
 		if err != nil {
 			return err
@@ -429,7 +429,7 @@ func (db *DB) AppendEvents(ctx context.Context, events []store.Event, reserved [
 	if len(events) == 0 && len(reserved) == 0 {
 		return nil
 	}
-	return db.write(ctx, "append events", func(tx *sql.Tx) error {
+	return db.write(ctx, "append events", func(tx txn) error {
 		if err := insertEvents(ctx, tx, events); err != nil {
 			return err
 		}
@@ -438,7 +438,7 @@ func (db *DB) AppendEvents(ctx context.Context, events []store.Event, reserved [
 }
 
 // reserve raises the runs' reserved_seq.
-func reserve(ctx context.Context, tx *sql.Tx, reserved []store.Reservation) error {
+func reserve(ctx context.Context, tx txn, reserved []store.Reservation) error {
 	if len(reserved) == 0 {
 		return nil
 	}
@@ -463,7 +463,7 @@ const eventsPerInsert = 128
 var insertManyEventsSQL = "INSERT INTO run_events (run_id, seq, type, data) VALUES " +
 	strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", eventsPerInsert), ", ")
 
-func insertEvents(ctx context.Context, tx *sql.Tx, events []store.Event) error {
+func insertEvents(ctx context.Context, tx txn, events []store.Event) error {
 	for _, e := range events {
 		if e.Seq <= 0 || e.Type == "" {
 			return conflict("event %d of run %q has no sequence number or type", e.Seq, e.RunID)
@@ -509,7 +509,7 @@ func (db *DB) Events(ctx context.Context, user, runID string, after int64, limit
 		limit = 1000
 	}
 	var events []store.Event
-	err := db.read(ctx, "events", func(tx *sql.Tx) error {
+	err := db.read(ctx, "events", func(tx txn) error {
 		rows, err := tx.QueryContext(ctx, selectEventsSQL, runID, user, after, limit)
 		if err != nil {
 			return err
@@ -550,7 +550,7 @@ func (db *DB) Events(ctx context.Context, user, runID string, after int64, limit
 type openCall struct{ recordID, callID, name string }
 
 // closeCalls appends a failed tool record for each open call of the run.
-func closeCalls(ctx context.Context, tx *sql.Tx, user, sessionID, runID, reason string,
+func closeCalls(ctx context.Context, tx txn, user, sessionID, runID, reason string,
 	now time.Time) ([]store.Record, error) {
 	calls, err := openRunCalls(ctx, tx, sessionID, runID)
 	if err != nil || len(calls) == 0 {
@@ -578,7 +578,7 @@ func closeCalls(ctx context.Context, tx *sql.Tx, user, sessionID, runID, reason 
 
 // openRunCalls reads all the calls before any is closed: a connection (PostgreSQL's certainly) cannot
 // run the appends while it still streams these rows.
-func openRunCalls(ctx context.Context, tx *sql.Tx, sessionID, runID string) ([]openCall, error) {
+func openRunCalls(ctx context.Context, tx txn, sessionID, runID string) ([]openCall, error) {
 	rows, err := tx.QueryContext(ctx, openRunCallsSQL, runID, sessionID)
 	if err != nil {
 		return nil, err
@@ -611,7 +611,7 @@ func (db *DB) AddUsage(ctx context.Context, user string, u store.UsageEntry) err
 	if u.CreatedAt.IsZero() {
 		at = db.clock()
 	}
-	return db.write(ctx, "add usage", func(tx *sql.Tx) error {
+	return db.write(ctx, "add usage", func(tx txn) error {
 		_, err := tx.ExecContext(ctx, insertUsageSQL, uuid.Must(uuid.NewV7()).String(), user, u.RunID,
 			u.SessionID, u.Agent, u.Model, u.InputTokens, u.OutputTokens, u.CacheReadTokens,
 			u.CacheWriteTokens, u.ReasoningTokens, at.UnixMicro(), u.KeyID, u.CostNanoUSD, u.Estimated)

@@ -52,7 +52,7 @@ func (db *DB) CreateSession(ctx context.Context, user string, s *store.Session) 
 	if err != nil {
 		return fmt.Errorf("sqlite: create session: %w", err)
 	}
-	err = db.write(ctx, "create session", func(tx *sql.Tx) error {
+	err = db.write(ctx, "create session", func(tx txn) error {
 		return insertSession(ctx, tx, user, &created)
 	})
 	if err != nil {
@@ -82,7 +82,7 @@ func (db *DB) newSession(s *store.Session) (store.Session, error) {
 }
 
 // insertSession inserts a session newSession made. An id taken (by any user) is ErrConflict.
-func insertSession(ctx context.Context, tx *sql.Tx, user string, s *store.Session) error {
+func insertSession(ctx context.Context, tx txn, user string, s *store.Session) error {
 	_, err := tx.ExecContext(ctx, insertSessionSQL, s.ID, user, s.Title, s.Agent, string(s.Metadata), s.CreatedAt.UnixMicro())
 	return err
 }
@@ -156,7 +156,7 @@ func (db *DB) UpdateSession(ctx context.Context, user, id string, p store.Sessio
 		}
 	}
 	var s *store.Session
-	err := db.write(ctx, "update session", func(tx *sql.Tx) error {
+	err := db.write(ctx, "update session", func(tx txn) error {
 		row := tx.QueryRowContext(ctx, updateSessionSQL, id, user, p.Title, metaArg, db.clock().UnixMicro())
 		var err error
 		s, err = scanSession(row)
@@ -174,7 +174,7 @@ func (db *DB) UpdateSession(ctx context.Context, user, id string, p store.Sessio
 // DeleteSession deletes a session; its records, tool calls and runs go with it (ON DELETE CASCADE),
 // its usage entries stay.
 func (db *DB) DeleteSession(ctx context.Context, user, id string) error {
-	return db.write(ctx, "delete session", func(tx *sql.Tx) error {
+	return db.write(ctx, "delete session", func(tx txn) error {
 		var runID string
 		err := tx.QueryRowContext(ctx, unendedInSQL, id, user).Scan(&runID)
 		if err == nil {

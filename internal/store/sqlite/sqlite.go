@@ -56,6 +56,9 @@ type DB struct {
 	committerDone chan struct{}
 	closeOnce     sync.Once
 	commits       atomic.Int64 // transactions committed (or tried) by the committer
+
+	// writeStmts and readStmts are the statements each pool keeps prepared (stmts.go).
+	writeStmts, readStmts *stmtCache
 }
 
 var _ store.Store = (*DB)(nil)
@@ -94,6 +97,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	db.writeStmts, db.readStmts = newStmtCache(db.writer), newStmtCache(db.reader)
 	db.startCommitter()
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
@@ -212,6 +216,8 @@ func (db *DB) migrate(ctx context.Context) error {
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() { close(db.quit) })
 	<-db.committerDone
+	db.writeStmts.close()
+	db.readStmts.close()
 	var err error
 	if db.reader != db.writer {
 		err = db.reader.Close()

@@ -14,13 +14,13 @@ import (
 )
 
 // read runs fn in one read transaction, so that the queries in fn see one snapshot of the database.
-func (db *DB) read(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+func (db *DB) read(ctx context.Context, op string, fn func(tx txn) error) error {
 	tx, err := db.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	defer tx.Rollback()
-	if err := fn(tx); err != nil {
+	if err := fn(txn{tx, db.readStmts}); err != nil {
 		return fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	return nil
