@@ -89,7 +89,7 @@ func insertSession(ctx context.Context, tx txn, user string, s *store.Session) e
 
 // Session returns one of the user's sessions.
 func (db *DB) Session(ctx context.Context, user, id string) (*store.Session, error) {
-	s, err := scanSession(db.reader.QueryRowContext(ctx, selectSessionSQL, id, user))
+	s, err := scanSession(db.readStmts.queryRow(ctx, selectSessionSQL, id, user))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = notFound("session", id)
 	}
@@ -109,14 +109,14 @@ func (db *DB) Sessions(ctx context.Context, user string, p store.Page) ([]store.
 	var rows *sql.Rows
 	var err error
 	if p.Cursor == "" {
-		rows, err = db.reader.QueryContext(ctx, listSessionsSQL, user, limit+1)
+		rows, err = db.readStmts.query(ctx, listSessionsSQL, user, limit+1)
 	} else {
 		var at int64
 		var id string
 		if at, id, err = decodeCursor(p.Cursor); err != nil {
 			return nil, "", fmt.Errorf("sqlite: sessions: %w", err)
 		}
-		rows, err = db.reader.QueryContext(ctx, listSessionsAfterSQL, user, limit+1, at, id)
+		rows, err = db.readStmts.query(ctx, listSessionsAfterSQL, user, limit+1, at, id)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: sessions: %w", err)

@@ -54,6 +54,22 @@ func (c *stmtCache) prepare(query string) {
 	c.m[query] = s
 }
 
+// queryRow runs a query of one row on the pool, outside a transaction.
+func (c *stmtCache) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if s := c.get(query); s != nil {
+		return s.QueryRowContext(ctx, args...)
+	}
+	return c.pool.QueryRowContext(ctx, query, args...)
+}
+
+// query runs a query on the pool, outside a transaction.
+func (c *stmtCache) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if s := c.get(query); s != nil {
+		return s.QueryContext(ctx, args...)
+	}
+	return c.pool.QueryContext(ctx, query, args...)
+}
+
 // close waits for the statements being prepared, and closes them all.
 func (c *stmtCache) close() {
 	c.wg.Wait()
