@@ -13,9 +13,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -182,6 +184,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if !cfg.Loopback() && cfg.TLSCert == "" {
 		log.Warn("chatd listens beyond loopback without TLS: API keys and sign-in cookies cross the network in clear text unless a TLS proxy is in front; use --tls-cert and --tls-key otherwise")
 	}
+	if cfg.PprofAddr != "" {
+		stop, err := servePprof(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	errc := make(chan error, 1)
 	go func() {
 		if cfg.TLSCert != "" {
@@ -196,6 +205,27 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	case <-ctx.Done():
 	}
 	return shutdown(srv, chats, cfg.DrainTimeout, log)
+}
+
+// servePprof serves Go's profiles (net/http/pprof) on addr, a loopback address, on a listener of
+// their own, so that they are never on the API's. It returns what stops it.
+func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	runtime.SetBlockProfileRate(int(time.Millisecond)) // a wait of a millisecond or more is sampled
+	runtime.SetMutexProfileFraction(100)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	log.Info("serving Go's profiles", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
+	return func() { srv.Close() }, nil
 }
 
 // authenticator checks that chatd may listen where it was asked to, and returns what authenticates

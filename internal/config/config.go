@@ -80,6 +80,8 @@ type Config struct {
 	Prices map[string]chat.Price
 	// TLSCert and TLSKey, both set, make chatd serve HTTPS (--tls-cert, --tls-key).
 	TLSCert, TLSKey string
+	// PprofAddr, when set, is a loopback address where Go's profiles are served (--pprof-addr).
+	PprofAddr string
 }
 
 // Auth is the auth: section.
@@ -380,6 +382,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (env CHATD_LOG_LEVEL; default info)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; env CHATD_TLS_CERT), with --tls-key")
 	tlsKey := fs.String("tls-key", "", "the private key of --tls-cert (PEM; env CHATD_TLS_KEY)")
+	pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles (/debug/pprof/) on this loopback address (env CHATD_PPROF_ADDR); off by default")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -436,6 +439,13 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	c.TLSCert, c.TLSKey = cmp.Or(*tlsCert, getenv("CHATD_TLS_CERT")), cmp.Or(*tlsKey, getenv("CHATD_TLS_KEY"))
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	c.PprofAddr = cmp.Or(*pprofAddr, getenv("CHATD_PPROF_ADDR"))
+	if c.PprofAddr != "" {
+		host, _, err := net.SplitHostPort(c.PprofAddr)
+		if err != nil || !isLoopback(host) {
+			return nil, fmt.Errorf("--pprof-addr %q: profiles are served on a loopback address only, such as 127.0.0.1:6060", c.PprofAddr)
+		}
 	}
 	return c, c.Validate()
 }

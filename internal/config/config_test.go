@@ -394,3 +394,16 @@ func TestPriceRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestPprofAddr: profiles are served on a loopback address only.
+func TestPprofAddr(t *testing.T) {
+	c, err := Load([]string{"--pprof-addr", "127.0.0.1:6060"}, env(nil), io.Discard)
+	if err != nil || c.PprofAddr != "127.0.0.1:6060" {
+		t.Fatalf("loopback: %v %+v", err, c)
+	}
+	for _, bad := range []string{"0.0.0.0:6060", ":6060", "10.0.0.1:6060", "6060"} {
+		if _, err := Load([]string{"--pprof-addr", bad}, env(nil), io.Discard); err == nil {
+			t.Errorf("--pprof-addr %s: accepted", bad)
+		}
+	}
+}
