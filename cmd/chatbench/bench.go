@@ -143,6 +143,9 @@ func (b *bench) startChatd(ctx context.Context, upstream string) (*child, string
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir(),
 		"OPENAI_API_KEY=x", "OPENAI_BASE_URL=" + upstream, "CHATD_MODEL=openai/m", "CHATD_LOG_LEVEL=info",
 		"CHATD_DRAIN_TIMEOUT=2s"}
+	if addr := os.Getenv("CHATD_PPROF_ADDR"); addr != "" {
+		env = append(env, "CHATD_PPROF_ADDR="+addr) // to profile chatd while it is measured
+	}
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + b.db, "--config", b.config}
 	c, err := b.procs.start("chatd", b.chatd, args, env, func(line string) (string, bool) {
 		if strings.Contains(line, `msg="chatd listening"`) {
