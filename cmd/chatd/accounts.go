@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -222,9 +223,7 @@ func usageTable(ctx context.Context, args []string, getenv func(string) string, 
 		}
 		*b.t = t
 	}
-	switch q.GroupBy {
-	case store.GroupByUser, store.GroupByKey, store.GroupByAgent, store.GroupByModel, store.GroupByDay:
-	default:
+	if !slices.Contains(store.GroupBys, q.GroupBy) {
 		return fmt.Errorf("usage: --group-by is user, key, agent, model or day, not %q", q.GroupBy)
 	}
 	st, err := openAccounts(ctx, *db, getenv)

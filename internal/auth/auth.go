@@ -136,6 +136,9 @@ type Authenticator struct {
 	opts     Options
 	required atomic.Bool
 
+	// localP is the caller while no auth is required, made once: it is on every request's path.
+	localP *Principal
+
 	mu sync.RWMutex
 	// cache holds verified keys and sign-ins, misses the refusals of unknown ones, each bounded: a
 	// flood of made-up keys empties misses, never the cache of the keys in use.
@@ -180,6 +183,9 @@ func New(ctx context.Context, opts Options) (*Authenticator, error) {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	a.required.Store(has || !opts.Loopback || opts.TrustedHeader != "")
+	local := *Local
+	local.Limits = a.userLimits(LocalUser)
+	a.localP = &local
 	return a, nil
 }
 
@@ -224,7 +230,7 @@ func (a *Authenticator) Authenticate(r *http.Request) (*Principal, error) {
 	if a.Required() {
 		return nil, unauthorized("auth_required", "this chatd requires an API key: send it as \"Authorization: Bearer chd_…\", or sign in to the web UI with it")
 	}
-	return a.local(), nil
+	return a.localP, nil
 }
 
 func cutBearer(h string) (string, bool) {
@@ -235,13 +241,9 @@ func cutBearer(h string) (string, bool) {
 	return s, s != ""
 }
 
-var localPrincipal = &Principal{User: LocalUser, Method: MethodLocal, Admin: true}
-
-func (a *Authenticator) local() *Principal {
-	p := *localPrincipal
-	p.Limits = a.userLimits(LocalUser)
-	return &p
-}
+// Local is the caller of a chatd without auth: the local user, an admin, without limits. An
+// Authenticator's local caller has the local user's limits.
+var Local = &Principal{User: LocalUser, Method: MethodLocal, Admin: true}
 
 // trusted returns the user a trusted proxy signed in, or nil when the request has none or comes from
 // an address that is not a trusted proxy (whose header is ignored). A header sent twice is ignored too:

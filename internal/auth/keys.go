@@ -81,25 +81,18 @@ func CreateKey(ctx context.Context, st store.Accounts, spec KeySpec, now time.Ti
 	return secret, k, nil
 }
 
-// The range of a spend budget: costs are counted in nano-dollars, in 63 bits.
+// The range of a spend budget (store.Limits.Check).
 const (
-	MinSpendUSD = 1e-6
-	MaxSpendUSD = 1e9
+	MinSpendUSD = store.MinSpendUSD
+	MaxSpendUSD = store.MaxSpendUSD
 )
 
-// CheckLimits refuses limits that cannot be meant: negative ones, an unknown spend period.
+// CheckLimits refuses a key's limits as store.Limits.Check does, as ErrInvalidSpec.
 func CheckLimits(l store.Limits) error {
-	if l.ConcurrentRuns < 0 || l.RequestsPerMinute < 0 || l.TokensPerDay < 0 || l.SpendUSD < 0 {
-		return invalidSpec("limits cannot be negative")
+	if err := l.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
-	if l.SpendUSD != 0 && !(l.SpendUSD >= MinSpendUSD && l.SpendUSD <= MaxSpendUSD) { // NaN too
-		return invalidSpec("spend_usd is from $%g to $%g (0: no budget)", MinSpendUSD, MaxSpendUSD)
-	}
-	switch l.SpendPeriod {
-	case "", "day", "week", "month":
-		return nil
-	}
-	return invalidSpec("spend_period is day, week or month, not %q", l.SpendPeriod)
+	return nil
 }
 
 // CreateKey makes a key as the package's CreateKey does; from then on callers must authenticate.

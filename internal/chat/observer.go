@@ -124,10 +124,16 @@ func (o *observer) Usage(m agent.Model, u llm.Usage) {
 func (o *observer) recordUsage(model string, u llm.Usage) {
 	su := storeUsage(u)
 	o.run.emit(runevent.TypeUsage, runevent.Encode(runevent.UsageEvent{Model: model, Usage: runevent.UsageOf(su)}))
+	o.account(model, su, false)
+}
+
+// account stores a model call's usage in the ledger, priced, and stops the run when the sender's
+// token or spend budget is used up.
+func (o *observer) account(model string, u store.Usage, estimated bool) {
 	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, KeyID: o.p.account.KeyID, Agent: o.p.agentNm,
-		Model: model, Usage: su, CostNanoUSD: o.prices[model].cost(su)}
+		Model: model, Usage: u, CostNanoUSD: o.prices[model].cost(u), Estimated: estimated}
 	if err := o.store.AddUsage(o.ctx, o.p.user, entry); err != nil {
-		o.log.Error("store usage", "run", o.run.ID, "err", err)
+		o.log.Error("store usage", "run", o.run.ID, "estimated", estimated, "err", err)
 		return
 	}
 	if err := o.overBudget(); err != nil {
@@ -189,15 +195,7 @@ func (o *observer) estimateUsage(t *agent.Turn) {
 	if u == (store.Usage{}) {
 		return
 	}
-	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, KeyID: o.p.account.KeyID, Agent: o.p.agentNm,
-		Model: t.Origin, Usage: u, CostNanoUSD: o.prices[t.Origin].cost(u), Estimated: true}
-	if err := o.store.AddUsage(o.ctx, o.p.user, entry); err != nil {
-		o.log.Error("store estimated usage", "run", o.run.ID, "err", err)
-		return
-	}
-	if err := o.overBudget(); err != nil {
-		o.run.stop(err)
-	}
+	o.account(t.Origin, u, true)
 }
 
 // RecordToolResult stores the result of a call of a stored turn.

@@ -186,17 +186,10 @@ func (c *Config) accounts(f *file) error {
 }
 
 func checkLimits(who string, l store.Limits) error {
-	if l.ConcurrentRuns < 0 || l.RequestsPerMinute < 0 || l.TokensPerDay < 0 || l.SpendUSD < 0 {
-		return fmt.Errorf("config: user_limits: %s: limits are positive numbers (0: no limit)", who)
+	if err := l.Check(); err != nil {
+		return fmt.Errorf("config: user_limits: %s: %w", who, err)
 	}
-	if l.SpendUSD != 0 && !(l.SpendUSD >= 1e-6 && l.SpendUSD <= 1e9) { // NaN and infinities too
-		return fmt.Errorf("config: user_limits: %s: spend_usd is from $0.000001 to $1000000000 (0: no budget)", who)
-	}
-	switch l.SpendPeriod {
-	case "", "day", "week", "month":
-		return nil
-	}
-	return fmt.Errorf("config: user_limits: %s: spend_period is day, week or month, not %q", who, l.SpendPeriod)
+	return nil
 }
 
 // Loopback reports whether chatd listens on loopback addresses only.

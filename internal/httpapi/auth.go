@@ -20,7 +20,7 @@ const AsUserHeader = "X-Chatd-As-User"
 type principalKey struct{}
 
 // local is the caller of a server without an Authenticator: chatd in local mode.
-var local = &auth.Principal{User: auth.LocalUser, Method: auth.MethodLocal, Admin: true}
+var local = auth.Local
 
 // authenticate attaches the caller to the request's context, or refuses the request: with 401 when
 // it carries no valid credentials and auth is required, 429 when it passes its requests per minute.

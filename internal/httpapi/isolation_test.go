@@ -281,24 +281,7 @@ func newIsoFixture(t *testing.T) (*isoFixture, chan struct{}) {
 // openKeyed starts a request and returns its answer unread, for streams.
 func (e *keyedEnv) openKeyed(t *testing.T, method, path, body string, header map[string]string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, e.srv.URL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
-	}
-	return resp
+	return openOK(t, t.Context(), method, e.srv.URL+path, body, header)
 }
 
 // isoAnswer is an answer as the test compares it: the status, the headers but Date and

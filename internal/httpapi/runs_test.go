@@ -26,7 +26,14 @@ import (
 // iterator over its events. The caller closes the body.
 func (e *env) openStream(t *testing.T, ctx context.Context, method, path, body string, header map[string]string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, method, e.srv.URL+path, strings.NewReader(body))
+	return openOK(t, ctx, method, e.srv.URL+path, body, header)
+}
+
+// openOK sends a request (JSON, with the header given) and returns its answer unread; anything but 200
+// fails the test.
+func openOK(t *testing.T, ctx context.Context, method, url, body string, header map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +48,7 @@ func (e *env) openStream(t *testing.T, ctx context.Context, method, path, body s
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+		t.Fatalf("%s %s: %d %s", method, url, resp.StatusCode, raw)
 	}
 	return resp
 }

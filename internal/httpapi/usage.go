@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"chatd/internal/store"
@@ -19,7 +20,7 @@ type usageJSON struct {
 	CostUSD          float64 `json:"cost_usd"`
 }
 
-// UsageOf is a usage total on the wire; cmd/chatd prints the same.
+// usageOf is a usage total on the wire.
 func usageOf(t store.UsageTotal) usageJSON {
 	return usageJSON{Group: t.Group, Calls: t.Calls, InputTokens: t.InputTokens, OutputTokens: t.OutputTokens,
 		CacheReadTokens: t.CacheReadTokens, CacheWriteTokens: t.CacheWriteTokens, ReasoningTokens: t.ReasoningTokens,
@@ -35,9 +36,7 @@ func (s *server) usage(w http.ResponseWriter, r *http.Request) error {
 	if uq.GroupBy == "" {
 		uq.GroupBy = store.GroupByModel
 	}
-	switch uq.GroupBy {
-	case store.GroupByUser, store.GroupByKey, store.GroupByAgent, store.GroupByModel, store.GroupByDay:
-	default:
+	if !slices.Contains(store.GroupBys, uq.GroupBy) {
 		return &apiError{status: http.StatusBadRequest, code: "invalid_group_by", message: "group_by is user, key, agent, model or day"}
 	}
 	if p.Admin && r.Header.Get(AsUserHeader) == "" {

@@ -52,6 +52,28 @@ type Limits struct {
 	SpendPeriod string `json:"spend_period,omitempty"`
 }
 
+// The range of a spend budget: costs are counted in nano-dollars, in 63 bits.
+const (
+	MinSpendUSD = 1e-6
+	MaxSpendUSD = 1e9
+)
+
+// Check refuses limits that cannot be meant: negative ones, a spend budget out of range (NaN and
+// infinities too), an unknown spend period.
+func (l Limits) Check() error {
+	if l.ConcurrentRuns < 0 || l.RequestsPerMinute < 0 || l.TokensPerDay < 0 || l.SpendUSD < 0 {
+		return errors.New("limits are positive numbers (0: no limit)")
+	}
+	if l.SpendUSD != 0 && !(l.SpendUSD >= MinSpendUSD && l.SpendUSD <= MaxSpendUSD) {
+		return fmt.Errorf("spend_usd is from $%g to $%g (0: no budget)", MinSpendUSD, MaxSpendUSD)
+	}
+	switch l.SpendPeriod {
+	case "", "day", "week", "month":
+		return nil
+	}
+	return fmt.Errorf("spend_period is day, week or month, not %q", l.SpendPeriod)
+}
+
 // Over returns l with every limit o sets replacing l's.
 func (l Limits) Over(o Limits) Limits {
 	if o.ConcurrentRuns != 0 {
@@ -102,6 +124,9 @@ const (
 	GroupByModel = "model"
 	GroupByDay   = "day"
 )
+
+// GroupBys are the groupings of usage totals, in the order they are offered.
+var GroupBys = []string{GroupByUser, GroupByKey, GroupByAgent, GroupByModel, GroupByDay}
 
 // UsageQuery selects usage entries: of User ("" every user's), created in [From, To) (zero: open),
 // summed per GroupBy.

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"chatd/internal/store"
@@ -51,7 +52,7 @@ func TestStatementCacheBounded(t *testing.T) {
 	db := openTest(t, MemoryPath, Options{})
 	c := db.readStmts
 	for i := range maxStmts + 10 {
-		c.get("SELECT " + itoa(i))
+		c.get("SELECT " + strconv.Itoa(i))
 	}
 	c.wg.Wait()
 	c.mu.Lock()
@@ -60,12 +61,4 @@ func TestStatementCacheBounded(t *testing.T) {
 	if n != maxStmts {
 		t.Errorf("%d statements kept, want %d", n, maxStmts)
 	}
-}
-
-func itoa(i int) string {
-	const digits = "0123456789"
-	if i < 10 {
-		return digits[i : i+1]
-	}
-	return itoa(i/10) + digits[i%10:i%10+1]
 }
