@@ -89,6 +89,16 @@ func (c *conversation) release() {
 	c.est.keep(c.run.SessionID, c.opts.Estimates)
 }
 
+// stored replaces the run's copy of a record it had before the store completed it (the user message
+// of a run started early) with the stored one.
+func (c *conversation) stored(r *store.Record) {
+	for i := range c.records {
+		if c.records[i].ID == r.ID {
+			c.records[i] = *r
+		}
+	}
+}
+
 // add appends a record the run stored.
 func (c *conversation) add(r *store.Record) {
 	c.records = append(c.records, *r)

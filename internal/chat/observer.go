@@ -37,6 +37,11 @@ type observer struct {
 	finished bool
 	// conv is the run's context: it gets every record stored, and the usage that calibrates it.
 	conv *conversation
+	// gate, until the loop first passes it, holds back the events and writes of a run started before
+	// its commit (see gate.go); abandoned says the commit failed and the run is dropped.
+	gate      *gate
+	abandoned bool
+	held      []string // status messages the loop sent before the gate, sent once it passes
 }
 
 var (
@@ -58,8 +63,43 @@ func (s *Service) newObserver(p *plan, run *Run) *observer {
 		ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{}}
 }
 
+// ready waits, for a run started early, until its commit is known, and reports whether the run may
+// go on. The loop's goroutine calls it before anything it sends or stores; a run whose commit failed is
+// stopped and reports false ever after.
+func (o *observer) ready() bool {
+	if o.gate == nil {
+		return !o.abandoned
+	}
+	g := o.gate
+	o.gate = nil
+	if !g.committed() {
+		o.abandoned = true
+		o.run.stop(errAbandoned)
+		return false
+	}
+	if o.conv != nil {
+		o.conv.stored(&g.first)
+	}
+	for _, m := range o.held {
+		o.Status(m)
+	}
+	o.held = nil
+	return true
+}
+
 // Emit sends an event of the loop to the run's readers.
 func (o *observer) Emit(e agent.Event) {
+	if o.gate != nil || o.abandoned {
+		// A status before the commit (the loop's "Thinking…" before its model call) waits without
+		// holding the loop up; the model's output waits for the commit.
+		if m, ok := e.(agent.StatusMessage); ok && o.gate != nil && !o.gate.known() {
+			o.held = append(o.held, m.Message)
+			return
+		}
+		if !o.ready() {
+			return
+		}
+	}
 	switch e := e.(type) {
 	case agent.StatusMessage:
 		o.Status(e.Message)
@@ -122,6 +162,9 @@ func (o *observer) Usage(m agent.Model, u llm.Usage) {
 // recordUsage sends and stores the usage of one model call, with its cost, and stops the run when it
 // used up one of the sender's token or spend limits.
 func (o *observer) recordUsage(model string, u llm.Usage) {
+	if !o.ready() {
+		return
+	}
 	su := storeUsage(u)
 	o.run.emit(runevent.TypeUsage, runevent.Encode(runevent.UsageEvent{Model: model, Usage: runevent.UsageOf(su)}))
 	o.account(model, su, false)
@@ -157,6 +200,9 @@ func (o *observer) overBudget() error {
 
 // RecordTurn stores a turn of the loop.
 func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
+	if !o.ready() {
+		return errAbandoned
+	}
 	u := storeUsage(t.Usage)
 	rec := &store.Record{
 		SessionID: o.run.SessionID, RunID: o.run.ID, Role: store.RoleAssistant,
@@ -238,6 +284,11 @@ func (o *observer) added(rec *store.Record) {
 // only if its log ends with done. Then it hands the last events to the readers.
 func (o *observer) finish(res agent.Result) {
 	o.finished = true
+	if !o.ready() {
+		// The run was never stored: the sender reports the failure, and nothing of the run is kept.
+		o.retire(o.run)
+		return
+	}
 	o.run.setFinishing()
 	if o.conv != nil {
 		o.conv.release()

@@ -428,10 +428,22 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 		ns := *p.newSession // the store completes it; p keeps the plan as made, for a retry
 		sr.NewSession = &ns
 	}
+	var early *gate
+	if p.startsEarly(key) {
+		first.ID = newID() // the run's copy of its history names the message as the store will
+		early = newGate()
+		history := []store.Record{*first}
+		s.start(run, early, func(context.Context) ([]store.Record, error) { return history, nil })
+	}
 	err := s.opts.Store.CreateRun(ctx, p.user, sr, first)
 	if err != nil {
-		s.retire(run)
-		s.wg.Done()
+		if early != nil {
+			early.fail(err) // the run's goroutine forgets it, and is counted until it has
+			run.stop(errAbandoned)
+		} else {
+			s.retire(run)
+			s.wg.Done()
+		}
 		if p.req.Regenerate && errors.Is(err, store.ErrConflict) {
 			// A message came in since the plan (a queued run started, another client sent): the marker
 			// would name a user record that is no longer the last.
@@ -444,7 +456,12 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	}
 	run.granted(sr.ReservedSeq)
 	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
-	s.launch(run, first)
+	if early != nil {
+		run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
+		early.open(first)
+	} else {
+		s.launch(run, first)
+	}
 	return &Started{RunID: run.ID, SessionID: run.SessionID, Status: store.RunRunning}, nil
 }
 
@@ -472,25 +489,42 @@ func (s *Service) admit(run *Run) error {
 // agent loop on its own goroutine, and then starts the session's next queued run. The caller counted it
 // in s.wg.
 func (s *Service) launch(run *Run, first *store.Record) {
+	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
+		run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
+		records, err := s.opts.Store.Records(ctx, run.user, run.SessionID)
+		return store.Current(records), err
+	})
+}
+
+// start executes the agent loop of run on its own goroutine on the records history returns, then starts
+// the session's next queued run. A run started early (g not nil) waits at g before anything of it is
+// seen or stored. The caller counted the run in s.wg.
+func (s *Service) start(run *Run, g *gate, history func(context.Context) ([]store.Record, error)) {
 	runCtx, cancel := context.WithCancelCause(s.base)
 	lim := s.opts.Limits.RunTime
 	runCtx, stop := context.WithTimeoutCause(runCtx, lim, &agent.LimitError{Code: "run_timeout",
 		Message: fmt.Sprintf("the run passed chatd's time limit of %s; what it said is kept", lim)})
 	run.setRunning(runCtx, cancel)
-	run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
+	obs := s.newObserver(run.plan, run)
+	obs.gate = g
 	go func() { // counted by admit or startQueued
 		defer s.wg.Done()
 		// The session is free once the run has ended: its next queued run starts here, still counted,
-		// so that Close waits for the start (one store write) as it waits for the run.
-		defer s.queues.kick(run.SessionID)
+		// so that Close waits for the start (one store write) as it waits for the run. An abandoned run
+		// never held the session.
+		defer func() {
+			if !obs.abandoned {
+				s.queues.kick(run.SessionID)
+			}
+		}()
 		defer cancel(nil)
 		defer stop()
-		records, err := s.opts.Store.Records(context.WithoutCancel(runCtx), run.user, run.SessionID)
+		records, err := history(context.WithoutCancel(runCtx))
 		if err != nil {
-			s.newObserver(run.plan, run).finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
+			obs.finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
 			return
 		}
-		s.execute(runCtx, run.plan, run, store.Current(records))
+		s.execute(runCtx, run.plan, run, records, obs)
 	}()
 }
 
@@ -545,8 +579,7 @@ func title(msg string) string {
 }
 
 // execute runs the agent loop on the session's records (its new user message last) and ends the run.
-func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []store.Record) {
-	obs := s.newObserver(p, run)
+func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []store.Record, obs *observer) {
 	system := systemPrompt(p, records)
 	obs.conv = s.newConversation(p, run, records, system, obs)
 	cfg := agent.Config{

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 
 	"chatd/internal/store"
@@ -67,4 +69,52 @@ func BenchmarkConcurrentNewChats(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkRecords measures reading a session's history, as every run does at its start, for sessions
+// of 10, 1,000 and 10,000 records (alternating user and assistant records of about 200 bytes).
+func BenchmarkRecords(b *testing.B) {
+	for _, n := range []int{10, 1000, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			db := openTest(b, tempPath(b), Options{})
+			ctx := context.Background()
+			sess := &store.Session{Title: "bench"}
+			if err := db.CreateSession(ctx, "alice", sess); err != nil {
+				b.Fatal(err)
+			}
+			text := strings.Repeat("lorem ipsum ", 16)
+			for i := range n {
+				r := store.Record{SessionID: sess.ID, Role: store.RoleUser, Content: text}
+				if i%2 == 1 {
+					r.Role, r.Model, r.FinishReason = store.RoleAssistant, "m", "stop"
+					r.Usage = &store.Usage{InputTokens: 100, OutputTokens: 40}
+				}
+				if err := db.AppendRecord(ctx, "alice", &r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				recs, err := db.Records(ctx, "alice", sess.ID)
+				if err != nil || len(recs) != n {
+					b.Fatal(len(recs), err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkNewChat is BenchmarkConcurrentNewChats with one sender: the latency of one acknowledged
+// send to a new conversation, one commit and fsync each.
+func BenchmarkNewChat(b *testing.B) {
+	db := openTest(b, tempPath(b), Options{})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		run := &store.Run{NewSession: &store.Session{}}
+		first := &store.Record{Role: store.RoleUser, Content: "hello"}
+		if err := db.CreateRun(ctx, "alice", run, first); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -1,0 +1,159 @@
+package chat_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"chatd/internal/chat"
+	"chatd/internal/llm/llmtest"
+	"chatd/internal/runevent"
+	"chatd/internal/store"
+)
+
+// heldCommit is a store whose CreateRun waits for release before it commits (or fails with fail), and
+// that counts the writes a run makes after it.
+type heldCommit struct {
+	store.Store
+	creating chan struct{} // receives when a CreateRun waits
+	release  chan struct{}
+	fail     error
+	writes   atomic.Int64 // records, events, usage and ends written
+}
+
+func (h *heldCommit) CreateRun(ctx context.Context, user string, r *store.Run, first *store.Record) error {
+	h.creating <- struct{}{}
+	<-h.release
+	if h.fail != nil {
+		return h.fail
+	}
+	return h.Store.CreateRun(ctx, user, r, first)
+}
+
+func (h *heldCommit) AppendRecord(ctx context.Context, user string, r *store.Record) error {
+	h.writes.Add(1)
+	return h.Store.AppendRecord(ctx, user, r)
+}
+
+func (h *heldCommit) AppendEvents(ctx context.Context, events []store.Event, reserved []store.Reservation) error {
+	h.writes.Add(1)
+	return h.Store.AppendEvents(ctx, events, reserved)
+}
+
+func (h *heldCommit) AddUsage(ctx context.Context, user string, u store.UsageEntry) error {
+	h.writes.Add(1)
+	return h.Store.AddUsage(ctx, user, u)
+}
+
+func (h *heldCommit) FinishRun(ctx context.Context, user, runID string, end store.RunEnd) ([]store.Record, error) {
+	h.writes.Add(1)
+	return h.Store.FinishRun(ctx, user, runID, end)
+}
+
+// earlyService is a service on a heldCommit store whose model reports each request on asked.
+func earlyService(t *testing.T, fail error) (*chat.Service, *heldCommit, chan struct{}) {
+	t.Helper()
+	asked := make(chan struct{}, 4)
+	up := llmtest.NewServer(t)
+	up.Strict = true
+	up.Respond = func(n int, req llmtest.Request) llmtest.Turn {
+		asked <- struct{}{}
+		return echo(n, req)
+	}
+	client, err := newClient(up, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &heldCommit{Store: openStore(t, ""), creating: make(chan struct{}, 1), release: make(chan struct{}), fail: fail}
+	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "x/m",
+		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		defer cancel()
+		if err := svc.Close(ctx); err != nil {
+			t.Errorf("close service: %v", err)
+		}
+	})
+	return svc, db, asked
+}
+
+// recv waits for one value of ch.
+func recv(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(patience):
+		t.Fatalf("waited %s for %s", patience, what)
+	}
+}
+
+// TestNewSessionAsksTheModelWhileItCommits: the first message of a new session goes to the model while
+// the transaction that stores it has not committed, and yet the run's events are all there, in order,
+// once it has: the commit's fsync costs the first token nothing, and nothing is seen before it.
+func TestNewSessionAsksTheModelWhileItCommits(t *testing.T) {
+	svc, db, asked := earlyService(t, nil)
+	started := make(chan *chat.Started, 1)
+	go func() {
+		st, err := svc.Start(context.Background(), user, chat.Request{Message: "hello"}, chat.StartOptions{})
+		if err != nil {
+			t.Error(err)
+		}
+		started <- st
+	}()
+	recv(t, db.creating, "the commit")
+	recv(t, asked, "the model's request while the commit waits") // the model is asked before the commit
+	if n := db.writes.Load(); n != 0 {
+		t.Errorf("%d writes of the run before its commit", n)
+	}
+	close(db.release)
+	st := <-started
+	if st == nil {
+		t.FailNow()
+	}
+	events := collect(t, svc, user, st.RunID)
+	want := "run_start record status text_delta"
+	if got := types(events); len(got) < len(want) || got[:len(want)] != want {
+		t.Errorf("events %s, want them to begin with %s", got, want)
+	}
+	if text(t, events) != "re: hello" {
+		t.Errorf("text %q", text(t, events))
+	}
+	recs := records(t, db, st.SessionID)
+	if got := transcript(recs); len(got) != 2 || recs[0].Content != "hello" || recs[1].Content != "re: hello" {
+		t.Errorf("stored %q", got)
+	}
+	if events[len(events)-1].Type != runevent.TypeDone {
+		t.Errorf("the run does not end with done: %s", types(events))
+	}
+}
+
+// TestNewSessionRunAbandoned: when the commit of a run that asked its model early fails, the sender gets
+// the failure, the model call is dropped, and nothing of the run is stored or left running.
+func TestNewSessionRunAbandoned(t *testing.T) {
+	failure := errors.New("disk full")
+	svc, db, asked := earlyService(t, failure)
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.Start(context.Background(), user, chat.Request{Message: "hello"}, chat.StartOptions{})
+		done <- err
+	}()
+	recv(t, db.creating, "the commit")
+	recv(t, asked, "the model's request")
+	close(db.release)
+	if err := <-done; !errors.Is(err, failure) {
+		t.Fatalf("start: %v, want %v", err, failure)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	if err := svc.Close(ctx); err != nil { // the abandoned run's goroutine is counted, and ends
+		t.Fatal(err)
+	}
+	if n := db.writes.Load(); n != 0 {
+		t.Errorf("%d writes of an abandoned run", n)
+	}
+	if sessions, _, err := db.Sessions(t.Context(), user, store.Page{}); err != nil || len(sessions) != 0 {
+		t.Errorf("sessions %v, %v; want none", sessions, err)
+	}
+}
