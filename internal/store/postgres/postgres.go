@@ -191,4 +191,3 @@ func password(dsn string) string {
 	}
 	return ""
 }
-
