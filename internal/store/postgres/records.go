@@ -62,7 +62,9 @@ INSERT INTO records (` + recordColumns + `) SELECT ` + recordValues + ` FROM cla
 	lastUserRecordSQL = `SELECT EXISTS (SELECT 1 FROM records r WHERE r.id = $1 AND r.session_id = $2 AND r.role = 'user'
 AND NOT EXISTS (SELECT 1 FROM records n WHERE n.session_id = r.session_id AND n.role = 'user' AND n.seq > r.seq))`
 
-	sessionExistsSQL = `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND user_id = $2)`
+	// sessionSizeSQL reads whether the session is the user's, and how many records it has, to size the
+	// slice they are read into.
+	sessionSizeSQL = `SELECT last_seq FROM sessions WHERE id = $1 AND user_id = $2`
 
 	selectRecordsSQL = `SELECT id, seq, run_id, role, content, attachments, reasoning, parent_id, tool_call_id,
 name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay, summary_through, retracts
@@ -307,7 +309,7 @@ func (db *DB) Transcript(ctx context.Context, user, sessionID string) (*store.Tr
 			return err
 		}
 		t.Session = *s
-		if t.Records, err = loadRecords(ctx, tx, user, sessionID); err != nil {
+		if t.Records, err = loadRecords(ctx, tx, user, sessionID, 0); err != nil {
 			return err
 		}
 		err = tx.QueryRowContext(ctx, runningInSQL, sessionID, user).Scan(&t.RunningRunID)
@@ -326,15 +328,15 @@ func (db *DB) Transcript(ctx context.Context, user, sessionID string) (*store.Tr
 func (db *DB) Records(ctx context.Context, user, sessionID string) ([]store.Record, error) {
 	var recs []store.Record
 	err := db.read(ctx, "records", func(tx *sql.Tx) error {
-		var ok bool
-		if err := tx.QueryRowContext(ctx, sessionExistsSQL, sessionID, user).Scan(&ok); err != nil {
-			return err
-		}
-		if !ok {
+		var n int64
+		err := tx.QueryRowContext(ctx, sessionSizeSQL, sessionID, user).Scan(&n)
+		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("session", sessionID)
 		}
-		var err error
-		recs, err = loadRecords(ctx, tx, user, sessionID)
+		if err != nil {
+			return err
+		}
+		recs, err = loadRecords(ctx, tx, user, sessionID, n)
 		return err
 	})
 	if err != nil {
@@ -344,22 +346,22 @@ func (db *DB) Records(ctx context.Context, user, sessionID string) ([]store.Reco
 }
 
 // loadRecords reads the session's records, oldest first, with their tool calls: two queries, whatever
-// the number of records.
-func loadRecords(ctx context.Context, tx *sql.Tx, user, sessionID string) ([]store.Record, error) {
-	recs, err := selectRecords(ctx, tx, user, sessionID)
+// the number of records. size, when known, is how many there are.
+func loadRecords(ctx context.Context, tx *sql.Tx, user, sessionID string, size int64) ([]store.Record, error) {
+	recs, err := selectRecords(ctx, tx, user, sessionID, size)
 	if err != nil {
 		return nil, err
 	}
 	return recs, addToolCalls(ctx, tx, user, sessionID, recs)
 }
 
-func selectRecords(ctx context.Context, tx *sql.Tx, user, sessionID string) ([]store.Record, error) {
+func selectRecords(ctx context.Context, tx *sql.Tx, user, sessionID string, size int64) ([]store.Record, error) {
 	rows, err := tx.QueryContext(ctx, selectRecordsSQL, sessionID, user)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	recs := []store.Record{}
+	recs := make([]store.Record, 0, min(size, 100_000))
 	for rows.Next() {
 		r, err := scanRecord(rows)
 		if err != nil {

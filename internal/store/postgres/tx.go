@@ -22,6 +22,8 @@ const (
 	codeForeignKeyViolation  = "23503"
 	codeCheckViolation       = "23514"
 	codeNotNullViolation     = "23502"
+	codeBadCharacter         = "22021" // character_not_in_repertoire: a NUL, or bytes that are not UTF-8
+	codeUntranslatable       = "22P05"
 	codeSerializationFailure = "40001"
 	codeDeadlockDetected     = "40P01"
 )
@@ -149,6 +151,10 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", store.ErrConflict, err)
 	case codeForeignKeyViolation, codeCheckViolation, codeNotNullViolation:
 		return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	case codeBadCharacter, codeUntranslatable:
+		// PostgreSQL's text holds UTF-8 without NUL; SQLite's would take it. Such text is refused as
+		// a record that breaks the shape of records is.
+		return fmt.Errorf("%w: text with a NUL character or invalid UTF-8 cannot be stored: %w", store.ErrConflict, err)
 	}
 	return err
 }
