@@ -159,13 +159,37 @@ func TestInstancesPairing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := range 5 {
-		asst := store.Record{SessionID: sess.ID, Role: store.RoleAssistant, ToolCalls: []store.ToolCall{
-			{ID: "call_1", Name: "f"}, {ID: "call_2", Name: "f"}}}
-		if err := dbs[round%2].AppendRecord(ctx, alice, &asst); err != nil {
-			t.Fatalf("round %d: %v", round, err)
+		// Assistant records with calls and user records at once: the first assistant record stored opens
+		// a call, and no record but its answer may follow it.
+		asst := store.Record{}
+		var mu sync.Mutex
+		errs := race(dbs, 8, func(i int, s store.Store) error {
+			r := store.Record{SessionID: sess.ID, Role: store.RoleUser, Content: fmt.Sprint("user ", i)}
+			if i%2 == 0 {
+				r = store.Record{SessionID: sess.ID, Role: store.RoleAssistant, ToolCalls: []store.ToolCall{
+					{ID: "call_1", Name: "f"}, {ID: "call_2", Name: "f"}}}
+			}
+			err := s.AppendRecord(ctx, alice, &r)
+			if err == nil && r.Role == store.RoleAssistant {
+				mu.Lock()
+				defer mu.Unlock()
+				if asst.ID != "" {
+					return fmt.Errorf("a second assistant record was stored while %s's calls were open", asst.ID)
+				}
+				asst = r
+			}
+			return err
+		})
+		for i, err := range errs {
+			if err != nil && !errors.Is(err, store.ErrConflict) {
+				t.Fatalf("round %d, racer %d: %v", round, i, err)
+			}
+		}
+		if asst.ID == "" {
+			t.Fatalf("round %d: no assistant record was stored", round)
 		}
 		const each = 4
-		errs := race(dbs, 3*each, func(i int, s store.Store) error {
+		errs = race(dbs, 3*each, func(i int, s store.Store) error {
 			r := store.Record{SessionID: sess.ID, Role: store.RoleUser, Content: fmt.Sprint("user ", i)}
 			if i%3 != 0 {
 				r = store.Record{SessionID: sess.ID, Role: store.RoleTool, ParentID: asst.ID,
