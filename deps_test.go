@@ -72,6 +72,9 @@ func TestDependencies(t *testing.T) {
 			"chatd/internal/store", "chatd/internal/tool"},
 		// auth knows keys, sign-ins and limits: it reads the store's accounts, nothing else of chatd.
 		"chatd/internal/auth": {"chatd/internal/store"},
+		// A store driver implements the store's contract and knows nothing else of chatd.
+		"chatd/internal/store/sqlite":   {"chatd/internal/store"},
+		"chatd/internal/store/postgres": {"chatd/internal/store"},
 		"chatd/internal/httpapi": {"chatd/internal/auth", "chatd/internal/chat", "chatd/internal/agent", "chatd/internal/prompt", "chatd/internal/llm",
 			"chatd/internal/runevent", "chatd/internal/store",
 			"chatd/internal/tool", "chatd/internal/sse"},

@@ -26,8 +26,9 @@ const keysUsage = `Usage:
   chatd keys list [--user NAME]     the keys, never their secrets
   chatd keys revoke ID              the key stops working, with its web sign-ins
 
-Each takes --db (env CHATD_DB; default ` + config.DefaultDB + `). The database must not be in use by a
-running chatd: while one runs, manage keys with its API (POST/GET/DELETE /v1/keys, an admin's key).
+Each takes --db (env CHATD_DB; default ` + config.DefaultDB + `). A SQLite database must not be in use by
+a running chatd: while one runs, manage keys with its API (POST/GET/DELETE /v1/keys, an admin's key). A
+PostgreSQL database may be; a running chatd stops accepting a revoked key within its auth cache's TTL.
 `
 
 // keys runs chatd keys.
@@ -260,13 +261,8 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 }
 
 // openAccounts opens the database of --db (or CHATD_DB, or the default) for the keys and usage commands.
-func openAccounts(ctx context.Context, db string, getenv func(string) string) (*sqlite.DB, error) {
-	c := &config.Config{DB: cmp.Or(db, getenv("CHATD_DB"), config.DefaultDB)}
-	path, err := c.SQLitePath()
-	if err != nil {
-		return nil, err
-	}
-	st, err := sqlite.Open(ctx, path, sqlite.Options{Owner: "chatd keys or usage"})
+func openAccounts(ctx context.Context, db string, getenv func(string) string) (store.Store, error) {
+	st, err := openStore(ctx, cmp.Or(db, getenv("CHATD_DB"), config.DefaultDB), nil, "chatd keys or usage")
 	if errors.Is(err, sqlite.ErrLocked) {
 		return nil, fmt.Errorf("%w; while it runs, manage keys through its API (POST/GET/DELETE /v1/keys with an admin's key) and read usage from GET /v1/usage", err)
 	}

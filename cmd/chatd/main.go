@@ -29,6 +29,7 @@ import (
 	"chatd/internal/httpapi"
 	"chatd/internal/mcpclient"
 	"chatd/internal/provider"
+	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
 	"chatd/internal/webui"
@@ -46,6 +47,8 @@ Usage:
                         run chatd's MCP client against a server of the MCP conformance suite
 
 Configuration comes from flags, then CHATD_* variables, then the --config YAML file.
+The database (--db, CHATD_DB) is a SQLite file (sqlite:PATH, the default) or PostgreSQL (postgres://…);
+one chatd per database: several instances on one PostgreSQL database are not supported yet.
 Providers come from OPENAI_API_KEY / OPENAI_BASE_URL and OLLAMA_HOST; MCP servers from --mcp-config.
 `
 
@@ -106,7 +109,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	dbPath, _ := cfg.SQLitePath() // checked by config.Load
 	// Listen first: a process that cannot have its port fails before it touches the database, and the
 	// database's lock names the address really listened on (--addr may say port 0). Nothing is served
 	// until the recovery below is done; connections wait in the listen queue.
@@ -115,12 +117,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 	defer ln.Close() // for the returns before Serve, which closes it itself
-	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{Logger: log, Owner: "chatd serve on " + ln.Addr().String()})
+	db, err := openStore(ctx, cfg.DB, log, "chatd serve on "+ln.Addr().String())
 	if errors.Is(err, sqlite.ErrLocked) {
 		return fmt.Errorf("%w; stop it, or start this one with another --db", err)
 	}
 	if err != nil {
-		return err // it says "sqlite: open PATH: …"
+		return err // it says "sqlite: open PATH: …" or "postgres: open URL: …", without a password
 	}
 	defer db.Close()
 	authn, err := authenticator(ctx, cfg, db, log)
@@ -230,7 +232,7 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 
 // authenticator checks that chatd may listen where it was asked to, and returns what authenticates
 // its callers.
-func authenticator(ctx context.Context, cfg *config.Config, db *sqlite.DB, log *slog.Logger) (*auth.Authenticator, error) {
+func authenticator(ctx context.Context, cfg *config.Config, db store.Accounts, log *slog.Logger) (*auth.Authenticator, error) {
 	hasKeys, err := db.HasKeys(ctx)
 	if err != nil {
 		return nil, err

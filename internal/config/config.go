@@ -47,7 +47,7 @@ const (
 // Providers and are left out of LogValue.
 type Config struct {
 	Addr        string
-	DB          string // sqlite:PATH
+	DB          string // sqlite:PATH, or a postgres:// URL (which may hold a password: see LogValue)
 	Model       string // the default model, provider/model
 	File        string // the YAML file read, if any
 	LogLevel    slog.Level
@@ -368,7 +368,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "", "listen address (env CHATD_ADDR; default "+DefaultAddr+")")
-	db := fs.String("db", "", "database: sqlite:PATH (env CHATD_DB; default "+DefaultDB+")")
+	db := fs.String("db", "", "database: sqlite:PATH, or postgres://USER:PASSWORD@HOST/DB (env CHATD_DB; default "+DefaultDB+
+		"); one chatd per PostgreSQL database for now: several instances on one are not supported yet")
 	model := fs.String("model", "", "default model as provider/model (env CHATD_MODEL)")
 	cfgFile := fs.String("config", "", "YAML configuration file (env CHATD_CONFIG)")
 	mcpConfig := fs.String("mcp-config", "", "MCP servers JSON file, {\"mcpServers\":{…}} (env CHATD_MCP_CONFIG)")
@@ -640,7 +641,11 @@ func (c *Config) defaultModel() string {
 
 // Validate checks the values that do not depend on anything else.
 func (c *Config) Validate() error {
-	if _, err := c.SQLitePath(); err != nil {
+	if c.Postgres() {
+		if _, err := url.Parse(c.DB); err != nil {
+			return fmt.Errorf("database %s: %w", redactDB(c.DB), errors.Unwrap(err))
+		}
+	} else if _, err := c.SQLitePath(); err != nil {
 		return err
 	}
 	// Whether chatd may listen on the host depends on its keys: CheckExposure, once the store is open.
@@ -709,11 +714,16 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// Postgres reports whether DB names a PostgreSQL database: a postgres:// or postgresql:// URL.
+func (c *Config) Postgres() bool {
+	return strings.HasPrefix(c.DB, "postgres://") || strings.HasPrefix(c.DB, "postgresql://")
+}
+
 // SQLitePath returns the SQLite file of DB ("sqlite:PATH", or a bare path).
 func (c *Config) SQLitePath() (string, error) {
 	switch {
-	case strings.HasPrefix(c.DB, "postgres://") || strings.HasPrefix(c.DB, "postgresql://"):
-		return "", errors.New("PostgreSQL is not supported by this version of chatd yet; use --db sqlite:PATH")
+	case c.Postgres():
+		return "", errors.New("the database is PostgreSQL, not a SQLite file")
 	case strings.HasPrefix(c.DB, "sqlite:"):
 		path := strings.TrimPrefix(c.DB, "sqlite:")
 		if path == "" {
@@ -721,7 +731,7 @@ func (c *Config) SQLitePath() (string, error) {
 		}
 		return path, nil
 	case strings.Contains(c.DB, "://"):
-		return "", fmt.Errorf("database %q: use sqlite:PATH", c.DB)
+		return "", fmt.Errorf("database %q: use sqlite:PATH or postgres://…", redactDB(c.DB))
 	}
 	return c.DB, nil
 }
@@ -733,7 +743,24 @@ func (c *Config) LogValue() slog.Value {
 		provs = append(provs, p.Name)
 	}
 	return slog.GroupValue(
-		slog.String("addr", c.Addr), slog.String("db", c.DB), slog.String("model", c.Model),
+		slog.String("addr", c.Addr), slog.String("db", redactDB(c.DB)), slog.String("model", c.Model),
 		slog.String("config", c.File), slog.Any("providers", provs),
 	)
+}
+
+// redactDB returns a database URL without its password (in the user part or a password= parameter), for
+// logs and errors.
+func redactDB(db string) string {
+	if !strings.Contains(db, "://") {
+		return db
+	}
+	u, err := url.Parse(db)
+	if err != nil {
+		return db[:strings.Index(db, "://")+3] + "…" // not a URL we can read: show none of it
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }

@@ -179,6 +179,33 @@ func TestRefusesToListenBeyondLoopback(t *testing.T) {
 	}
 }
 
+// TestPostgres: a postgres:// URL selects PostgreSQL, and its password never reaches the log or an error.
+func TestPostgres(t *testing.T) {
+	for _, db := range []string{"postgres://chatd:s3cret@db.internal/chatd?sslmode=require",
+		"postgresql://chatd@db.internal/chatd?password=s3cret"} {
+		c, err := Load([]string{"--db", db}, env(nil), io.Discard)
+		if err != nil {
+			t.Fatalf("Load(--db %s): %v", db, err)
+		}
+		if !c.Postgres() || c.DB != db {
+			t.Errorf("--db %s: Postgres() = %v, DB %q", db, c.Postgres(), c.DB)
+		}
+		if _, err := c.SQLitePath(); err == nil {
+			t.Errorf("SQLitePath of %s: no error", db)
+		}
+		if s := c.LogValue().String(); strings.Contains(s, "s3cret") || !strings.Contains(s, "db.internal") {
+			t.Errorf("LogValue = %s; want the database without its password", s)
+		}
+	}
+	_, err := Load([]string{"--db", "postgres://u:s3cret@[::1"}, env(nil), io.Discard)
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("Load of a bad URL: %v; want an error without the password", err)
+	}
+	if c, err := Load(nil, env(map[string]string{"CHATD_DB": "postgres://h/db"}), io.Discard); err != nil || !c.Postgres() {
+		t.Errorf("CHATD_DB=postgres://h/db: %+v, %v", c, err)
+	}
+}
+
 func TestBadValues(t *testing.T) {
 	tests := []struct {
 		args     []string
@@ -186,7 +213,7 @@ func TestBadValues(t *testing.T) {
 		contains string
 	}{
 		{[]string{"--addr", "nonsense"}, nil, "host:port"},
-		{[]string{"--db", "postgres://x"}, nil, "PostgreSQL is not supported"},
+		{[]string{"--db", "postgres://u:pw@[::1"}, nil, "missing ']'"},
 		{[]string{"--db", "mysql://x"}, nil, "sqlite:PATH"},
 		{[]string{"--db", "sqlite:"}, nil, "needs a path"},
 		{[]string{"--log-level", "loud"}, nil, "log level"},

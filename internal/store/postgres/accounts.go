@@ -1,0 +1,335 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"chatd/internal/store"
+)
+
+const (
+	keyColumns = `id, user_id, name, prefix, hash, admin, agents, limits, created_at, expires_at, revoked_at`
+
+	insertKeySQL = `INSERT INTO api_keys (` + keyColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+	keyByHashSQL = `SELECT ` + keyColumns + ` FROM api_keys WHERE hash = $1`
+	keyByIDSQL   = `SELECT ` + keyColumns + ` FROM api_keys WHERE id = $1 AND ($2 = '' OR user_id = $2) FOR UPDATE`
+	keysSQL      = `SELECT ` + keyColumns + ` FROM api_keys WHERE $1 = '' OR user_id = $1 ORDER BY created_at DESC, id DESC`
+	revokeKeySQL = `UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`
+	hasKeysSQL   = `SELECT EXISTS (SELECT 1 FROM api_keys)`
+
+	insertAuthSessionSQL = `INSERT INTO auth_sessions (hash, key_id, created_at, expires_at) VALUES ($1, $2, $3, $4)`
+	// authSessionSQL reads a sign-in with its key, in one statement.
+	authSessionSQL = `SELECT a.created_at, a.expires_at, k.id, k.user_id, k.name, k.prefix, k.hash, k.admin, k.agents,
+k.limits, k.created_at, k.expires_at, k.revoked_at
+FROM auth_sessions a JOIN api_keys k ON k.id = a.key_id WHERE a.hash = $1`
+	deleteAuthSessionSQL = `DELETE FROM auth_sessions WHERE hash = $1`
+	endSignInsSQL        = `DELETE FROM auth_sessions WHERE key_id = $1`
+	expiredSignInsSQL    = `DELETE FROM auth_sessions WHERE expires_at <= $1`
+	oldSignInsSQL        = `DELETE FROM auth_sessions WHERE key_id = $1 AND hash NOT IN
+(SELECT hash FROM auth_sessions WHERE key_id = $1 ORDER BY created_at DESC, hash DESC LIMIT $2)`
+
+	// What a Quota counts: the runs not ended and the usage since a time, of one key — or of a user,
+	// leaving out the keys that set their own limit of the kind: those count over the key alone, as the
+	// per-minute limiter counts them, so that a key's own limit neither spends nor is held to its user's.
+	activeRunsSQL = `SELECT COUNT(*) FROM runs WHERE user_id = $1 AND status IN ('running', 'queued')
+AND key_id NOT IN (SELECT id FROM api_keys WHERE user_id = $1 AND (limits->>'concurrent_runs')::numeric > 0)`
+	activeKeyRunsSQL = `SELECT COUNT(*) FROM runs WHERE key_id = $1 AND user_id = $2 AND status IN ('running', 'queued')`
+	usageSinceSQL    = `SELECT
+COALESCE(SUM(CASE WHEN key_id IN (SELECT id FROM api_keys WHERE user_id = $1 AND (limits->>'tokens_per_day')::numeric > 0)
+	THEN 0 ELSE input_tokens + output_tokens END), 0)::bigint,
+COALESCE(SUM(CASE WHEN key_id IN (SELECT id FROM api_keys WHERE user_id = $1 AND (limits->>'spend_usd')::numeric > 0)
+	THEN 0 ELSE cost_nanousd END), 0)::bigint
+FROM usage WHERE user_id = $1 AND created_at >= $2`
+	keyUsageSinceSQL = `SELECT COALESCE(SUM(input_tokens + output_tokens), 0)::bigint, COALESCE(SUM(cost_nanousd), 0)::bigint
+FROM usage WHERE key_id = $3 AND user_id = $1 AND created_at >= $2`
+
+	// lockUserSQL takes a transaction lock of one user (see prepareRun).
+	lockUserSQL = `SELECT pg_advisory_xact_lock(hashtextextended('chatd user ' || $1, 0))`
+)
+
+// CreateKey stores k.
+func (db *DB) CreateKey(ctx context.Context, k *store.APIKey) error {
+	key := *k
+	if key.ID == "" {
+		key.ID = uuid.Must(uuid.NewV7()).String()
+	}
+	if key.User == "" || len(key.Hash) == 0 {
+		return fmt.Errorf("postgres: create key: %w", conflict("a key needs a user and a hash"))
+	}
+	agents, err := json.Marshal(nonNil(key.Agents))
+	if err != nil {
+		return fmt.Errorf("postgres: create key: %w", err)
+	}
+	limits, err := json.Marshal(key.Limits)
+	if err != nil {
+		return fmt.Errorf("postgres: create key: %w", err)
+	}
+	key.CreatedAt, key.RevokedAt = db.clock(), nil
+	var expires any
+	if key.ExpiresAt != nil {
+		t := stored(*key.ExpiresAt)
+		key.ExpiresAt, expires = &t, t
+	}
+	_, err = db.exec(ctx, "create key", insertKeySQL, key.ID, key.User, key.Name, key.Prefix, key.Hash, key.Admin,
+		string(agents), string(limits), key.CreatedAt, expires, nil)
+	if err != nil {
+		return err
+	}
+	*k = key
+	return nil
+}
+
+// KeyByHash returns the key whose hash is hash.
+func (db *DB) KeyByHash(ctx context.Context, hash []byte) (*store.APIKey, error) {
+	k, err := scanKey(db.pool.QueryRowContext(ctx, keyByHashSQL, hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = fmt.Errorf("%w: key", store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: key: %w", err)
+	}
+	return k, nil
+}
+
+// Keys lists the keys of user, or of everyone.
+func (db *DB) Keys(ctx context.Context, user string) ([]store.APIKey, error) {
+	rows, err := db.pool.QueryContext(ctx, keysSQL, user)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: keys: %w", err)
+	}
+	defer rows.Close()
+	var keys []store.APIKey
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: keys: %w", err)
+		}
+		keys = append(keys, *k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: keys: %w", err)
+	}
+	return keys, nil
+}
+
+// RevokeKey revokes a key and ends its sign-ins.
+func (db *DB) RevokeKey(ctx context.Context, user, id string) (*store.APIKey, error) {
+	var k *store.APIKey
+	err := db.write(ctx, "revoke key", func(tx *sql.Tx) error {
+		var err error
+		if k, err = scanKey(tx.QueryRowContext(ctx, keyByIDSQL, id, user)); errors.Is(err, sql.ErrNoRows) {
+			return notFound("key", id)
+		} else if err != nil {
+			return err
+		}
+		if k.RevokedAt == nil {
+			now := db.clock()
+			if _, err := tx.ExecContext(ctx, revokeKeySQL, id, now); err != nil {
+				return err
+			}
+			k.RevokedAt = &now
+		}
+		_, err = tx.ExecContext(ctx, endSignInsSQL, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// HasKeys reports whether a key was ever created.
+func (db *DB) HasKeys(ctx context.Context) (bool, error) {
+	var has bool
+	if err := db.pool.QueryRowContext(ctx, hasKeysSQL).Scan(&has); err != nil {
+		return false, fmt.Errorf("postgres: has keys: %w", err)
+	}
+	return has, nil
+}
+
+// maxSignIns bounds the live sign-ins of one key: past it, the oldest end.
+const maxSignIns = 100
+
+// CreateAuthSession stores a sign-in (made at CreatedAt, or now). In the same transaction it forgets the
+// sign-ins expired by then, and ends the key's oldest past maxSignIns, so that signing in again and again
+// cannot grow the table.
+func (db *DB) CreateAuthSession(ctx context.Context, s *store.AuthSession) error {
+	if s.CreatedAt.IsZero() {
+		s.CreatedAt = db.clock()
+	}
+	s.CreatedAt, s.ExpiresAt = stored(s.CreatedAt), stored(s.ExpiresAt)
+	return db.write(ctx, "create sign-in", func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, expiredSignInsSQL, s.CreatedAt); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, insertAuthSessionSQL, s.Hash, s.KeyID, s.CreatedAt, s.ExpiresAt); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, oldSignInsSQL, s.KeyID, maxSignIns)
+		return err
+	})
+}
+
+// AuthSession returns a sign-in and its key.
+func (db *DB) AuthSession(ctx context.Context, hash []byte) (*store.AuthSession, *store.APIKey, error) {
+	s := &store.AuthSession{Hash: hash}
+	row := db.pool.QueryRowContext(ctx, authSessionSQL, hash)
+	k, err := scanKey(row, &s.CreatedAt, &s.ExpiresAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = fmt.Errorf("%w: sign-in", store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: sign-in: %w", err)
+	}
+	s.KeyID = k.ID
+	s.CreatedAt, s.ExpiresAt = s.CreatedAt.UTC(), s.ExpiresAt.UTC()
+	return s, k, nil
+}
+
+// DeleteAuthSession ends a sign-in.
+func (db *DB) DeleteAuthSession(ctx context.Context, hash []byte) error {
+	_, err := db.exec(ctx, "delete sign-in", deleteAuthSessionSQL, hash)
+	return err
+}
+
+// scanKey reads keyColumns, after the columns of before.
+func scanKey(row scanner, before ...any) (*store.APIKey, error) {
+	var k store.APIKey
+	var agents, limits []byte
+	var expires, revoked sql.NullTime
+	dest := append(before, &k.ID, &k.User, &k.Name, &k.Prefix, &k.Hash, &k.Admin, &agents, &limits, &k.CreatedAt,
+		&expires, &revoked)
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(agents, &k.Agents); err != nil {
+		return nil, fmt.Errorf("key %s: agents: %w", k.ID, err)
+	}
+	if err := json.Unmarshal(limits, &k.Limits); err != nil {
+		return nil, fmt.Errorf("key %s: limits: %w", k.ID, err)
+	}
+	k.CreatedAt = k.CreatedAt.UTC()
+	k.ExpiresAt, k.RevokedAt = timeOf(expires), timeOf(revoked)
+	return &k, nil
+}
+
+// checkQuota refuses with a *store.LimitError when a run would pass one of the limits. It runs in the
+// transaction that creates the run, under the user's lock (prepareRun): concurrent CreateRuns of one
+// user count one after another, on whichever instance.
+func checkQuota(ctx context.Context, tx *sql.Tx, user string, quota []store.Limit) error {
+	var tokens, cost sql.NullInt64 // of the last usage query, reused when two limits share it
+	var last store.Limit
+	for _, l := range quota {
+		var used int64
+		switch l.Name {
+		case store.LimitConcurrentRuns:
+			var err error
+			if l.KeyID != "" {
+				err = tx.QueryRowContext(ctx, activeKeyRunsSQL, l.KeyID, user).Scan(&used)
+			} else {
+				err = tx.QueryRowContext(ctx, activeRunsSQL, user).Scan(&used)
+			}
+			if err != nil {
+				return err
+			}
+		case store.LimitTokens, store.LimitSpend:
+			if !tokens.Valid || last.KeyID != l.KeyID || !last.Since.Equal(l.Since) {
+				t, c, err := usageSince(ctx, tx, user, l.KeyID, l.Since)
+				if err != nil {
+					return err
+				}
+				tokens, cost, last = sql.NullInt64{Int64: t, Valid: true}, sql.NullInt64{Int64: c, Valid: true}, l
+			}
+			used = tokens.Int64
+			if l.Name == store.LimitSpend {
+				used = cost.Int64
+			}
+		default:
+			return fmt.Errorf("unknown limit %q", l.Name)
+		}
+		if l.Max > 0 && used >= l.Max {
+			return &store.LimitError{Limit: l, Used: used}
+		}
+	}
+	return nil
+}
+
+func usageSince(ctx context.Context, q querier, user, keyID string, since time.Time) (tokens, cost int64, err error) {
+	if keyID != "" {
+		err = q.QueryRowContext(ctx, keyUsageSinceSQL, user, since, keyID).Scan(&tokens, &cost)
+	} else {
+		err = q.QueryRowContext(ctx, usageSinceSQL, user, since).Scan(&tokens, &cost)
+	}
+	return tokens, cost, err
+}
+
+// UsageSince sums the tokens and cost of usage entries since a time.
+func (db *DB) UsageSince(ctx context.Context, user, keyID string, since time.Time) (tokens, cost int64, err error) {
+	tokens, cost, err = usageSince(ctx, db.pool, user, keyID, since)
+	if err != nil {
+		return 0, 0, fmt.Errorf("postgres: usage since: %w", err)
+	}
+	return tokens, cost, nil
+}
+
+// usageGroups are the expressions UsageTotals groups by. Days are UTC.
+var usageGroups = map[string]string{
+	store.GroupByUser:  "user_id",
+	store.GroupByKey:   "key_id",
+	store.GroupByAgent: "agent",
+	store.GroupByModel: "model",
+	store.GroupByDay:   `to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')`,
+}
+
+// UsageTotals sums usage entries per group, in byte order of the group.
+func (db *DB) UsageTotals(ctx context.Context, q store.UsageQuery) ([]store.UsageTotal, error) {
+	group, ok := usageGroups[q.GroupBy]
+	if !ok {
+		return nil, fmt.Errorf("postgres: usage totals: unknown grouping %q", q.GroupBy)
+	}
+	var from, to any // NULL: open
+	if !q.From.IsZero() {
+		from = q.From
+	}
+	if !q.To.IsZero() {
+		to = q.To
+	}
+	query := `SELECT g, COUNT(*), SUM(input_tokens)::bigint, SUM(output_tokens)::bigint, SUM(cache_read_tokens)::bigint,
+SUM(cache_write_tokens)::bigint, SUM(reasoning_tokens)::bigint, SUM(cost_nanousd)::bigint
+FROM (SELECT ` + group + ` AS g, * FROM usage
+	WHERE ($1 = '' OR user_id = $1) AND ($2::timestamptz IS NULL OR created_at >= $2)
+	AND ($3::timestamptz IS NULL OR created_at < $3)) u
+GROUP BY g ORDER BY g COLLATE "C"`
+	rows, err := db.pool.QueryContext(ctx, query, q.User, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: usage totals: %w", err)
+	}
+	defer rows.Close()
+	var totals []store.UsageTotal
+	for rows.Next() {
+		var t store.UsageTotal
+		u := &t.Usage
+		if err := rows.Scan(&t.Group, &t.Calls, &u.InputTokens, &u.OutputTokens, &u.CacheReadTokens,
+			&u.CacheWriteTokens, &u.ReasoningTokens, &t.CostNanoUSD); err != nil {
+			return nil, fmt.Errorf("postgres: usage totals: %w", err)
+		}
+		totals = append(totals, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: usage totals: %w", err)
+	}
+	return totals, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
