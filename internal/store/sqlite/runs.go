@@ -129,6 +129,9 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 		request = string(run.Request)
 	}
 	err := db.write(ctx, "create run", func(tx txn) error {
+		if run.NewSession != nil && run.IdempotencyKey == "" && len(run.Quota) == 0 && plain(first) {
+			return createInNewSession(ctx, tx, user, &sess, &run, first, &rec, started)
+		}
 		if run.NewSession != nil {
 			if err := insertSession(ctx, tx, user, &sess); err != nil {
 				return err
@@ -182,6 +185,41 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 	}
 	*r = run
 	return nil
+}
+
+// plain reports whether a first record needs none of appendRecord's checks in a new session: no
+// record to pair with or retract, no calls to store.
+func plain(first *store.Record) bool {
+	return first == nil || first.Role != store.RoleTool && first.Retracts == "" && len(first.ToolCalls) == 0
+}
+
+// createInNewSession is CreateRun's transaction for the common send, the first message of a new
+// session, in three statements: a new session has no run to be busy with, no open call, no record to
+// number after, and takes its title and last Seq as it is inserted.
+func createInNewSession(ctx context.Context, tx txn, user string, sess *store.Session, run *store.Run,
+	first, rec *store.Record, started any) error {
+	var last int64
+	if first != nil {
+		last = 1
+	}
+	title := sess.Title
+	if title == "" {
+		title = run.Title
+	}
+	if _, err := tx.ExecContext(ctx, insertNewSessionSQL, sess.ID, user, title, sess.Agent, string(sess.Metadata),
+		sess.CreatedAt.UnixMicro(), last); err != nil {
+		return err
+	}
+	sess.Title = title
+	if _, err := tx.ExecContext(ctx, insertRunSQL, run.ID, run.SessionID, user, run.Status, run.Agent, run.Model,
+		nullable(run.IdempotencyKey), run.RequestHash, nil, run.CreatedAt.UnixMicro(), started, run.ReservedSeq, run.KeyID); err != nil {
+		return err
+	}
+	if first == nil {
+		return nil
+	}
+	rec.Seq, rec.CreatedAt = 1, run.CreatedAt
+	return insertRecord(ctx, tx, user, rec)
 }
 
 // checkIdle refuses with store.ErrBusy while the user's session has a running run. The unique index

@@ -26,6 +26,10 @@ const (
 	insertSessionSQL = `INSERT INTO sessions (id, user_id, title, agent, metadata, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $6)`
 
+	// insertNewSessionSQL inserts a session with its first record's Seq: CreateRun's new session.
+	insertNewSessionSQL = `INSERT INTO sessions (id, user_id, title, agent, metadata, created_at, updated_at, last_seq)
+VALUES ($1, $2, $3, $4, $5, $6, $6, $7)`
+
 	sessionColumns = `id, title, agent, metadata, created_at, updated_at`
 
 	selectSessionSQL = `SELECT ` + sessionColumns + ` FROM sessions WHERE id = $1 AND user_id = $2`
