@@ -148,6 +148,9 @@ type Limits struct {
 	// QueuedRuns bounds the runs queued behind a session's running run (default 32): one more is
 	// refused with queue_full.
 	QueuedRuns int
+	// HistoryBytes bounds the records kept in memory between the runs of recent sessions (default
+	// 256 MiB), so that a session's next run reads only its new records; negative keeps none.
+	HistoryBytes int
 	// Model bounds what the models of a run stream: output, tool-call arguments, idle time.
 	Model agent.Limits
 }
@@ -173,6 +176,9 @@ func (l *Limits) defaults() {
 	l.RunEvents = cmp.Or(max(l.RunEvents, 0), DefaultRunEvents)
 	l.DiagnosticsBytes = cmp.Or(max(l.DiagnosticsBytes, 0), DefaultDiagnosticsBytes)
 	l.QueuedRuns = cmp.Or(max(l.QueuedRuns, 0), DefaultQueuedRuns)
+	if l.HistoryBytes == 0 {
+		l.HistoryBytes = DefaultHistoryBytes
+	}
 }
 
 // Service starts and tracks runs. It is safe for concurrent use.
@@ -191,6 +197,7 @@ type Service struct {
 	queues *sessionQueues // the runs waiting for their session's running run
 	diag   *diagnostics   // the latest request of recent runs
 	est    *estimator     // token estimates, kept between runs
+	hist   *histories     // records, kept between runs
 	// interrupters serializes the sends that interrupt a session's run.
 	interrupters keyedMutex
 }
@@ -216,7 +223,8 @@ func New(opts Options) *Service {
 	}
 	opts.Agents = agents
 	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
-		diag: newDiagnostics(opts.Limits.DiagnosticsBytes, opts.Logger), est: newEstimator()}
+		diag: newDiagnostics(opts.Limits.DiagnosticsBytes, opts.Logger), est: newEstimator(),
+		hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0)))}
 	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)

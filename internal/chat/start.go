@@ -491,9 +491,34 @@ func (s *Service) admit(run *Run) error {
 func (s *Service) launch(run *Run, first *store.Record) {
 	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
 		run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
-		records, err := s.opts.Store.Records(ctx, run.user, run.SessionID)
+		records, err := s.history(ctx, run)
 		return store.Current(records), err
 	})
+}
+
+// history returns the records of run's session: those kept from its last run here, and what was stored
+// since.
+func (s *Service) history(ctx context.Context, run *Run) ([]store.Record, error) {
+	sess := run.plan.session
+	if sess == nil {
+		return s.opts.Store.Records(ctx, run.user, run.SessionID)
+	}
+	records := s.hist.get(run.user, run.SessionID, sess.CreatedAt)
+	var after int64
+	if len(records) > 0 {
+		after = records[len(records)-1].Seq
+	}
+	fresh, err := s.opts.Store.RecordsAfter(ctx, run.user, run.SessionID, after)
+	if err != nil {
+		return nil, err
+	}
+	if len(records) == 0 {
+		records = fresh
+	} else if len(fresh) > 0 {
+		records = append(records, fresh...) // records is clipped: this copies
+	}
+	s.hist.put(run.user, run.SessionID, sess.CreatedAt, records)
+	return records[:len(records):len(records)], nil
 }
 
 // start executes the agent loop of run on its own goroutine on the records history returns, then starts
@@ -628,6 +653,9 @@ func (s *Service) CreateSession(ctx context.Context, user string, sess *store.Se
 // the session has a queued or running run: ErrBusy naming the run.
 func (s *Service) DeleteSession(ctx context.Context, user, id string) error {
 	err := s.opts.Store.DeleteSession(ctx, user, id)
+	if err == nil {
+		s.hist.forget(user, id)
+	}
 	if busy, ok := errors.AsType[*store.BusyError](err); ok {
 		return &Error{Kind: ErrBusy, Code: "session_busy", RunID: busy.RunID,
 			Message: "the session has an active run; wait for it to end before deleting the session"}

@@ -229,6 +229,7 @@ type Limits struct {
 	RunEvents         int           `yaml:"run_events"`         // events of one run (500000)
 	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // memory kept for diagnostics (32 MiB)
 	QueuedRuns        int           `yaml:"queued_runs"`        // runs queued behind a session's running one (32)
+	HistoryBytes      int           `yaml:"history_bytes"`      // records kept in memory between runs (256 MiB; negative: none)
 }
 
 // check refuses negative limits.

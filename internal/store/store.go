@@ -338,6 +338,10 @@ type Store interface {
 
 	// Records returns the session's records, oldest first.
 	Records(ctx context.Context, user, sessionID string) ([]Record, error)
+	// RecordsAfter returns the session's records with Seq > after, oldest first: what was stored since
+	// a reader last read. Records are never changed once stored, so a reader that keeps them reads
+	// only the new ones.
+	RecordsAfter(ctx context.Context, user, sessionID string, after int64) ([]Record, error)
 	// Attachment returns attachment n (from 0) of one record of the session, or ErrNotFound.
 	Attachment(ctx context.Context, user, sessionID, recordID string, n int) (*Attachment, error)
 	// AppendRecord stores r at the end of its session, assigning ID (when empty), Seq and CreatedAt, and

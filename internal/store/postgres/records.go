@@ -68,13 +68,13 @@ AND NOT EXISTS (SELECT 1 FROM records n WHERE n.session_id = r.session_id AND n.
 
 	selectRecordsSQL = `SELECT id, seq, run_id, role, content, attachments, reasoning, parent_id, tool_call_id,
 name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay, summary_through, retracts
-FROM records WHERE session_id = $1 AND user_id = $2 ORDER BY seq`
+FROM records WHERE session_id = $1 AND user_id = $2 AND seq > $3 ORDER BY seq`
 
 	selectAttachmentsSQL = `SELECT attachments FROM records WHERE id = $1 AND session_id = $2 AND user_id = $3`
 
 	selectToolCallsSQL = `SELECT c.record_id, c.call_id, c.name, c.arguments
 FROM records r JOIN tool_calls c ON c.record_id = r.id
-WHERE r.session_id = $1 AND r.user_id = $2
+WHERE r.session_id = $1 AND r.user_id = $2 AND r.seq > $3
 ORDER BY r.seq, c.idx`
 )
 
@@ -309,7 +309,7 @@ func (db *DB) Transcript(ctx context.Context, user, sessionID string) (*store.Tr
 			return err
 		}
 		t.Session = *s
-		if t.Records, err = loadRecords(ctx, tx, user, sessionID, 0); err != nil {
+		if t.Records, err = loadRecords(ctx, tx, user, sessionID, 0, 0); err != nil {
 			return err
 		}
 		err = tx.QueryRowContext(ctx, runningInSQL, sessionID, user).Scan(&t.RunningRunID)
@@ -326,6 +326,11 @@ func (db *DB) Transcript(ctx context.Context, user, sessionID string) (*store.Tr
 
 // Records returns the session's records, oldest first, read from one snapshot.
 func (db *DB) Records(ctx context.Context, user, sessionID string) ([]store.Record, error) {
+	return db.RecordsAfter(ctx, user, sessionID, 0)
+}
+
+// RecordsAfter returns the session's records with Seq > after, oldest first, read from one snapshot.
+func (db *DB) RecordsAfter(ctx context.Context, user, sessionID string, after int64) ([]store.Record, error) {
 	var recs []store.Record
 	err := db.read(ctx, "records", func(tx *sql.Tx) error {
 		var n int64
@@ -336,7 +341,7 @@ func (db *DB) Records(ctx context.Context, user, sessionID string) ([]store.Reco
 		if err != nil {
 			return err
 		}
-		recs, err = loadRecords(ctx, tx, user, sessionID, n)
+		recs, err = loadRecords(ctx, tx, user, sessionID, after, max(n-after, 0))
 		return err
 	})
 	if err != nil {
@@ -347,16 +352,16 @@ func (db *DB) Records(ctx context.Context, user, sessionID string) ([]store.Reco
 
 // loadRecords reads the session's records, oldest first, with their tool calls: two queries, whatever
 // the number of records. size, when known, is how many there are.
-func loadRecords(ctx context.Context, tx *sql.Tx, user, sessionID string, size int64) ([]store.Record, error) {
-	recs, err := selectRecords(ctx, tx, user, sessionID, size)
+func loadRecords(ctx context.Context, tx *sql.Tx, user, sessionID string, after, size int64) ([]store.Record, error) {
+	recs, err := selectRecords(ctx, tx, user, sessionID, after, size)
 	if err != nil {
 		return nil, err
 	}
-	return recs, addToolCalls(ctx, tx, user, sessionID, recs)
+	return recs, addToolCalls(ctx, tx, user, sessionID, after, recs)
 }
 
-func selectRecords(ctx context.Context, tx *sql.Tx, user, sessionID string, size int64) ([]store.Record, error) {
-	rows, err := tx.QueryContext(ctx, selectRecordsSQL, sessionID, user)
+func selectRecords(ctx context.Context, tx *sql.Tx, user, sessionID string, after, size int64) ([]store.Record, error) {
+	rows, err := tx.QueryContext(ctx, selectRecordsSQL, sessionID, user, after)
 	if err != nil {
 		return nil, err
 	}
@@ -374,12 +379,12 @@ func selectRecords(ctx context.Context, tx *sql.Tx, user, sessionID string, size
 }
 
 // addToolCalls fills in the ToolCalls of recs, which are ordered by seq as the calls are.
-func addToolCalls(ctx context.Context, tx *sql.Tx, user, sessionID string, recs []store.Record) error {
+func addToolCalls(ctx context.Context, tx *sql.Tx, user, sessionID string, after int64, recs []store.Record) error {
 	byID := make(map[string]int, len(recs))
 	for i, r := range recs {
 		byID[r.ID] = i
 	}
-	rows, err := tx.QueryContext(ctx, selectToolCallsSQL, sessionID, user)
+	rows, err := tx.QueryContext(ctx, selectToolCallsSQL, sessionID, user, after)
 	if err != nil {
 		return err
 	}

@@ -324,7 +324,8 @@ func TestQueryPlans(t *testing.T) {
 			[]any{"u", 50, 1, "x"}, false},
 		{"open calls", openCallsSQL, "SEARCH tool_calls USING INDEX tool_calls_open_by_session", []any{"s"}, false},
 		{"open calls of a run", openRunCallsSQL, "SEARCH c USING INDEX tool_calls_open_by_run", []any{"r", "s"}, true},
-		{"records", selectRecordsSQL, "SEARCH records USING INDEX", []any{"s", "u"}, false},
+		{"records", selectRecordsSQL, "SEARCH records USING INDEX sqlite_autoindex_records_2 (session_id=? AND seq>?)", []any{"s", "u", 0}, false},
+		{"tool calls", selectToolCallsSQL, "SEARCH r USING INDEX sqlite_autoindex_records_2 (session_id=? AND seq>?)", []any{"s", "u", 0}, true},
 		{"append", bumpSeqSQL, "SEARCH sessions USING INDEX", []any{"s", "u", 1}, false},
 		{"claim call", claimCallSQL, "SEARCH tool_calls USING INDEX", []any{"a", "r", "c", "s"}, false},
 		// The primary key of run_events is the index SQLite made for it.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"chatd/internal/store"
 )
@@ -271,4 +272,31 @@ func testRetracts(t *testing.T, s store.Store) {
 	if want := []string{"first", "one", "second", "new answer"}; !slices.Equal(ids, want) {
 		t.Errorf("Current = %q, want %q", ids, want)
 	}
+}
+
+// testRecordsAfter checks that RecordsAfter reads the records stored after a Seq, with their tool
+// calls, as Records reads them, and only from the user's own session.
+func testRecordsAfter(t *testing.T, s store.Store) {
+	ctx, alice, bob := t.Context(), newUser("alice"), newUser("bob")
+	sess := createSession(t, s, alice)
+	mustAppend(t, s, alice, userRecord(sess.ID, "one"))
+	asst := mustAppend(t, s, alice, assistantCalls(sess.ID, "call_1", "call_2"))
+	mustAppend(t, s, alice, toolResult(asst, "call_1"))
+	mustAppend(t, s, alice, toolResult(asst, "call_2"))
+	mustAppend(t, s, alice, userRecord(sess.ID, "two"))
+	all := records(t, s, alice, sess.ID)
+	for _, after := range []int64{0, 1, 2, 5, 9} {
+		got, err := s.RecordsAfter(ctx, alice, sess.ID, after)
+		if err != nil {
+			t.Fatalf("RecordsAfter(%d): %v", after, err)
+		}
+		want := all[min(after, int64(len(all))):]
+		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("RecordsAfter(%d) (-want +got):\n%s", after, diff)
+		}
+	}
+	_, err := s.RecordsAfter(ctx, bob, sess.ID, 0)
+	wantErr(t, "RecordsAfter of another user's session", err, store.ErrNotFound)
+	_, err = s.RecordsAfter(ctx, alice, "no-such-session", 0)
+	wantErr(t, "RecordsAfter of no session", err, store.ErrNotFound)
 }

@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OtherUser", testOtherUser},
 		{"AppendOrder", testAppendOrder},
 		{"RoundTrip", testRoundTrip},
+		{"RecordsAfter", testRecordsAfter},
 		{"Pairing", testPairing},
 		{"ToolCallIDReusedAcrossTurns", testToolCallIDReuse},
 		{"ToolCallValidation", testToolCallValidation},

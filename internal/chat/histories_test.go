@@ -1,0 +1,130 @@
+package chat_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"chatd/internal/chat"
+	"chatd/internal/llm/llmtest"
+	"chatd/internal/store"
+)
+
+// readsAfter records the Seq after which each run's history was read.
+type readsAfter struct {
+	store.Store
+	mu    sync.Mutex
+	after []int64
+	full  int // Records calls
+}
+
+func (r *readsAfter) RecordsAfter(ctx context.Context, user, sessionID string, after int64) ([]store.Record, error) {
+	r.mu.Lock()
+	r.after = append(r.after, after)
+	r.mu.Unlock()
+	return r.Store.RecordsAfter(ctx, user, sessionID, after)
+}
+
+func (r *readsAfter) Records(ctx context.Context, user, sessionID string) ([]store.Record, error) {
+	r.mu.Lock()
+	r.full++
+	r.mu.Unlock()
+	return r.Store.Records(ctx, user, sessionID)
+}
+
+func (r *readsAfter) reads() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.after)
+}
+
+// TestHistoryReadsOnlyNewRecords: a session's next run reads from the store only the records stored
+// since its last run, and the model still gets the whole conversation (the strict fake checks it is
+// valid; echo answers the last message). A session deleted and created again under its id starts
+// afresh, with none of the records of the one before.
+func TestHistoryReadsOnlyNewRecords(t *testing.T) {
+	up := llmtest.NewServer(t)
+	up.Strict = true
+	var mu sync.Mutex
+	var sizes []int
+	up.Respond = func(n int, req llmtest.Request) llmtest.Turn {
+		mu.Lock()
+		sizes = append(sizes, len(req.Messages()))
+		mu.Unlock()
+		return echo(n, req)
+	}
+	client, err := newClient(up, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &readsAfter{Store: openStore(t, "")}
+	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "x/m",
+		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		defer cancel()
+		if err := svc.Close(ctx); err != nil {
+			t.Errorf("close service: %v", err)
+		}
+	})
+	send := func(sessionID, msg string) *chat.Started {
+		t.Helper()
+		st, err := svc.Start(t.Context(), user, chat.Request{SessionID: sessionID, Message: msg, CreateSession: true}, chat.StartOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := waitOutcome(t, svc, st.RunID); o.Status != store.RunCompleted {
+			t.Fatalf("run %s: %+v", st.RunID, o)
+		}
+		return st
+	}
+	send("s1", "one") // a new session: its history is its message, read from nowhere
+	send("s1", "two")
+	send("s1", "three")
+	// The second run reads the whole session (it has no records kept yet: the first run started before
+	// its session was stored), the third only what the second stored and its own message.
+	if got, want := db.reads(), []int64{0, 3}; !slices.Equal(got, want) {
+		t.Errorf("the runs read the records after %v, want %v", got, want)
+	}
+	mu.Lock()
+	if want := []int{2, 4, 6}; !slices.Equal(sizes, want) { // the system prompt and the conversation
+		t.Errorf("the model got %v messages, want %v", sizes, want)
+	}
+	mu.Unlock()
+
+	// Deleted by another instance, which this one does not hear of.
+	if err := db.Store.DeleteSession(t.Context(), user, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	send("s1", "again")
+	send("s1", "and again")
+	if got, want := db.reads(), []int64{0, 3, 0}; !slices.Equal(got, want) {
+		t.Errorf("the runs read the records after %v, want %v", got, want)
+	}
+	if db.full != 0 {
+		t.Errorf("%d runs read the history with Records", db.full)
+	}
+	mu.Lock()
+	if want := []int{2, 4, 6, 2, 4}; !slices.Equal(sizes, want) {
+		t.Errorf("the model got %v messages, want %v", sizes, want)
+	}
+	mu.Unlock()
+	want := []string{"user:again", "assistant:re: again", "user:and again", "assistant:re: and again"}
+	if got := transcript(records(t, db, "s1")); !slices.Equal(got, want) {
+		t.Errorf("records %q, want %q", got, want)
+	}
+}
+
+// waitOutcome waits for a run's end.
+func waitOutcome(t *testing.T, svc *chat.Service, runID string) chat.Outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	o, err := svc.Wait(ctx, user, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
