@@ -9,7 +9,6 @@ import (
 )
 
 var (
-	jsonNull        = json.RawMessage("null")
 	emptyObject     = json.RawMessage("{}")
 	emptyParameters = json.RawMessage(`{"type":"object","properties":{}}`)
 )
@@ -35,7 +34,7 @@ func (c *Client) newChatRequest(req *llm.Request) (*chatRequest, error) {
 	}
 	out.Messages = make([]wireMessage, 0, len(req.Messages)+1)
 	if req.System != "" {
-		out.Messages = append(out.Messages, wireMessage{Role: "system", Content: jsonString(req.System)})
+		out.Messages = append(out.Messages, wireMessage{Role: "system", Content: req.System})
 	}
 	for i := range req.Messages {
 		m, err := convertMessage(&req.Messages[i])
@@ -81,10 +80,10 @@ func convertMessage(m *llm.Message) (wireMessage, error) {
 		content, err := userContent(m.Parts)
 		return wireMessage{Role: string(m.Role), Content: content}, err
 	case llm.RoleAssistant:
-		out := wireMessage{Role: "assistant", Content: jsonNull}
+		out := wireMessage{Role: "assistant"} // content null
 		// Reasoning is not sent back: Chat Completions has no field for it and DeepSeek refuses it.
 		if text := m.Text(); text != "" || len(m.ToolCalls) == 0 {
-			out.Content = jsonString(text)
+			out.Content = text
 		}
 		for _, tc := range m.ToolCalls {
 			args := tc.Arguments
@@ -99,13 +98,13 @@ func convertMessage(m *llm.Message) (wireMessage, error) {
 		}
 		return out, nil
 	case llm.RoleTool:
-		return wireMessage{Role: "tool", ToolCallID: m.ToolCallID, Content: jsonString(m.Text())}, nil
+		return wireMessage{Role: "tool", ToolCallID: m.ToolCallID, Content: m.Text()}, nil
 	}
 	return wireMessage{}, fmt.Errorf("unknown role %q", m.Role)
 }
 
 // userContent is a plain string for text-only content and an array of parts when images are present.
-func userContent(parts []llm.Part) (json.RawMessage, error) {
+func userContent(parts []llm.Part) (any, error) {
 	hasImage := false
 	for _, p := range parts {
 		hasImage = hasImage || p.Kind == llm.PartImage
@@ -117,7 +116,7 @@ func userContent(parts []llm.Part) (json.RawMessage, error) {
 				text += p.Text
 			}
 		}
-		return jsonString(text), nil
+		return text, nil
 	}
 	wire := make([]wirePart, 0, len(parts))
 	for _, p := range parts {
@@ -129,10 +128,5 @@ func userContent(parts []llm.Part) (json.RawMessage, error) {
 			wire = append(wire, wirePart{Type: "image_url", ImageURL: &imageURL{URL: url}})
 		}
 	}
-	return json.Marshal(wire)
-}
-
-func jsonString(s string) json.RawMessage {
-	b, _ := json.Marshal(s) // a string always marshals
-	return b
+	return wire, nil
 }

@@ -22,13 +22,14 @@ type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
-// wireMessage is one message. Content is a JSON string, an array of parts, or null (an assistant message
-// that only calls tools).
+// wireMessage is one message. Content is a string, a []wirePart, or nil for null (an assistant message
+// that only calls tools): encoded as they are, not as a json.RawMessage, which encoding/json would
+// validate and copy again.
 type wireMessage struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCalls  []wireToolCall  `json:"tool_calls,omitempty"`
-	ToolCallID string          `json:"tool_call_id,omitempty"`
+	Role       string         `json:"role"`
+	Content    any            `json:"content"`
+	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
 }
 
 type wirePart struct {
