@@ -3,6 +3,7 @@ package chat_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
+	"chatd/internal/tool"
 )
 
 // heldCommit is a store whose CreateRun waits for release before it commits (or fails with fail), and
@@ -155,5 +157,65 @@ func TestNewSessionRunAbandoned(t *testing.T) {
 	}
 	if sessions, _, err := db.Sessions(t.Context(), user, store.Page{}); err != nil || len(sessions) != 0 {
 		t.Errorf("sessions %v, %v; want none", sessions, err)
+	}
+}
+
+// failsToolResults refuses to store tool records.
+type failsToolResults struct{ store.Store }
+
+func (f failsToolResults) AppendRecord(ctx context.Context, user string, r *store.Record) error {
+	if r.Role == store.RoleTool {
+		return errors.New("disk full")
+	}
+	return f.Store.AppendRecord(ctx, user, r)
+}
+
+// TestToolResultNotStored: a call whose result cannot be stored is closed at the run's end with a
+// failed result, which the run's readers get as a record before done, and the history stays valid.
+func TestToolResultNotStored(t *testing.T) {
+	up := llmtest.NewServer(t)
+	up.Strict = true
+	up.Respond = func(n int, req llmtest.Request) llmtest.Turn {
+		if n == 0 {
+			return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "lookup", Arguments: `{}`}}}
+		}
+		return echo(n, req)
+	}
+	client, err := newClient(up, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := tool.NewRegistry(tool.Options{})
+	t.Cleanup(reg.Close)
+	if err := reg.Register(namedTool{name: "lookup"}); err != nil {
+		t.Fatal(err)
+	}
+	db := openStore(t, "")
+	svc := chat.New(chat.Options{Store: failsToolResults{db}, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
+		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		defer cancel()
+		if err := svc.Close(ctx); err != nil {
+			t.Errorf("close service: %v", err)
+		}
+	})
+	st, err := svc.Start(t.Context(), user, chat.Request{Message: "look it up"}, chat.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := collect(t, svc, user, st.RunID)
+	checkLog(t, "live", events)
+	var closed bool
+	for _, e := range events {
+		closed = closed || e.Type == runevent.TypeRecord && strings.Contains(string(e.Data), `"role":"tool"`)
+	}
+	if !closed {
+		t.Errorf("no tool record reached the readers: %s", types(events))
+	}
+	recs := records(t, db, st.SessionID)
+	checkPaired(t, recs)
+	if last := recs[len(recs)-1]; last.Role != store.RoleTool || last.Success == nil || *last.Success {
+		t.Errorf("the call is not closed with a failed result: %q", transcript(recs))
 	}
 }

@@ -41,6 +41,9 @@ type observer struct {
 	// its commit (see gate.go); abandoned says the commit failed and the run is dropped.
 	gate      *gate
 	abandoned bool
+	// open counts the calls of stored turns without a stored result: none, and the run's end need not
+	// look for calls to close.
+	open int
 	held      []string // status messages the loop sent before the gate, sent once it passes
 }
 
@@ -216,6 +219,7 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 		return err
 	}
 	o.parents[t], o.last = rec, rec
+	o.open += len(rec.ToolCalls)
 	if u == (store.Usage{}) {
 		o.estimateUsage(t)
 	}
@@ -261,6 +265,7 @@ func (o *observer) RecordToolResult(ctx context.Context, t *agent.Turn, call llm
 	if err := o.store.AppendRecord(ctx, o.p.user, rec); err != nil {
 		return err
 	}
+	o.open--
 	o.added(rec)
 	o.run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(rec)}))
 	args := res.Arguments
@@ -305,7 +310,7 @@ func (o *observer) finish(res agent.Result) {
 		end.Error = out.Error.Message
 		o.log.Warn("run failed", "run", run.ID, "session", run.SessionID, "err", res.Err)
 	}
-	if run.Status() == store.RunRunning {
+	if run.Status() == store.RunRunning && o.open > 0 {
 		// The loop closes the calls it made; this catches a call whose result could not be stored.
 		closed, err := o.store.CloseCalls(o.ctx, o.p.user, run.ID, end.Reason)
 		if err != nil {
