@@ -44,7 +44,7 @@ type observer struct {
 	// open counts the calls of stored turns without a stored result: none, and the run's end need not
 	// look for calls to close.
 	open int
-	held      []string // status messages the loop sent before the gate, sent once it passes
+	held []string // status messages the loop sent before the gate, sent once it passes
 }
 
 var (
