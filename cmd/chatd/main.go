@@ -42,6 +42,8 @@ Usage:
   chatd keys create|list|revoke
                         manage API keys (chatd keys help)
   chatd usage [flags]   token and cost totals (chatd usage -h)
+  chatd migrate --from sqlite:PATH --to postgres://…
+                        copy a SQLite database into PostgreSQL (chatd migrate -h)
   chatd version         print the version
   chatd mcp-conformance URL
                         run chatd's MCP client against a server of the MCP conformance suite
@@ -87,6 +89,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return helpIsSuccess(keys(ctx, args[1:], getenv, stdout, stderr))
 	case "usage":
 		return helpIsSuccess(usageTable(ctx, args[1:], getenv, stdout, stderr))
+	case "migrate":
+		return helpIsSuccess(migrate(ctx, args[1:], stdout, stderr))
 	case "mcp-conformance":
 		return conformance(ctx, args[1:], getenv, stdout, stderr)
 	case "version":
