@@ -26,9 +26,9 @@ type Listener struct {
 	connected bool
 }
 
-// Listen starts a listener on dsn ("" : the store's own DSN is not known here, so the caller passes
-// it; a separate DSN lets LISTEN bypass a pooler in transaction mode, which breaks it). fn is called on
-// the listener's goroutine, one notification at a time: it must not block. Close stops it.
+// Listen starts a listener of this store's channels on its own connection to dsn: the store's DSN, or
+// one that bypasses a pooler in transaction mode, which breaks LISTEN. fn is called on the listener's
+// goroutine, one notification at a time: it must not block. Close stops it.
 func (db *DB) Listen(dsn string, fn func(store.Wakeup), log *slog.Logger) *Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
