@@ -244,7 +244,8 @@ type process struct {
 	exited chan struct{} // closed once the process is reaped
 }
 
-// startChatd runs bin serve on a free port with the database file db and waits until /healthz answers.
+// startChatd runs bin serve on a free port with the database file db (or a postgres:// URL) and waits
+// until /healthz answers.
 func startChatd(t *testing.T, name, bin, db string, env ...string) *process {
 	t.Helper()
 	// Port 0: chatd takes a free port and says which in its log. A port picked here and passed on could
@@ -256,7 +257,11 @@ func startChatd(t *testing.T, name, bin, db string, env ...string) *process {
 		addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		p.base = "http://" + addr
 	}
-	p.cmd = exec.Command(bin, "serve", "--addr", addr, "--db", "sqlite:"+db)
+	dbArg := "sqlite:" + db
+	if strings.HasPrefix(db, "postgres://") {
+		dbArg = db
+	}
+	p.cmd = exec.Command(bin, "serve", "--addr", addr, "--db", dbArg)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

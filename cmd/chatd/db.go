@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 	"log/slog"
+	"os"
 
 	"chatd/internal/config"
 	"chatd/internal/store"
@@ -12,12 +15,24 @@ import (
 
 // openStore opens the database db names: PostgreSQL for a postgres:// or postgresql:// URL, else a SQLite
 // file (sqlite:PATH or a bare path), locked for this process and named after owner. PostgreSQL takes no
-// such lock: running several chatd on one PostgreSQL database is not supported yet (runs have no owner
-// that another instance could take over from), so it is the operator's to avoid.
+// such lock: several chatd share it, each opening it as an instance (openServeStore); the commands that
+// open it otherwise (keys, usage) own no run.
 func openStore(ctx context.Context, db string, log *slog.Logger, owner string) (store.Store, error) {
+	return openDB(ctx, db, log, owner, postgres.Options{Logger: log})
+}
+
+// openServeStore opens the database of chatd serve: on PostgreSQL as one instance among several, whose
+// runs are owned by leases of cfg.LeaseTTL.
+func openServeStore(ctx context.Context, cfg *config.Config, log *slog.Logger, owner string) (store.Store, error) {
+	host, _ := os.Hostname()
+	instance := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), rand.Text()[:8])
+	return openDB(ctx, cfg.DB, log, owner, postgres.Options{Logger: log, Instance: instance, LeaseTTL: cfg.LeaseTTL})
+}
+
+func openDB(ctx context.Context, db string, log *slog.Logger, owner string, pgOpts postgres.Options) (store.Store, error) {
 	c := &config.Config{DB: db}
 	if c.Postgres() {
-		st, err := postgres.Open(ctx, db, postgres.Options{Logger: log})
+		st, err := postgres.Open(ctx, db, pgOpts)
 		if err != nil {
 			return nil, err
 		}

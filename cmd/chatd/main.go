@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -30,6 +31,7 @@ import (
 	"chatd/internal/mcpclient"
 	"chatd/internal/provider"
 	"chatd/internal/store"
+	"chatd/internal/store/postgres"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
 	"chatd/internal/webui"
@@ -42,13 +44,15 @@ Usage:
   chatd keys create|list|revoke
                         manage API keys (chatd keys help)
   chatd usage [flags]   token and cost totals (chatd usage -h)
+  chatd migrate --from sqlite:PATH --to postgres://…
+                        copy a SQLite database into PostgreSQL (chatd migrate -h)
   chatd version         print the version
   chatd mcp-conformance URL
                         run chatd's MCP client against a server of the MCP conformance suite
 
 Configuration comes from flags, then CHATD_* variables, then the --config YAML file.
-The database (--db, CHATD_DB) is a SQLite file (sqlite:PATH, the default) or PostgreSQL (postgres://…);
-one chatd per database: several instances on one PostgreSQL database are not supported yet.
+The database (--db, CHATD_DB) is a SQLite file (sqlite:PATH, the default; one chatd per file) or
+PostgreSQL (postgres://…), which several chatd instances may share behind any load balancer.
 Providers come from OPENAI_API_KEY / OPENAI_BASE_URL and OLLAMA_HOST; MCP servers from --mcp-config.
 `
 
@@ -87,6 +91,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return helpIsSuccess(keys(ctx, args[1:], getenv, stdout, stderr))
 	case "usage":
 		return helpIsSuccess(usageTable(ctx, args[1:], getenv, stdout, stderr))
+	case "migrate":
+		return helpIsSuccess(migrate(ctx, args[1:], stdout, stderr))
 	case "mcp-conformance":
 		return conformance(ctx, args[1:], getenv, stdout, stderr)
 	case "version":
@@ -117,7 +123,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 	defer ln.Close() // for the returns before Serve, which closes it itself
-	db, err := openStore(ctx, cfg.DB, log, "chatd serve on "+ln.Addr().String())
+	db, err := openServeStore(ctx, cfg, log, "chatd serve on "+ln.Addr().String())
 	if errors.Is(err, sqlite.ErrLocked) {
 		return fmt.Errorf("%w; stop it, or start this one with another --db", err)
 	}
@@ -158,7 +164,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: cfg.Agents, Scopes: cfg.ToolScopes,
 		DefaultModel: cfg.Model, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
 			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows},
-		Limits: chatLimits(lim), Prices: cfg.Prices})
+		Limits: chatLimits(lim), Prices: cfg.Prices, SweepInterval: cfg.SweepInterval})
+	if pdb, ok := db.(*postgres.DB); ok {
+		// Other instances' notifications: their runs' new events, cancels asked of ours, sessions freed.
+		listener := pdb.Listen(cmp.Or(cfg.DBListen, cfg.DB), chats.Wake, log)
+		defer listener.Close()
+		log.Info("sharing the database with other chatd instances", "instance", pdb.Instance(),
+			"lease_ttl", pdb.LeaseTTL(), "sweep_interval", cfg.SweepInterval)
+	}
 	if err := chats.Recover(ctx); err != nil {
 		return err
 	}

@@ -108,6 +108,9 @@ type Options struct {
 	Now func() time.Time
 	// Prices are the prices of models by provider/model name, for the cost of each model call.
 	Prices map[string]Price
+	// SweepInterval is how often, on a store several instances share (lease.go), this one looks for
+	// runs whose owner's lease ended (default DefaultSweepInterval).
+	SweepInterval time.Duration
 }
 
 // Price is what a model costs, in US dollars per million tokens. A cache price of 0 is the input price.
@@ -200,6 +203,9 @@ type Service struct {
 	hist   *histories     // records, kept between runs
 	// interrupters serializes the sends that interrupt a session's run.
 	interrupters keyedMutex
+
+	leases *leases // nil: the service is alone on its store
+	remote wakeups // the readers here of runs other instances run
 }
 
 // New returns a service. Close it to cancel and wait for its runs.
@@ -230,6 +236,9 @@ func New(opts Options) *Service {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
+	if ls := sharedStore(opts.Store); ls != nil {
+		s.startLeases(ls)
+	}
 	return s
 }
 

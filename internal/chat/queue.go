@@ -50,6 +50,24 @@ func (qs *sessionQueues) of(sessionID string) *queue {
 	return q
 }
 
+// sessions lists the sessions that have runs queued here.
+func (qs *sessionQueues) sessions() []string {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	ids := make([]string, 0, len(qs.queues))
+	for id := range qs.queues {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// has reports whether the session has runs queued here.
+func (qs *sessionQueues) has(sessionID string) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return qs.queues[sessionID] != nil
+}
+
 // push appends a queued run to its session's queue. kick drops an empty queue while it holds the queue's
 // lock, so the queue is checked to still be the session's under that lock.
 func (qs *sessionQueues) push(run *Run) {

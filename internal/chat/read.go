@@ -78,6 +78,13 @@ func (s *Service) Cancel(ctx context.Context, user, id, reason string) (*CancelR
 		return nil, err
 	}
 	if r.Status == store.RunRunning || r.Status == store.RunQueued {
+		// Another instance's run: its owner cancels it when the request reaches it.
+		if asked, err := s.cancelElsewhere(ctx, user, id, reason); err != nil {
+			return nil, err
+		} else if asked {
+			return &CancelResult{RunID: id, Status: "cancelling",
+				Message: "the run is stopping on the chatd instance that runs it; its stream ends with cancelled, then done"}, nil
+		}
 		// In the store, not in this process (one chatd holds a database): a run whose end could not be
 		// stored. The next start of chatd ends it.
 		return nil, &Error{Kind: ErrBusy, Code: "run_not_here", RunID: id,
@@ -132,6 +139,12 @@ type Follower struct {
 	info *store.Run // the stored run, while reading the store; read again only while it has not ended
 	// inRecovery: the reader resumed from an id in the part of the log recovery wrote.
 	inRecovery bool
+
+	// sub is signalled when another instance stored more of the run's log (a notification), or when it
+	// is time to look anyway (poll); nil when the service is alone on its store.
+	sub   chan struct{}
+	unsub func()
+	poll  *time.Timer
 }
 
 // followPage is how many stored events one Read returns at most.
@@ -156,6 +169,10 @@ func (s *Service) Follow(ctx context.Context, user, id string, after int64) (*Fo
 		return nil, err
 	}
 	f.info = r
+	if s.leases != nil && r.EndedAt == nil {
+		// Subscribed before the first read, so that no notification falls between the two.
+		f.sub, f.unsub = s.remote.subscribe(id)
+	}
 	// A run recovered before reservations were kept (ReservedSeq 0) had its recovery's events numbered
 	// right after the stored log, over ids the dead process may have sent.
 	f.inRecovery = r.EndedAt != nil && r.RecoveredFrom > 0 && r.ReservedSeq == 0 && f.after >= r.RecoveredFrom
@@ -166,6 +183,12 @@ func (s *Service) Follow(ctx context.Context, user, id string, after int64) (*Fo
 func (f *Follower) Close() {
 	if f.stop != nil {
 		f.stop()
+	}
+	if f.unsub != nil {
+		f.unsub()
+	}
+	if f.poll != nil {
+		f.poll.Stop()
 	}
 }
 
@@ -262,6 +285,18 @@ func (f *Follower) tail(ctx context.Context, after int64) ([]Event, bool, error)
 func (f *Follower) Wait() <-chan struct{} {
 	if f.run != nil {
 		return f.wake
+	}
+	if f.sub != nil {
+		// Another instance's run: a notification wakes the reader, a poll in case it was lost.
+		if f.more || f.ended {
+			poke(f.sub)
+		} else if f.poll == nil {
+			sub := f.sub
+			f.poll = time.AfterFunc(remotePoll, func() { poke(sub) })
+		} else {
+			f.poll.Reset(remotePoll)
+		}
+		return f.sub
 	}
 	c := make(chan struct{}, 1)
 	if f.more || f.ended {

@@ -29,7 +29,13 @@ const (
 // and its log ends with error and done interrupted, so that its session accepts the next message with a
 // history every provider accepts. Call it at start-up, before serving: it assumes that no other process
 // owns a run.
+//
+// On a store several instances share, it recovers only the runs whose owner's lease ended (Sweep): the
+// runs of live instances are theirs.
 func (s *Service) Recover(ctx context.Context) error {
+	if s.leases != nil {
+		return s.Sweep(ctx)
+	}
 	runs, err := s.opts.Store.UnfinishedRuns(ctx)
 	if err != nil {
 		return fmt.Errorf("recover runs: %w", err)

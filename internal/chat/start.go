@@ -237,6 +237,7 @@ func requestHash(req Request) string {
 func (s *Service) interruptActive(ctx context.Context, user, runID string, deadline time.Time, attempt int) error {
 	live := s.live(user, runID)
 	if live == nil {
+		s.cancelElsewhere(ctx, user, runID, "interrupted by a new message") // another instance's run
 		pause := time.NewTimer(min(time.Duration(1<<min(attempt, 6))*10*time.Millisecond, time.Until(deadline)))
 		defer pause.Stop()
 		select {
@@ -709,6 +710,7 @@ func (s *Service) Close(ctx context.Context) error {
 	if s.events != nil {
 		s.events.close()
 	}
+	s.stopLeases()
 	return err
 }
 

@@ -46,12 +46,21 @@ const (
 // Config is chatd's configuration. It never holds a secret in a field that is logged: API keys live in
 // Providers and are left out of LogValue.
 type Config struct {
-	Addr        string
-	DB          string // sqlite:PATH, or a postgres:// URL (which may hold a password: see LogValue)
-	Model       string // the default model, provider/model
-	File        string // the YAML file read, if any
-	LogLevel    slog.Level
-	ToolTimeout time.Duration
+	Addr string
+	DB   string // sqlite:PATH, or a postgres:// URL (which may hold a password: see LogValue)
+	// DBListen is the PostgreSQL database URL the LISTEN connection uses ("": DB). Instances wake each
+	// other with notifications, and a pooler in transaction mode (PgBouncer) breaks LISTEN: point this
+	// one at the server itself (--db-listen, CHATD_DB_LISTEN or db_listen).
+	DBListen string
+	// LeaseTTL is how long the lease of a run on PostgreSQL lasts unless its instance renews it, and
+	// SweepInterval how often each instance looks for runs whose lease ended: a dead instance's runs
+	// are recovered within their sum (defaults 20s and 10s).
+	LeaseTTL      time.Duration
+	SweepInterval time.Duration
+	Model         string // the default model, provider/model
+	File          string // the YAML file read, if any
+	LogLevel      slog.Level
+	ToolTimeout   time.Duration
 	// DrainTimeout is how long SIGTERM lets running runs finish before cancelling them (default 20s).
 	DrainTimeout time.Duration
 	AllowedHosts []string // Host header values accepted besides loopback names (behind a reverse proxy)
@@ -329,6 +338,9 @@ func agents(in map[string]fileAgent) map[string]chat.Agent {
 type file struct {
 	Addr         string                  `yaml:"addr"`
 	DB           string                  `yaml:"db"`
+	DBListen     string                  `yaml:"db_listen"`
+	LeaseTTL     time.Duration           `yaml:"lease_ttl"`
+	SweepEvery   time.Duration           `yaml:"sweep_interval"`
 	Model        string                  `yaml:"model"`
 	LogLevel     string                  `yaml:"log_level"`
 	ToolTimeout  time.Duration           `yaml:"tool_timeout"`
@@ -370,7 +382,10 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "", "listen address (env CHATD_ADDR; default "+DefaultAddr+")")
 	db := fs.String("db", "", "database: sqlite:PATH, or postgres://USER:PASSWORD@HOST/DB (env CHATD_DB; default "+DefaultDB+
-		"); one chatd per PostgreSQL database for now: several instances on one are not supported yet")
+		"); several chatd may share one PostgreSQL database")
+	dbListen := fs.String("db-listen", "", "PostgreSQL URL for the LISTEN connection, when --db goes through a pooler in transaction mode (env CHATD_DB_LISTEN; default --db)")
+	leaseTTL := fs.Duration("lease-ttl", 0, "PostgreSQL: how long a run's lease lasts unless renewed (env CHATD_LEASE_TTL; default 20s)")
+	sweep := fs.Duration("sweep-interval", 0, "PostgreSQL: how often to look for runs of dead instances (env CHATD_SWEEP_INTERVAL; default 10s)")
 	model := fs.String("model", "", "default model as provider/model (env CHATD_MODEL)")
 	cfgFile := fs.String("config", "", "YAML configuration file (env CHATD_CONFIG)")
 	mcpConfig := fs.String("mcp-config", "", "MCP servers JSON file, {\"mcpServers\":{…}} (env CHATD_MCP_CONFIG)")
@@ -394,6 +409,19 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	}
 	c.Addr = cmp.Or(*addr, getenv("CHATD_ADDR"), f.Addr, DefaultAddr)
 	c.DB = cmp.Or(*db, getenv("CHATD_DB"), f.DB, DefaultDB)
+	c.DBListen = cmp.Or(*dbListen, getenv("CHATD_DB_LISTEN"), f.DBListen)
+	if c.LeaseTTL, err = duration("CHATD_LEASE_TTL", getenv("CHATD_LEASE_TTL"), cmp.Or(*leaseTTL, f.LeaseTTL), 20*time.Second); err != nil {
+		return nil, err
+	}
+	if *leaseTTL != 0 && getenv("CHATD_LEASE_TTL") != "" {
+		c.LeaseTTL = *leaseTTL // the flag wins
+	}
+	if c.SweepInterval, err = duration("CHATD_SWEEP_INTERVAL", getenv("CHATD_SWEEP_INTERVAL"), cmp.Or(*sweep, f.SweepEvery), 10*time.Second); err != nil {
+		return nil, err
+	}
+	if *sweep != 0 && getenv("CHATD_SWEEP_INTERVAL") != "" {
+		c.SweepInterval = *sweep
+	}
 	if err := c.parseLevel(cmp.Or(*logLevel, getenv("CHATD_LOG_LEVEL"), f.LogLevel, "info")); err != nil {
 		return nil, err
 	}
@@ -649,6 +677,12 @@ func (c *Config) Validate() error {
 	} else if _, err := c.SQLitePath(); err != nil {
 		return err
 	}
+	if c.DBListen != "" && !c.Postgres() {
+		return errors.New("db_listen is for PostgreSQL: --db names a SQLite file")
+	}
+	if c.LeaseTTL < 0 || c.SweepInterval < 0 {
+		return errors.New("lease_ttl and sweep_interval are positive durations")
+	}
 	// Whether chatd may listen on the host depends on its keys: CheckExposure, once the store is open.
 	_, port, err := net.SplitHostPort(c.Addr)
 	if err != nil {
@@ -744,7 +778,8 @@ func (c *Config) LogValue() slog.Value {
 		provs = append(provs, p.Name)
 	}
 	return slog.GroupValue(
-		slog.String("addr", c.Addr), slog.String("db", redactDB(c.DB)), slog.String("model", c.Model),
+		slog.String("addr", c.Addr), slog.String("db", redactDB(c.DB)), slog.String("db_listen", redactDB(c.DBListen)),
+		slog.String("model", c.Model),
 		slog.String("config", c.File), slog.Any("providers", provs),
 	)
 }

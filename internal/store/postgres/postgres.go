@@ -38,6 +38,14 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxConns bounds the connections the store opens; 0 means 4 per CPU, at least 8.
 	MaxConns int
+	// Instance, when set, names this process among the chatd instances sharing the database: the runs it
+	// creates and starts are owned by it under leases of LeaseTTL (see leases.go), and the store sends
+	// the notifications instances wake each other with. "" is a chatd alone on its database.
+	Instance string
+	// LeaseTTL is how long a lease lasts unless renewed (default DefaultLeaseTTL).
+	LeaseTTL time.Duration
+	// Now is the clock of leases and timestamps (default time.Now); tests step it.
+	Now func() time.Time
 }
 
 // DB is a store.Store on one PostgreSQL database (the schema of the connection's search_path). It is safe
@@ -46,6 +54,10 @@ type DB struct {
 	pool *sql.DB
 	log  *slog.Logger
 	now  func() time.Time // replaced by tests that need equal timestamps
+
+	instance string        // Options.Instance
+	leaseTTL time.Duration // Options.LeaseTTL
+	channel  string        // the prefix of this database and schema's notification channels
 }
 
 var _ store.Store = (*DB)(nil)
@@ -70,7 +82,13 @@ func open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{log: opts.Logger, now: time.Now}
+	db := &DB{log: opts.Logger, now: time.Now, instance: opts.Instance, leaseTTL: opts.LeaseTTL}
+	if opts.Now != nil {
+		db.now = opts.Now
+	}
+	if db.leaseTTL <= 0 {
+		db.leaseTTL = DefaultLeaseTTL
+	}
 	if db.log == nil {
 		db.log = slog.New(slog.DiscardHandler)
 	}
@@ -89,6 +107,10 @@ func open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if err := db.migrate(ctx); err != nil {
 		db.pool.Close()
 		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	if err := db.nameChannels(ctx); err != nil {
+		db.pool.Close()
+		return nil, err
 	}
 	return db, nil
 }

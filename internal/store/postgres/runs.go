@@ -37,8 +37,8 @@ FROM usage WHERE r.ended_at IS NULL AND run_id = r.id AND user_id = r.user_id) u
 
 const (
 	insertRunSQL = `INSERT INTO runs (id, session_id, user_id, status, agent, model, idempotency_key, request_hash,
-request, created_at, started_at, reserved_seq, key_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+request, created_at, started_at, reserved_seq, key_id, owner, lease_expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 
 	// titleSessionSQL titles a session that has no title yet.
 	titleSessionSQL = `UPDATE sessions SET title = $3 WHERE id = $1 AND user_id = $2 AND title = ''`
@@ -59,7 +59,8 @@ FOR UPDATE`
 	runStatusSQL = `SELECT status FROM runs WHERE id = $1 AND user_id = $2`
 
 	startRunSQL = `UPDATE runs SET status = 'running', started_at = $3, request = NULL,
-reserved_seq = GREATEST(reserved_seq, $4)
+reserved_seq = GREATEST(reserved_seq, $4), owner = COALESCE($5, owner),
+lease_expires_at = COALESCE($6, lease_expires_at)
 WHERE id = $1 AND user_id = $2 AND status = 'queued'`
 
 	// endRunSQL ends a run, with the usage given or ($13) the sum of its entries.
@@ -165,7 +166,8 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 			return err
 		}
 		_, err := tx.ExecContext(ctx, insertRunSQL, run.ID, run.SessionID, user, run.Status, run.Agent, run.Model,
-			nullable(run.IdempotencyKey), run.RequestHash, request, run.CreatedAt, started, run.ReservedSeq, run.KeyID)
+			nullable(run.IdempotencyKey), run.RequestHash, request, run.CreatedAt, started, run.ReservedSeq, run.KeyID,
+			nullable(db.instance), db.leaseUntil(run.CreatedAt))
 		if err != nil {
 			return err
 		}
@@ -285,8 +287,11 @@ func (db *DB) StartRun(ctx context.Context, user, runID string, first *store.Rec
 		if err := checkIdle(ctx, tx, user, sessionID); err != nil {
 			return err
 		}
+		if err := checkFirstQueued(ctx, tx, sessionID, runID); err != nil {
+			return err
+		}
 		now := db.clock()
-		if _, err := tx.ExecContext(ctx, startRunSQL, runID, user, now, reserve); err != nil {
+		if _, err := tx.ExecContext(ctx, startRunSQL, runID, user, now, reserve, nullable(db.instance), db.leaseUntil(now)); err != nil {
 			return err
 		}
 		if first != nil {
@@ -430,7 +435,10 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 		_, err = tx.ExecContext(ctx, endRunSQL, runID, user, end.Status, end.FinishReason, end.Error,
 			u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.ReasoningTokens,
 			now, end.RecoveredFrom, end.UsageFromEntries)
-		return err
+		if err != nil {
+			return err
+		}
+		return db.notifyEnd(ctx, tx, runID, sessionID)
 	})
 	if err != nil {
 		return nil, err
@@ -448,6 +456,9 @@ func (db *DB) AppendEvents(ctx context.Context, events []store.Event, reserved [
 		return fmt.Errorf("postgres: append events: %w", err)
 	}
 	return db.write1(ctx, "append events", func(q querier) error {
+		if db.instance != "" && len(events) > 0 {
+			return db.insertEventsNotify(ctx, q, events, reserved)
+		}
 		return insertEvents(ctx, q, events, reserved)
 	})
 }
