@@ -110,11 +110,11 @@ const maxBatch = 256
 func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, runID string, after int64) error {
 	return s.follow(w, r, runID, after, func(out *sse.Writer, batch []chat.Event) error {
 		for _, ev := range batch {
-			if err := out.WriteNumbered(ev.Seq, ev.Type, ev.Data); err != nil {
+			if err := out.QueueNumbered(ev.Seq, ev.Type, ev.Data); err != nil {
 				return err
 			}
 		}
-		return nil
+		return out.Send() // the batch in one write and one flush
 	})
 }
 
@@ -140,8 +140,13 @@ func (s *server) follow(w http.ResponseWriter, r *http.Request, runID string, af
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	out := sse.NewWriter(w)
+	// Per batch, no timer is touched: the write deadline is moved on only once half of it has passed
+	// (a write always has at least half the timeout), and the ping ticker runs on, a ping going out at
+	// a tick with no write since the one before.
 	ping := time.NewTicker(s.PingInterval)
 	defer ping.Stop()
+	var deadlineSet time.Time
+	wroteSinceTick := false
 	for {
 		events, end, err := f.Read(ctx)
 		if err != nil {
@@ -154,12 +159,15 @@ func (s *server) follow(w http.ResponseWriter, r *http.Request, runID string, af
 		for len(events) > 0 {
 			batch := events[:min(len(events), maxBatch)]
 			events = events[len(batch):]
-			rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
+			if now := time.Now(); now.Sub(deadlineSet) > s.WriteTimeout/2 {
+				rc.SetWriteDeadline(now.Add(s.WriteTimeout))
+				deadlineSet = now
+			}
 			if err := write(out, batch); err != nil {
 				s.log.Debug("stream client gone or too slow", "run", runID, "path", r.URL.Path, "seq", batch[0].Seq, "err", err)
 				return nil
 			}
-			ping.Reset(s.PingInterval)
+			wroteSinceTick = true
 		}
 		if end {
 			return nil
@@ -170,7 +178,13 @@ func (s *server) follow(w http.ResponseWriter, r *http.Request, runID string, af
 		select {
 		case <-f.Wait():
 		case <-ping.C:
-			rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
+			if wroteSinceTick {
+				wroteSinceTick = false
+				continue
+			}
+			now := time.Now()
+			rc.SetWriteDeadline(now.Add(s.WriteTimeout))
+			deadlineSet = now
 			if out.Comment("ping") != nil {
 				return nil
 			}

@@ -32,10 +32,12 @@ type Options struct {
 	Models Catalog
 	// DefaultModel is the model of requests that name none.
 	DefaultModel string
-	// PingInterval is the idle time after which a stream gets a ": ping" comment; default 15s.
+	// PingInterval is how often an idle stream gets a ": ping" comment (at a tick with no write since
+	// the one before: after one to two intervals of silence); default 15s.
 	PingInterval time.Duration
 	// WriteTimeout bounds one write to a client (a batch of events); a reader that cannot take it in
-	// time is dropped and resumes from its last id; default 10s.
+	// time is dropped and resumes from its last id; default 10s. The deadline is moved on once half of
+	// it has passed, not at every write, so a write has between half of it and all of it.
 	WriteTimeout time.Duration
 	// MaxBodyBytes limits request bodies; default 1 MiB. MaxChatBodyBytes limits those of the chat
 	// sends (/v1/chat, /v1/chat/stream, /v1/ui/chat), which carry attachments — and useChat's whole

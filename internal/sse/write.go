@@ -83,6 +83,36 @@ func (w *Writer) WriteNumbered(id int64, typ string, data []byte) error {
 	return w.send(append(b, '\n'))
 }
 
+// QueueNumbered encodes an event as WriteNumbered does, to go out with the next Send: a batch of events
+// costs one write and one flush. Write, WriteNumbered and Comment must not be called between the two.
+func (w *Writer) QueueNumbered(id int64, typ string, data []byte) error {
+	if err := checkType(typ); err != nil {
+		return err
+	}
+	b := append(w.buf, "id: "...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, '\n')
+	if typ != "" {
+		b = appendField(b, "event: ", typ)
+	}
+	b = appendData(b, data)
+	w.buf = append(b, '\n')
+	return nil
+}
+
+// Send writes the events queued since the last Send in a single Write, and flushes.
+func (w *Writer) Send() error {
+	b := w.buf
+	if len(b) == 0 {
+		return nil
+	}
+	w.buf = b[:0]
+	if cap(b) > keepBuf {
+		w.buf = nil // one huge batch must not pin its size
+	}
+	return w.write(b)
+}
+
 // Comment writes a comment, which receivers ignore; a ": ping" every few seconds keeps proxies from
 // closing an idle stream. A line break in text is an error.
 func (w *Writer) Comment(text string) error {

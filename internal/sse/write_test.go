@@ -141,6 +141,50 @@ func TestWriterOneWritePerEvent(t *testing.T) {
 	}
 }
 
+// TestWriterOneWritePerBatch: queued events go out together in one write and one flush, encoded as
+// WriteNumbered encodes them; a Send with nothing queued writes nothing.
+func TestWriterOneWritePerBatch(t *testing.T) {
+	var l callLog
+	w := NewWriter(&l)
+	if err := w.Send(); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range []string{"a", "b\nc", ""} {
+		if err := w.QueueNumbered(int64(i+1), "text_delta", []byte(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(l.calls) != 0 {
+		t.Fatalf("queueing wrote: %q", l.calls)
+	}
+	if err := w.Send(); err != nil {
+		t.Fatal(err)
+	}
+	w.WriteNumbered(4, "done", []byte("{}"))
+	want := []string{"write id: 1\nevent: text_delta\ndata: a\n\nid: 2\nevent: text_delta\ndata: b\ndata: c\n\nid: 3\nevent: text_delta\ndata: \n\n",
+		"flush", "write id: 4\nevent: done\ndata: {}\n\n", "flush"}
+	if diff := cmp.Diff(want, l.calls); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+	if err := w.QueueNumbered(5, "bad\ntype", nil); err == nil {
+		t.Error("a type with a line break was queued")
+	}
+
+	// A batch past the buffer the writer keeps is sent whole, and the next batch is only itself.
+	l.calls = nil
+	big := bytes.Repeat([]byte("x"), keepBuf)
+	w.QueueNumbered(6, "text_delta", big)
+	w.QueueNumbered(7, "text_delta", big)
+	if err := w.Send(); err != nil {
+		t.Fatal(err)
+	}
+	w.QueueNumbered(8, "done", []byte("{}"))
+	w.Send()
+	if len(l.calls) != 4 || len(l.calls[0]) < 2*keepBuf || l.calls[2] != "write id: 8\nevent: done\ndata: {}\n\n" {
+		t.Errorf("%d calls; the second batch wrote %.60q", len(l.calls), l.calls[min(2, len(l.calls)-1)])
+	}
+}
+
 // failFlusher accepts writes and fails to flush, like a connection the client has closed.
 type failFlusher struct{ io.Writer }
 
