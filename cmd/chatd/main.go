@@ -115,6 +115,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	raiseFileLimit(log)
 	// Listen first: a process that cannot have its port fails before it touches the database, and the
 	// database's lock names the address really listened on (--addr may say port 0). Nothing is served
 	// until the recovery below is done; connections wait in the listen queue.
