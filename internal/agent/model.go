@@ -39,7 +39,7 @@ type turnState struct {
 	toolCtx     context.Context
 	cancelTools context.CancelFunc
 	wg          sync.WaitGroup
-	results     chan toolDone // buffered for every call that can start: senders never block
+	results     chan toolDone // buffered for every call that can start, made with the first: senders never block
 	running     int           // calls started whose results have not been received
 }
 
@@ -70,7 +70,7 @@ type toolDone struct {
 }
 
 func (r *runner) newTurn(ctx context.Context) *turnState {
-	t := &turnState{ids: map[string]bool{}, results: make(chan toolDone, r.cfg.MaxToolCalls)}
+	t := &turnState{ids: map[string]bool{}}
 	t.toolCtx, t.cancelTools = context.WithCancel(ctx)
 	return t
 }

@@ -24,6 +24,9 @@ func (r *runner) startEarly(t *turnState, pc *pendingCall) {
 func (r *runner) start(t *turnState, pc *pendingCall) {
 	pc.started = true
 	t.running++
+	if t.results == nil { // made with the turn's first call: most turns make none
+		t.results = make(chan toolDone, r.cfg.MaxToolCalls)
+	}
 	args, ok := pc.arguments()
 	if !ok {
 		args = emptyArgs
