@@ -44,6 +44,9 @@ type observer struct {
 	// open counts the calls of stored turns without a stored result: none, and the run's end need not
 	// look for calls to close.
 	open int
+	// pending are usage entries that go into the store with the turn they paid for, in its transaction:
+	// a sender with no token or spend budget needs none of them counted before.
+	pending []store.UsageEntry
 	held []string // status messages the loop sent before the gate, sent once it passes
 }
 
@@ -55,6 +58,7 @@ var (
 // runStore is what a run writes to the store as it goes and when it ends.
 type runStore interface {
 	recordStore
+	AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry) error
 	AddUsage(ctx context.Context, user string, u store.UsageEntry) error
 	UsageSince(ctx context.Context, user, keyID string, since time.Time) (tokens, costNanoUSD int64, err error)
 	CloseCalls(ctx context.Context, user, runID, reason string) ([]store.Record, error)
@@ -178,6 +182,10 @@ func (o *observer) recordUsage(model string, u llm.Usage) {
 func (o *observer) account(model string, u store.Usage, estimated bool) {
 	entry := store.UsageEntry{RunID: o.run.ID, SessionID: o.run.SessionID, KeyID: o.p.account.KeyID, Agent: o.p.agentNm,
 		Model: model, Usage: u, CostNanoUSD: o.prices[model].cost(u), Estimated: estimated}
+	if !estimated && len(o.p.account.Quota) == 0 {
+		o.pending = append(o.pending, entry) // stored with the turn (or at the run's end)
+		return
+	}
 	if err := o.store.AddUsage(o.ctx, o.p.user, entry); err != nil {
 		o.log.Error("store usage", "run", o.run.ID, "estimated", estimated, "err", err)
 		return
@@ -215,9 +223,10 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 	for _, c := range t.ToolCalls {
 		rec.ToolCalls = append(rec.ToolCalls, store.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}
-	if err := o.store.AppendRecord(ctx, o.p.user, rec); err != nil {
+	if err := o.store.AppendTurn(ctx, o.p.user, rec, o.pending); err != nil {
 		return err
 	}
+	o.pending = nil
 	o.parents[t], o.last = rec, rec
 	o.open += len(rec.ToolCalls)
 	if u == (store.Usage{}) {
@@ -299,6 +308,7 @@ func (o *observer) finish(res agent.Result) {
 		o.conv.release()
 	}
 	run := o.run
+	o.storePending()
 	out := Outcome{Status: string(res.Status), FinishReason: res.FinishReason, Message: runevent.RecordOf(o.last),
 		ToolHistory: o.history, Usage: storeUsage(res.Usage)}
 	if out.ToolHistory == nil {
@@ -349,6 +359,17 @@ func (o *observer) finish(res agent.Result) {
 	run.end(last, stored, out)
 	run.flushMu.Unlock()
 	o.retire(run)
+}
+
+// storePending stores the usage of model calls whose turn was not stored (the call failed, or storing
+// the turn did).
+func (o *observer) storePending() {
+	for _, e := range o.pending {
+		if err := o.store.AddUsage(o.ctx, o.p.user, e); err != nil {
+			o.log.Error("store usage", "run", o.run.ID, "err", err)
+		}
+	}
+	o.pending = nil
 }
 
 // finishRetrying writes the end of a running run whose first write failed, again and again with a

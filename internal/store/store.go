@@ -349,6 +349,9 @@ type Store interface {
 	// holds and has not answered; any other record is refused while a tool call of the session is open.
 	// Both refusals are ErrConflict.
 	AppendRecord(ctx context.Context, user string, r *Record) error
+	// AppendTurn is AppendRecord and AddUsage of each of usage in one transaction: a model's turn with
+	// the usage of the calls that made it. Refused, it stores neither.
+	AppendTurn(ctx context.Context, user string, r *Record, usage []UsageEntry) error
 
 	// CreateRun stores r in one of the user's sessions, assigning ID (when empty) and CreatedAt. r.Status
 	// is RunRunning (also when empty) or RunQueued. A running run is refused with ErrBusy while the

@@ -81,12 +81,32 @@ ORDER BY r.seq, c.idx`
 // AppendRecord stores r at the end of its session in one transaction, enforcing the pairing invariant,
 // and assigns r's ID (when empty), Seq and CreatedAt.
 func (db *DB) AppendRecord(ctx context.Context, user string, r *store.Record) error {
+	return db.AppendTurn(ctx, user, r, nil)
+}
+
+// AppendTurn is AppendRecord and AddUsage of each of usage in one transaction.
+func (db *DB) AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry) error {
 	rec, err := newRecord(r)
 	if err != nil {
 		return fmt.Errorf("postgres: append record: %w", err)
 	}
 	err = db.write(ctx, "append record", func(tx *sql.Tx) error {
-		return appendRecord(ctx, tx, user, &rec, db.clock())
+		now := db.clock()
+		if err := appendRecord(ctx, tx, user, &rec, now); err != nil {
+			return err
+		}
+		for _, u := range usage {
+			at := now
+			if !u.CreatedAt.IsZero() {
+				at = stored(u.CreatedAt)
+			}
+			if _, err := tx.ExecContext(ctx, insertUsageSQL, uuid.Must(uuid.NewV7()).String(), user, u.RunID,
+				u.SessionID, u.Agent, u.Model, u.InputTokens, u.OutputTokens, u.CacheReadTokens,
+				u.CacheWriteTokens, u.ReasoningTokens, at, u.KeyID, u.CostNanoUSD, u.Estimated); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return err

@@ -650,9 +650,18 @@ func (db *DB) AddUsage(ctx context.Context, user string, u store.UsageEntry) err
 		at = db.clock()
 	}
 	return db.write(ctx, "add usage", func(tx txn) error {
-		_, err := tx.ExecContext(ctx, insertUsageSQL, uuid.Must(uuid.NewV7()).String(), user, u.RunID,
-			u.SessionID, u.Agent, u.Model, u.InputTokens, u.OutputTokens, u.CacheReadTokens,
-			u.CacheWriteTokens, u.ReasoningTokens, at.UnixMicro(), u.KeyID, u.CostNanoUSD, u.Estimated)
-		return err
+		return insertUsage(ctx, tx, user, u, at)
 	})
+}
+
+// insertUsage stores u, made at u.CreatedAt or, when that is zero, at now.
+func insertUsage(ctx context.Context, tx txn, user string, u store.UsageEntry, now time.Time) error {
+	at := now
+	if !u.CreatedAt.IsZero() {
+		at = u.CreatedAt.UTC().Truncate(time.Microsecond)
+	}
+	_, err := tx.ExecContext(ctx, insertUsageSQL, uuid.Must(uuid.NewV7()).String(), user, u.RunID,
+		u.SessionID, u.Agent, u.Model, u.InputTokens, u.OutputTokens, u.CacheReadTokens,
+		u.CacheWriteTokens, u.ReasoningTokens, at.UnixMicro(), u.KeyID, u.CostNanoUSD, u.Estimated)
+	return err
 }

@@ -300,3 +300,43 @@ func testRecordsAfter(t *testing.T, s store.Store) {
 	_, err = s.RecordsAfter(ctx, alice, "no-such-session", 0)
 	wantErr(t, "RecordsAfter of no session", err, store.ErrNotFound)
 }
+
+// testAppendTurn checks that AppendTurn stores a record with its usage entries together, and that a
+// refused record stores no usage either.
+func testAppendTurn(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	sess := createSession(t, s, alice)
+	run := createRun(t, s, alice, sess.ID)
+	mustAppend(t, s, alice, userRecord(sess.ID, "hi"))
+	usage := []store.UsageEntry{
+		{RunID: run.ID, SessionID: sess.ID, Agent: "default", Model: "x/m", Usage: store.Usage{InputTokens: 10, OutputTokens: 3}, CostNanoUSD: 7},
+		{RunID: run.ID, SessionID: sess.ID, Agent: "default", Model: "x/m", Usage: store.Usage{InputTokens: 5, OutputTokens: 2}},
+	}
+	turn := runAssistant(run, "call_1")
+	if err := s.AppendTurn(ctx, alice, &turn, usage); err != nil {
+		t.Fatalf("AppendTurn: %v", err)
+	}
+	if turn.Seq != 2 || turn.ID == "" {
+		t.Errorf("the turn was not completed: %+v", turn)
+	}
+	totals := func() []store.UsageTotal {
+		got, err := s.UsageTotals(ctx, store.UsageQuery{User: alice, GroupBy: "model"})
+		if err != nil {
+			t.Fatalf("UsageTotals: %v", err)
+		}
+		return got
+	}
+	want := []store.UsageTotal{{Group: "x/m", Calls: 2, Usage: store.Usage{InputTokens: 15, OutputTokens: 5}, CostNanoUSD: 7}}
+	if diff := cmp.Diff(want, totals()); diff != "" {
+		t.Errorf("usage (-want +got):\n%s", diff)
+	}
+	// A user record while the turn's call is open is refused: its usage is not stored either.
+	refused := userRecord(sess.ID, "too soon")
+	wantErr(t, "AppendTurn while a call is open", s.AppendTurn(ctx, alice, &refused, usage), store.ErrConflict)
+	if diff := cmp.Diff(want, totals()); diff != "" {
+		t.Errorf("usage after a refused turn (-want +got):\n%s", diff)
+	}
+	if n := len(records(t, s, alice, sess.ID)); n != 2 {
+		t.Errorf("%d records, want 2", n)
+	}
+}

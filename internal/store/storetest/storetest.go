@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AppendOrder", testAppendOrder},
 		{"RoundTrip", testRoundTrip},
 		{"RecordsAfter", testRecordsAfter},
+		{"AppendTurn", testAppendTurn},
 		{"Pairing", testPairing},
 		{"ToolCallIDReusedAcrossTurns", testToolCallIDReuse},
 		{"ToolCallValidation", testToolCallValidation},
