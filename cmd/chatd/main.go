@@ -185,7 +185,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		Addr: cfg.Addr,
 		Handler: httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, MCPServers: mcpServers(mcps), Logger: log,
 			AllowedHosts: cfg.AllowedHosts, Models: catalog(providers), DefaultModel: cfg.Model, UI: ui,
-			MaxBodyBytes: lim.BodyBytes, MaxChatBodyBytes: lim.ChatBodyBytes, Auth: authn}),
+			MaxBodyBytes: lim.BodyBytes, MaxChatBodyBytes: lim.ChatBodyBytes, Auth: authn,
+			// On PostgreSQL, requests per minute are counted in the database, shared by every instance.
+			Limiter: auth.NewLimiter(db, log)}),
 		// No ReadTimeout: it would end every stream that outlives it. The API bounds the reading of each
 		// request body itself.
 		ReadHeaderTimeout: 10 * time.Second,

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,7 +12,7 @@ import (
 // allowN asks n times at now and returns how many passed and the wait of the last refusal.
 func allowN(l *RateLimiter, user, keyID string, perMinute, n int, now time.Time) (passed int, wait time.Duration) {
 	for range n {
-		if w := l.Allow(user, keyID, perMinute, now); w == 0 {
+		if w := l.Allow(context.Background(), user, keyID, perMinute, now); w == 0 {
 			passed++
 		} else {
 			wait = w
@@ -43,7 +44,7 @@ func TestRateLimiterBurstThenSteady(t *testing.T) {
 		{2 * time.Minute, 12 * time.Second},
 	}
 	for i, s := range steps {
-		if got := l.Allow("alice", "", 5, t0.Add(s.at)); got != s.want {
+		if got := l.Allow(t.Context(), "alice", "", 5, t0.Add(s.at)); got != s.want {
 			t.Fatalf("step %d at +%v: Allow = %v, want %v", i, s.at, got, s.want)
 		}
 	}
@@ -96,7 +97,7 @@ func TestRateLimiterConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Go(func() {
-			if l.Allow("alice", "k1", 5, t0) == 0 {
+			if l.Allow(t.Context(), "alice", "k1", 5, t0) == 0 {
 				passed.Add(1)
 			}
 		})
@@ -118,7 +119,7 @@ func TestRateLimiterForgetsIdleCallers(t *testing.T) {
 		return len(l.tat)
 	}
 	for i := range 100 {
-		l.Allow("user", fmt.Sprintf("k%d", i), 5, t0)
+		l.Allow(t.Context(), "user", fmt.Sprintf("k%d", i), 5, t0)
 	}
 	allowN(l, "busy", "", 5, 5, t0) // its allowance is whole again at t0+60s
 	if n := held(); n != 101 {
@@ -126,13 +127,13 @@ func TestRateLimiterForgetsIdleCallers(t *testing.T) {
 	}
 
 	// Within the minute nothing is swept.
-	l.Allow("late", "", 5, t0.Add(time.Minute))
+	l.Allow(t.Context(), "late", "", 5, t0.Add(time.Minute))
 	if n := held(); n != 102 {
 		t.Fatalf("holds %d callers a minute on, want 102", n)
 	}
 	// Past it, callers whose allowance is whole are forgotten; one still owed time is kept.
 	allowN(l, "late", "", 5, 4, t0.Add(time.Minute))
-	l.Allow("new", "", 5, t0.Add(time.Minute+time.Nanosecond))
+	l.Allow(t.Context(), "new", "", 5, t0.Add(time.Minute+time.Nanosecond))
 	if n := held(); n != 2 {
 		t.Fatalf("holds %d callers after the sweep, want 2 (late, new)", n)
 	}

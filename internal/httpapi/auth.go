@@ -74,7 +74,7 @@ func (s *server) allow(w http.ResponseWriter, r *http.Request, p *auth.Principal
 	if rpm <= 0 {
 		return true
 	}
-	if wait := s.limiter.Allow(p.User, p.LimitKey(auth.LimitRequests), rpm, s.now()); wait > 0 {
+	if wait := s.Limiter.Allow(r.Context(), p.User, p.LimitKey(auth.LimitRequests), rpm, s.now()); wait > 0 {
 		s.writeError(w, r, tooMany(auth.LimitRequests, wait, "the limit of "+strconv.Itoa(rpm)+" requests a minute is reached"))
 		return false
 	}

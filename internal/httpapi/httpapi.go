@@ -53,6 +53,9 @@ type Options struct {
 	Auth *auth.Authenticator
 	// Now is the clock of limits (default time.Now).
 	Now func() time.Time
+	// Limiter counts requests per minute; nil: one in this process's memory (auth.NewLimiter picks the
+	// store's count when the store keeps one, for several instances on one database).
+	Limiter auth.Limiter
 }
 
 // LocalUser is the identity of every caller while chatd runs without API keys.
@@ -60,8 +63,7 @@ const LocalUser = auth.LocalUser
 
 type server struct {
 	Options
-	log     *slog.Logger
-	limiter *auth.RateLimiter
+	log *slog.Logger
 }
 
 // New returns the API's handler.
@@ -81,7 +83,10 @@ func New(opts Options) http.Handler {
 	if opts.MaxChatBodyBytes <= 0 {
 		opts.MaxChatBodyBytes = 32 << 20
 	}
-	s := &server{Options: opts, log: opts.Logger, limiter: auth.NewRateLimiter()}
+	if opts.Limiter == nil {
+		opts.Limiter = auth.NewRateLimiter()
+	}
+	s := &server{Options: opts, log: opts.Logger}
 	// A web page the user visits must not be able to drive the API with the user's identity — the
 	// local user's, a sign-in cookie's, or the one a trusted proxy adds: cross-origin writes are
 	// refused (CSRF) unless the caller authenticated with an API key, which a page cannot send for the

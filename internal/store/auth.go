@@ -173,3 +173,14 @@ type Accounts interface {
 	// their own TokensPerDay and the cost of those that set their own SpendUSD.
 	UsageSince(ctx context.Context, user, keyID string, since time.Time) (tokens, costNanoUSD int64, err error)
 }
+
+// RateLimits is a store that counts requests against rate limits itself, so that every process on the
+// database shares one count per caller: an optional capability (PostgreSQL's), found by type assertion.
+// A store without it (SQLite, one process) leaves the counting to that process's memory.
+type RateLimits interface {
+	// AllowRequest counts a request of key against a limit of n requests per period (n > 0) with the
+	// generic cell rate algorithm, on the database's clock: a key may send a whole period's n at once,
+	// and then one more each period/n. It returns 0 when the request may go, else how long to wait before
+	// asking again; a refused request is not counted.
+	AllowRequest(ctx context.Context, key string, n int, per time.Duration) (wait time.Duration, err error)
+}

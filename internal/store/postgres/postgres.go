@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +59,9 @@ type DB struct {
 	instance string        // Options.Instance
 	leaseTTL time.Duration // Options.LeaseTTL
 	channel  string        // the prefix of this database and schema's notification channels
+
+	rateMu    sync.Mutex
+	rateSwept time.Time // when this instance last swept rate_limits (ratelimits.go)
 }
 
 var _ store.Store = (*DB)(nil)
