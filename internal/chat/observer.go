@@ -47,7 +47,7 @@ type observer struct {
 	// pending are usage entries that go into the store with the turn they paid for, in its transaction:
 	// a sender with no token or spend budget needs none of them counted before.
 	pending []store.UsageEntry
-	held []string // status messages the loop sent before the gate, sent once it passes
+	held    []string // status messages the loop sent before the gate, sent once it passes
 }
 
 var (
