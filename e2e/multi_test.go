@@ -41,7 +41,7 @@ func TestMultiInstance(t *testing.T) {
 }
 
 // needHAProxy returns haproxy's path; without it the test skips, or fails under CI.
-func needHAProxy(t *testing.T) string {
+func needHAProxy(t testing.TB) string {
 	path, err := exec.LookPath("haproxy")
 	if err != nil {
 		msg := "haproxy is not installed (apt-get install haproxy): the multi-instance test needs a real balancer"
@@ -55,7 +55,7 @@ func needHAProxy(t *testing.T) string {
 
 // startHAProxy balances a free port round-robin over the instances, with no stickiness, and returns a
 // process whose base is the balancer.
-func startHAProxy(t *testing.T, bin string, inst []*process) *process {
+func startHAProxy(t testing.TB, bin string, inst []*process) *process {
 	t.Helper()
 	port := freePort(t)
 	var servers strings.Builder
