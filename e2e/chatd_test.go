@@ -49,7 +49,7 @@ func poll(cond func() bool) bool {
 	return true
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -93,7 +93,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func buildChatd(t *testing.T) string {
+func buildChatd(t testing.TB) string {
 	t.Helper()
 	built.once.Do(func() {
 		built.err = errors.New("the first test to build chatd failed before it could") // statSources may t.Fatal
@@ -119,7 +119,7 @@ func buildChatd(t *testing.T) string {
 // package's result until the package, or a file or environment variable its tests read, changes; it
 // does not see what `go build` reads for the binary these tests run. Stated here, chatd's sources
 // become inputs of this package's result, so a change to chatd runs the end-to-end tests again.
-func statSources(t *testing.T) {
+func statSources(t testing.TB) {
 	t.Helper()
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -246,15 +246,24 @@ type process struct {
 
 // startChatd runs bin serve on a free port with the database file db (or a postgres:// URL) and waits
 // until /healthz answers.
-func startChatd(t *testing.T, name, bin, db string, env ...string) *process {
+func startChatd(t testing.TB, name, bin, db string, env ...string) *process {
 	t.Helper()
 	// Port 0: chatd takes a free port and says which in its log. A port picked here and passed on could
 	// be taken by another process meanwhile (several test runs at once), and the test would talk to it.
 	// A chatd that logs only warnings does not say: it gets a port picked here.
-	p := &process{name: name, out: &logBuffer{}, exited: make(chan struct{})}
 	addr := "127.0.0.1:0"
 	if slices.Contains(env, "CHATD_LOG_LEVEL=warn") || slices.Contains(env, "CHATD_LOG_LEVEL=error") {
 		addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	}
+	return startChatdAt(t, name, bin, db, addr, env...)
+}
+
+// startChatdAt is startChatd listening on addr, which may be a port that a killed chatd held, so that a
+// balancer configured with its address finds it again.
+func startChatdAt(t testing.TB, name, bin, db, addr string, env ...string) *process {
+	t.Helper()
+	p := &process{name: name, out: &logBuffer{}, exited: make(chan struct{})}
+	if !strings.HasSuffix(addr, ":0") {
 		p.base = "http://" + addr
 	}
 	dbArg := "sqlite:" + db
@@ -284,7 +293,7 @@ func startChatd(t *testing.T, name, bin, db string, env ...string) *process {
 // listeningRE finds the address chatd listens on in its log.
 var listeningRE = regexp.MustCompile(`msg="chatd listening" url=(http://\S+)`)
 
-func (p *process) waitHealthy(t *testing.T) {
+func (p *process) waitHealthy(t testing.TB) {
 	t.Helper()
 	healthy := poll(func() bool {
 		select {

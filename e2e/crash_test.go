@@ -640,7 +640,7 @@ func eventList(events []event) string {
 	return b.String()
 }
 
-func envInt(t *testing.T, name string, def int64) int64 {
+func envInt(t testing.TB, name string, def int64) int64 {
 	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {

@@ -41,7 +41,7 @@ func TestMultiInstance(t *testing.T) {
 }
 
 // needHAProxy returns haproxy's path; without it the test skips, or fails under CI.
-func needHAProxy(t *testing.T) string {
+func needHAProxy(t testing.TB) string {
 	path, err := exec.LookPath("haproxy")
 	if err != nil {
 		msg := "haproxy is not installed (apt-get install haproxy): the multi-instance test needs a real balancer"
@@ -55,7 +55,7 @@ func needHAProxy(t *testing.T) string {
 
 // startHAProxy balances a free port round-robin over the instances, with no stickiness, and returns a
 // process whose base is the balancer.
-func startHAProxy(t *testing.T, bin string, inst []*process) *process {
+func startHAProxy(t testing.TB, bin string, inst []*process) *process {
 	t.Helper()
 	port := freePort(t)
 	var servers strings.Builder
@@ -108,7 +108,7 @@ type dropStream struct {
 }
 
 // get opens GET path (a run's events) with Last-Event-ID lastID.
-func (p *process) get(t *testing.T, path, lastID string) *dropStream {
+func (p *process) get(t testing.TB, path, lastID string) *dropStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	req, _ := http.NewRequestWithContext(ctx, "GET", p.base+path, nil)
@@ -124,7 +124,7 @@ func (p *process) get(t *testing.T, path, lastID string) *dropStream {
 }
 
 // send posts a message on /v1/chat/stream; the stream can be dropped.
-func (p *process) send(t *testing.T, body map[string]any, key string) *dropStream {
+func (p *process) send(t testing.TB, body map[string]any, key string) *dropStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	resp, err := p.post(ctx, "/v1/chat/stream", body, key)
@@ -135,7 +135,7 @@ func (p *process) send(t *testing.T, body map[string]any, key string) *dropStrea
 	return p.readStream(t, resp, cancel)
 }
 
-func (p *process) readStream(t *testing.T, resp *http.Response, cancel context.CancelFunc) *dropStream {
+func (p *process) readStream(t testing.TB, resp *http.Response, cancel context.CancelFunc) *dropStream {
 	t.Helper()
 	if resp.StatusCode != 200 {
 		raw, _ := io.ReadAll(resp.Body)
