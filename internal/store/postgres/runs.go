@@ -138,7 +138,7 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 			first.SessionID = run.SessionID
 		}
 		var err error
-		if rec, err = newRecord(first); err != nil {
+		if rec, err = store.NewRecord(first, newID); err != nil {
 			return fmt.Errorf("postgres: create run: %w", err)
 		}
 		if rec.SessionID != run.SessionID {
@@ -271,7 +271,7 @@ func (db *DB) StartRun(ctx context.Context, user, runID string, first *store.Rec
 	var rec store.Record
 	if first != nil {
 		var err error
-		if rec, err = newRecord(first); err != nil {
+		if rec, err = store.NewRecord(first, newID); err != nil {
 			return fmt.Errorf("postgres: start run: %w", err)
 		}
 		rec.RunID = runID
@@ -557,9 +557,9 @@ func closeCalls(ctx context.Context, tx *sql.Tx, user, sessionID, runID, reason 
 	added := make([]store.Record, 0, len(calls))
 	for _, c := range calls {
 		failed, zero := false, int64(0)
-		rec, err := newRecord(&store.Record{SessionID: sessionID, RunID: runID, Role: store.RoleTool,
+		rec, err := store.NewRecord(&store.Record{SessionID: sessionID, RunID: runID, Role: store.RoleTool,
 			Content: reason, ParentID: c.recordID, ToolCallID: c.callID, Name: c.name,
-			Success: &failed, DurationMS: &zero})
+			Success: &failed, DurationMS: &zero}, newID)
 		if err != nil {
 			return nil, err
 		}

@@ -1,15 +1,11 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -66,7 +62,7 @@ func (db *DB) CreateSession(ctx context.Context, user string, s *store.Session) 
 
 // newSession returns s as it will be stored: checked metadata ({} when nil), an ID, and the times.
 func (db *DB) newSession(s *store.Session) (store.Session, error) {
-	meta, err := metadata(s.Metadata)
+	meta, err := store.SessionMetadata(s.Metadata)
 	if err != nil {
 		return store.Session{}, err
 	}
@@ -114,7 +110,7 @@ func (db *DB) Sessions(ctx context.Context, user string, p store.Page) ([]store.
 	} else {
 		var at int64
 		var id string
-		if at, id, err = decodeCursor(p.Cursor); err != nil {
+		if at, id, err = store.DecodeCursor(p.Cursor); err != nil {
 			return nil, "", fmt.Errorf("postgres: sessions: %w", err)
 		}
 		rows, err = db.pool.QueryContext(ctx, listSessionsAfterSQL, user, limit+1, time.UnixMicro(at).UTC(), id)
@@ -140,14 +136,14 @@ func (db *DB) Sessions(ctx context.Context, user string, p store.Page) ([]store.
 	}
 	list = list[:limit]
 	last := list[limit-1]
-	return list, encodeCursor(last.UpdatedAt.UnixMicro(), last.ID), nil
+	return list, store.EncodeCursor(last.UpdatedAt.UnixMicro(), last.ID), nil
 }
 
 // UpdateSession changes the patch's non-nil fields and touches UpdatedAt.
 func (db *DB) UpdateSession(ctx context.Context, user, id string, p store.SessionPatch) (*store.Session, error) {
 	var metaArg any // NULL keeps the stored metadata
 	if p.Metadata != nil {
-		meta, err := metadata(p.Metadata)
+		meta, err := store.SessionMetadata(p.Metadata)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: update session: %w", err)
 		}
@@ -211,40 +207,4 @@ func scanSession(row scanner) (*store.Session, error) {
 	s.Metadata = json.RawMessage(meta)
 	s.CreatedAt, s.UpdatedAt = s.CreatedAt.UTC(), s.UpdatedAt.UTC()
 	return &s, nil
-}
-
-// metadata checks a session's metadata: nil when absent (or JSON null), else a JSON object.
-func metadata(m json.RawMessage) (json.RawMessage, error) {
-	t := bytes.TrimSpace(m)
-	if len(t) == 0 || string(t) == "null" {
-		return nil, nil
-	}
-	if !isObject(t) {
-		return nil, conflict("session metadata must be a JSON object")
-	}
-	return m, nil
-}
-
-// isObject reports whether b is one valid JSON object.
-func isObject(b []byte) bool {
-	t := bytes.TrimSpace(b)
-	return len(t) > 0 && t[0] == '{' && json.Valid(t)
-}
-
-// A cursor is the sort key of the last session of a page: "updated_at:id" (unix microseconds), base64url
-// so clients treat it as opaque. It is the SQLite store's cursor.
-func encodeCursor(updatedAt int64, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(updatedAt, 10) + ":" + id))
-}
-
-// decodeCursor reports a cursor this store did not make as ErrNotFound: it names no page.
-func decodeCursor(c string) (int64, string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err == nil {
-		at, id, ok := strings.Cut(string(b), ":")
-		if n, perr := strconv.ParseInt(at, 10, 64); ok && perr == nil {
-			return n, id, nil
-		}
-	}
-	return 0, "", fmt.Errorf("%w: page cursor %q", store.ErrNotFound, c)
 }

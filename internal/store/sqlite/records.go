@@ -63,7 +63,7 @@ func (db *DB) AppendRecord(ctx context.Context, user string, r *store.Record) er
 
 // AppendTurn is AppendRecord and AddUsage of each of usage in one transaction.
 func (db *DB) AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry) error {
-	rec, err := newRecord(r)
+	rec, err := store.NewRecord(r, newID)
 	if err != nil {
 		return fmt.Errorf("sqlite: append record: %w", err)
 	}
@@ -181,88 +181,6 @@ func insertRecord(ctx context.Context, tx txn, user string, rec *store.Record) e
 		rec.Name, rec.Success, rec.DurationMS, payload, rec.Model, rec.FinishReason, usage,
 		rec.CreatedAt.UnixMicro(), replay, nullable(rec.SummaryThrough), nullable(rec.Retracts))
 	return err
-}
-
-// newRecord checks r and returns the copy to store: ID assigned, empty optional fields nil (as they read
-// back), tool call arguments {} when absent. It never changes r or the slices r shares with the caller.
-func newRecord(r *store.Record) (store.Record, error) {
-	rec := *r
-	if err := checkRole(&rec); err != nil {
-		return rec, err
-	}
-	calls, err := toolCalls(rec.ToolCalls)
-	if err != nil {
-		return rec, err
-	}
-	rec.ToolCalls = calls
-	if len(rec.Payload) == 0 {
-		rec.Payload = nil
-	} else if !json.Valid(rec.Payload) {
-		return rec, conflict("payload is not valid JSON")
-	}
-	if len(rec.Attachments) == 0 {
-		rec.Attachments = nil
-	}
-	if rec.Replay != nil && rec.Role != store.RoleAssistant {
-		return rec, conflict("only an assistant record holds a replay")
-	}
-	if rec.SummaryThrough != "" && rec.Role != store.RoleSystem {
-		return rec, conflict("only a system record summarizes records")
-	}
-	if rec.Retracts != "" && (rec.Role != store.RoleSystem || rec.SummaryThrough != "") {
-		return rec, conflict("only a system record that summarizes nothing retracts an answer")
-	}
-	if rec.ID == "" {
-		rec.ID = uuid.Must(uuid.NewV7()).String()
-	}
-	return rec, nil
-}
-
-// checkRole checks the fields that depend on the record's role.
-func checkRole(r *store.Record) error {
-	switch r.Role {
-	case store.RoleTool:
-		if r.ParentID == "" || r.ToolCallID == "" {
-			return conflict("a tool record needs ParentID and ToolCallID")
-		}
-		if len(r.ToolCalls) > 0 {
-			return conflict("a tool record cannot hold tool calls")
-		}
-	case store.RoleUser, store.RoleAssistant, store.RoleSystem:
-		if r.ParentID != "" || r.ToolCallID != "" {
-			return conflict("a %s record answers no tool call", r.Role)
-		}
-		if r.Role != store.RoleAssistant && len(r.ToolCalls) > 0 {
-			return conflict("only an assistant record holds tool calls")
-		}
-	default:
-		return conflict("unknown role %q", r.Role)
-	}
-	return nil
-}
-
-// toolCalls checks an assistant record's calls and returns a copy with absent arguments as {}.
-func toolCalls(calls []store.ToolCall) ([]store.ToolCall, error) {
-	if len(calls) == 0 {
-		return nil, nil
-	}
-	out := make([]store.ToolCall, len(calls))
-	seen := make(map[string]bool, len(calls))
-	for i, c := range calls {
-		switch {
-		case c.ID == "":
-			return nil, conflict("tool call %d has no id", i)
-		case seen[c.ID]:
-			return nil, conflict("tool call id %q appears twice in one record", c.ID)
-		case len(c.Arguments) == 0:
-			c.Arguments = json.RawMessage("{}")
-		case !isObject(c.Arguments):
-			return nil, conflict("arguments of tool call %q are not a JSON object", c.ID)
-		}
-		seen[c.ID] = true
-		out[i] = c
-	}
-	return out, nil
 }
 
 // Attachment returns attachment n of one record, reading that record's attachments only.
@@ -437,3 +355,6 @@ func scanRecord(rows *sql.Rows) (store.Record, error) {
 	}
 	return r, nil
 }
+
+// newID is a new record's id: a UUIDv7, ordered by time.
+func newID() string { return uuid.Must(uuid.NewV7()).String() }

@@ -105,7 +105,7 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 			first.SessionID = run.SessionID
 		}
 		var err error
-		if rec, err = newRecord(first); err != nil {
+		if rec, err = store.NewRecord(first, newID); err != nil {
 			return fmt.Errorf("sqlite: create run: %w", err)
 		}
 		if rec.SessionID != run.SessionID {
@@ -242,7 +242,7 @@ func (db *DB) StartRun(ctx context.Context, user, runID string, first *store.Rec
 	var rec store.Record
 	if first != nil {
 		var err error
-		if rec, err = newRecord(first); err != nil {
+		if rec, err = store.NewRecord(first, newID); err != nil {
 			return fmt.Errorf("sqlite: start run: %w", err)
 		}
 		rec.RunID = runID
@@ -600,9 +600,9 @@ func closeCalls(ctx context.Context, tx txn, user, sessionID, runID, reason stri
 	added := make([]store.Record, 0, len(calls))
 	for _, c := range calls {
 		failed, zero := false, int64(0)
-		rec, err := newRecord(&store.Record{SessionID: sessionID, RunID: runID, Role: store.RoleTool,
+		rec, err := store.NewRecord(&store.Record{SessionID: sessionID, RunID: runID, Role: store.RoleTool,
 			Content: reason, ParentID: c.recordID, ToolCallID: c.callID, Name: c.name,
-			Success: &failed, DurationMS: &zero})
+			Success: &failed, DurationMS: &zero}, newID)
 		if err != nil {
 			return nil, err
 		}
