@@ -82,6 +82,10 @@ func (o *observer) ready() bool {
 	if !g.committed() {
 		o.abandoned = true
 		o.run.stop(errAbandoned)
+		// Ended, the run takes no more events: a tool the loop started before it noticed cannot put
+		// events of a run the store does not have into the event log.
+		o.run.end(nil, false, Outcome{Status: store.RunFailed, FinishReason: "error",
+			Error: &runevent.Error{Code: "internal", Message: "the run could not be stored"}})
 		return false
 	}
 	if o.conv != nil {

@@ -414,7 +414,15 @@ func providerName(model string) string {
 // begin stores a running run with the user's message — and its session, when new — and starts it. The
 // store refuses it with store.ErrBusy while the session has a running run.
 func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Started, error) {
-	run := s.newRun(newID(), p.user, p)
+	early := p.startsEarly(key)
+	rp := p
+	if early {
+		// The run reads its plan on its own goroutine while this one may go on with p (joinSession
+		// rewrites it when the commit finds the session's id taken): the run gets a copy.
+		cp := *p
+		rp = &cp
+	}
+	run := s.newRun(newID(), p.user, rp)
 	if err := s.admit(run); err != nil {
 		return nil, err
 	}
@@ -429,17 +437,17 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 		ns := *p.newSession // the store completes it; p keeps the plan as made, for a retry
 		sr.NewSession = &ns
 	}
-	var early *gate
-	if p.startsEarly(key) {
+	var g *gate
+	if early {
 		first.ID = newID() // the run's copy of its history names the message as the store will
-		early = newGate()
+		g = newGate()
 		history := []store.Record{*first}
-		s.start(run, early, func(context.Context) ([]store.Record, error) { return history, nil })
+		s.start(run, g, func(context.Context) ([]store.Record, error) { return history, nil })
 	}
 	err := s.opts.Store.CreateRun(ctx, p.user, sr, first)
 	if err != nil {
-		if early != nil {
-			early.fail(err) // the run's goroutine forgets it, and is counted until it has
+		if g != nil {
+			g.fail(err) // the run's goroutine forgets it, and is counted until it has
 			run.stop(errAbandoned)
 		} else {
 			s.retire(run)
@@ -457,9 +465,9 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	}
 	run.granted(sr.ReservedSeq)
 	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
-	if early != nil {
+	if g != nil {
 		run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
-		early.open(first)
+		g.open(first)
 	} else {
 		s.launch(run, first)
 	}
@@ -492,14 +500,15 @@ func (s *Service) admit(run *Run) error {
 func (s *Service) launch(run *Run, first *store.Record) {
 	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
 		run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
-		records, err := s.history(ctx, run)
+		records, err := s.history(ctx, run, first.ID)
 		return store.Current(records), err
 	})
 }
 
-// history returns the records of run's session: those kept from its last run here, and what was stored
-// since.
-func (s *Service) history(ctx context.Context, run *Run) ([]store.Record, error) {
+// history returns the records of run's session, whose last is the run's first (last): those kept from
+// its last run here, and what was stored since. Kept records that do not lead to last (the session was
+// deleted and made again under its id since the run was planned) are dropped, and all are read.
+func (s *Service) history(ctx context.Context, run *Run, last string) ([]store.Record, error) {
 	sess := run.plan.session
 	if sess == nil {
 		return s.opts.Store.Records(ctx, run.user, run.SessionID)
@@ -518,8 +527,15 @@ func (s *Service) history(ctx context.Context, run *Run) ([]store.Record, error)
 	} else if len(fresh) > 0 {
 		records = append(records, fresh...) // records is clipped: this copies
 	}
+	if after > 0 && (len(records) == 0 || records[len(records)-1].ID != last) {
+		s.hist.forget(run.user, run.SessionID)
+		if records, err = s.opts.Store.Records(ctx, run.user, run.SessionID); err != nil {
+			return nil, err
+		}
+	}
+	records = slices.Clip(records)
 	s.hist.put(run.user, run.SessionID, sess.CreatedAt, records)
-	return records[:len(records):len(records)], nil
+	return records, nil
 }
 
 // start executes the agent loop of run on its own goroutine on the records history returns, then starts

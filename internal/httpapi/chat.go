@@ -105,6 +105,10 @@ func (s *server) chatStream(w http.ResponseWriter, r *http.Request) error {
 // on what a subscriber holds that its client has not taken.
 const maxBatch = 256
 
+// maxWrite is how much of a batch one write carries at most, so that a reader never holds a copy of
+// hundreds of large events at once.
+const maxWrite = 64 << 10
+
 // streamEvents writes the run's events after seq after as SSE, as they are, until the run has ended and
 // every event is written, or the client goes away (the run goes on).
 func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, runID string, after int64) error {
@@ -112,6 +116,11 @@ func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, runID stri
 		for _, ev := range batch {
 			if err := out.QueueNumbered(ev.Seq, ev.Type, ev.Data); err != nil {
 				return err
+			}
+			if out.Queued() >= maxWrite { // large events (tool results) go in writes of their own
+				if err := out.Send(); err != nil {
+					return err
+				}
 			}
 		}
 		return out.Send() // the batch in one write and one flush

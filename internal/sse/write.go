@@ -100,6 +100,9 @@ func (w *Writer) QueueNumbered(id int64, typ string, data []byte) error {
 	return nil
 }
 
+// Queued is the size of the events queued since the last Send.
+func (w *Writer) Queued() int { return len(w.buf) }
+
 // Send writes the events queued since the last Send in a single Write, and flushes.
 func (w *Writer) Send() error {
 	b := w.buf
