@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,4 +127,45 @@ func waitOutcome(t *testing.T, svc *chat.Service, runID string) chat.Outcome {
 		t.Fatal(err)
 	}
 	return o
+}
+
+// missesFirstPage answers the first read of a run as running and the first read of its log with
+// nothing: reads made just before the run's end, with its last events, committed.
+type missesFirstPage struct {
+	store.Store
+	missed, early atomic.Bool
+}
+
+// Run answers the first read of a run as it was while it ran.
+func (m *missesFirstPage) Run(ctx context.Context, user, id string) (*store.Run, error) {
+	r, err := m.Store.Run(ctx, user, id)
+	if err == nil && m.early.CompareAndSwap(false, true) {
+		r.Status, r.EndedAt, r.LastEventSeq = store.RunRunning, nil, 0
+	}
+	return r, err
+}
+
+func (m *missesFirstPage) Events(ctx context.Context, user, runID string, after int64, limit int) ([]store.Event, error) {
+	if m.missed.CompareAndSwap(false, true) {
+		return nil, nil
+	}
+	return m.Store.Events(ctx, user, runID, after, limit)
+}
+
+// TestFollowRunThatEndsBetweenReads: a reader of a run that is not live here (another instance's)
+// whose last events and end are committed between its read of the log and its read of the run still
+// gets every event up to done.
+func TestFollowRunThatEndsBetweenReads(t *testing.T) {
+	svc, db := newService(t, llmtest.Turn{Text: "hello there"})
+	st, err := svc.Start(t.Context(), user, chat.Request{Message: "hi"}, chat.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := collect(t, svc, user, st.RunID)
+	other := chat.New(chat.Options{Store: &missesFirstPage{Store: db}, FlushInterval: -1})
+	t.Cleanup(func() { other.Close(context.Background()) })
+	got := collect(t, other, user, st.RunID)
+	if types(got) != types(want) {
+		t.Errorf("the reader got %s, want %s", types(got), types(want))
+	}
 }

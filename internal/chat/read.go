@@ -235,6 +235,17 @@ func (f *Follower) Read(ctx context.Context) ([]Event, bool, error) {
 			return nil, false, err
 		}
 		f.info = r
+		if r.EndedAt != nil {
+			// It ended since the page above was read, and its last events were stored with its end:
+			// read them before saying it ended.
+			if events, err = f.page(ctx, f.after); err != nil {
+				return nil, false, err
+			}
+			if len(events) > 0 {
+				f.after = events[len(events)-1].Seq
+				return events, false, nil
+			}
+		}
 	}
 	switch {
 	case r.EndedAt != nil && f.after > r.LastEventSeq && r.LastEventSeq > 0:
