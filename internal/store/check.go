@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The checks both stores make of what they are given, before they store it: one set, so that the two
@@ -134,4 +135,76 @@ func DecodeCursor(c string) (int64, string, error) {
 		}
 	}
 	return 0, "", fmt.Errorf("%w: page cursor %q", ErrNotFound, c)
+}
+
+// NewSession checks s and returns the copy to store: metadata {} when absent, ID assigned (by newID,
+// when s has none), created and updated at now.
+func NewSession(s *Session, now time.Time, newID func() string) (Session, error) {
+	meta, err := SessionMetadata(s.Metadata)
+	if err != nil {
+		return Session{}, err
+	}
+	if meta == nil {
+		meta = json.RawMessage("{}")
+	}
+	created := *s
+	created.Metadata = meta
+	if created.ID == "" {
+		created.ID = newID()
+	}
+	created.CreatedAt, created.UpdatedAt = now, now
+	return created, nil
+}
+
+// NewRun checks what CreateRun is given and returns the copies to store, all made at now: the run (ID
+// assigned by newID when empty, status running when empty, its end cleared), its new session when
+// r.NewSession is set (r.SessionID names it), and its first record when first is not nil (in the run's
+// session, RunID set). As CreateRun has always done, an r.NewSession without an id takes r.SessionID,
+// and a first record without a session takes the new session's.
+func NewRun(r *Run, first *Record, now time.Time, newID func() string) (Run, Session, Record, error) {
+	run := *r
+	if run.ID == "" {
+		run.ID = newID()
+	}
+	switch run.Status {
+	case "":
+		run.Status = RunRunning
+	case RunRunning, RunQueued:
+	default:
+		return run, Session{}, Record{}, conflict("a run cannot be created %s", run.Status)
+	}
+	if first != nil && run.Status == RunQueued {
+		return run, Session{}, Record{}, conflict("a queued run stores its first record when it starts")
+	}
+	var sess Session
+	if run.NewSession != nil {
+		if run.NewSession.ID == "" {
+			run.NewSession.ID = run.SessionID
+		}
+		var err error
+		if sess, err = NewSession(run.NewSession, now, newID); err != nil {
+			return run, Session{}, Record{}, err
+		}
+		run.SessionID = sess.ID
+	}
+	var rec Record
+	if first != nil {
+		if first.SessionID == "" && run.NewSession != nil {
+			first.SessionID = run.SessionID
+		}
+		var err error
+		if rec, err = NewRecord(first, newID); err != nil {
+			return run, Session{}, Record{}, err
+		}
+		if rec.SessionID != run.SessionID {
+			return run, Session{}, Record{}, conflict("the first record belongs to another session")
+		}
+		rec.RunID = run.ID
+	}
+	run.FinishReason, run.Error, run.Usage, run.EndedAt, run.LastEventSeq = "", "", Usage{}, nil, 0
+	run.CreatedAt, run.StartedAt = now, nil
+	if run.Status == RunRunning {
+		run.StartedAt = &run.CreatedAt
+	}
+	return run, sess, rec, nil
 }

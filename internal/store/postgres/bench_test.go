@@ -8,13 +8,14 @@ import (
 	"testing"
 
 	"chatd/internal/store"
+	"chatd/internal/store/postgres/pgtest"
 )
 
 // BenchmarkAppendRecord measures one tool round as the agent stores it: an assistant record with two
 // tool calls, then its two tool records (three write transactions per op), as the SQLite store's
 // benchmark of the same name does.
 func BenchmarkAppendRecord(b *testing.B) {
-	db := openTest(b, newSchema(b))
+	db := openTest(b, pgtest.NewSchema(b))
 	ctx := context.Background()
 	sess := &store.Session{Title: "bench"}
 	if err := db.CreateSession(ctx, "alice", sess); err != nil {
@@ -43,7 +44,7 @@ func BenchmarkAppendRecord(b *testing.B) {
 // BenchmarkConcurrentNewChats measures what a send to a new conversation stores — its session, run
 // and user message, in one CreateRun — with 50 senders at once.
 func BenchmarkConcurrentNewChats(b *testing.B) {
-	db := openTest(b, newSchema(b))
+	db := openTest(b, pgtest.NewSchema(b))
 	ctx := context.Background()
 	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
@@ -62,7 +63,7 @@ func BenchmarkConcurrentNewChats(b *testing.B) {
 // BenchmarkRecords reads a conversation of 10,000 records, a third of them assistant records with a
 // tool call each: two queries, whatever the length.
 func BenchmarkRecords(b *testing.B) {
-	db := openTest(b, newSchema(b))
+	db := openTest(b, pgtest.NewSchema(b))
 	ctx := context.Background()
 	sess := &store.Session{}
 	if err := db.CreateSession(ctx, "alice", sess); err != nil {

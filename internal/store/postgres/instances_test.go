@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"chatd/internal/store"
+	"chatd/internal/store/postgres/pgtest"
 )
 
 // Two *DB on one database are two instances of chatd: two connection pools that share nothing but
@@ -14,7 +15,7 @@ import (
 
 // twoInstances opens two stores on one fresh schema.
 func twoInstances(t *testing.T) [2]*DB {
-	dsn := newSchema(t)
+	dsn := pgtest.NewSchema(t)
 	return [2]*DB{openTest(t, dsn), openTest(t, dsn)}
 }
 

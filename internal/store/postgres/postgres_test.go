@@ -1,87 +1,16 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
-	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"chatd/internal/store"
+	"chatd/internal/store/postgres/pgtest"
 	"chatd/internal/store/storetest"
 )
-
-// defaultTestDSN is the server the tests use when CHATD_TEST_POSTGRES names none.
-const defaultTestDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
-// testServer returns the DSN of the test server, skipping the test when it cannot be reached — or failing
-// it under CI (CHATD_CI=1), where PostgreSQL must be up.
-func testServer(t testing.TB) string {
-	t.Helper()
-	dsn := cmp.Or(os.Getenv("CHATD_TEST_POSTGRES"), defaultTestDSN)
-	pool, err := sql.Open("pgx", dsn)
-	if err == nil {
-		defer pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		err = pool.PingContext(ctx)
-	}
-	if err != nil {
-		msg := "PostgreSQL at " + Redact(dsn) + " cannot be reached (" + redactErr(err, dsn).Error() +
-			"); set CHATD_TEST_POSTGRES to a server's URL to run these tests"
-		if os.Getenv("CHATD_CI") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return dsn
-}
-
-// newSchema creates an empty schema on the test server, dropped when the test ends, and returns a DSN
-// whose connections use it.
-func newSchema(t testing.TB) string {
-	t.Helper()
-	dsn := testServer(t)
-	b := make([]byte, 8)
-	rand.Read(b)
-	name := "chatd_test_" + hex.EncodeToString(b)
-	admin, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.ExecContext(context.Background(), "CREATE SCHEMA "+name); err != nil {
-		admin.Close()
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		defer admin.Close()
-		if _, err := admin.ExecContext(context.Background(), "DROP SCHEMA "+name+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return withSearchPath(t, dsn, name)
-}
-
-// withSearchPath returns dsn with its connections' search_path set to schema.
-func withSearchPath(t testing.TB, dsn, schema string) string {
-	if !IsDSN(dsn) {
-		return dsn + " search_path=" + schema
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatalf("CHATD_TEST_POSTGRES: %v", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 func openTest(t testing.TB, dsn string) *DB {
 	t.Helper()
@@ -98,15 +27,15 @@ func openTest(t testing.TB, dsn string) *DB {
 }
 
 func TestStore(t *testing.T) {
-	testServer(t)
+	pgtest.Server(t)
 	t.Run("Fresh", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) store.Store { return openTest(t, newSchema(t)) })
+		storetest.Run(t, func(t *testing.T) store.Store { return openTest(t, pgtest.NewSchema(t)) })
 	})
 	// A clock that stands still makes every timestamp tie, so the sessions list is ordered by id alone
 	// and its cursor must carry the id.
 	t.Run("FrozenClock", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) store.Store {
-			db := openTest(t, newSchema(t))
+			db := openTest(t, pgtest.NewSchema(t))
 			at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 			db.now = func() time.Time { return at }
 			return db
@@ -126,7 +55,7 @@ func appliedMigrations(t *testing.T, db *DB) int {
 
 // TestReopen: opening a migrated database again applies nothing and keeps what it holds.
 func TestReopen(t *testing.T) {
-	dsn := newSchema(t)
+	dsn := pgtest.NewSchema(t)
 	ctx := t.Context()
 	first, err := Open(ctx, dsn, Options{})
 	if err != nil {
@@ -152,7 +81,7 @@ func TestReopen(t *testing.T) {
 // TestOpenConcurrently: instances that start together on an empty database migrate it once, under the
 // advisory lock; both open.
 func TestOpenConcurrently(t *testing.T) {
-	dsn := newSchema(t)
+	dsn := pgtest.NewSchema(t)
 	const n = 3
 	dbs, errs := make([]*DB, n), make([]error, n)
 	var wg sync.WaitGroup

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"chatd/internal/store/postgres/pgtest"
 )
 
 // The database's clock runs on while these tests do, so they count requests and bound waits rather than
@@ -62,7 +64,7 @@ func TestInstancesShareRequestLimit(t *testing.T) {
 // day (one each 6 h, up to 18 h ahead), a caller whose next arrival is 1 h ahead is counted, and moves
 // 6 h on; one 20 h ahead is refused for the 2 h past the 18 h, less the moments since.
 func TestRequestLimitAlgorithm(t *testing.T) {
-	db := openTest(t, newSchema(t))
+	db := openTest(t, pgtest.NewSchema(t))
 	ctx := t.Context()
 	const n, per = 4, 24 * time.Hour
 	setAhead := func(ahead string) {
@@ -118,7 +120,7 @@ FROM rate_limits WHERE key = 'carol'`).Scan(&us); err != nil {
 // TestRequestLimitSweep: a sweep deletes the rows of callers whose allowance is whole again and keeps
 // those still owed time, whose count goes on.
 func TestRequestLimitSweep(t *testing.T) {
-	db := openTest(t, newSchema(t))
+	db := openTest(t, pgtest.NewSchema(t))
 	ctx := t.Context()
 	const n, per = 3, 24 * time.Hour
 	for _, key := range []string{"idle-1", "idle-2", "busy"} {

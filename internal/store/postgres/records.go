@@ -96,13 +96,7 @@ func (db *DB) AppendTurn(ctx context.Context, user string, r *store.Record, usag
 			return err
 		}
 		for _, u := range usage {
-			at := now
-			if !u.CreatedAt.IsZero() {
-				at = stored(u.CreatedAt)
-			}
-			if _, err := tx.ExecContext(ctx, insertUsageSQL, uuid.Must(uuid.NewV7()).String(), user, u.RunID,
-				u.SessionID, u.Agent, u.Model, u.InputTokens, u.OutputTokens, u.CacheReadTokens,
-				u.CacheWriteTokens, u.ReasoningTokens, at, u.KeyID, u.CostNanoUSD, u.Estimated); err != nil {
+			if _, err := tx.ExecContext(ctx, insertUsageSQL, usageArgs(user, u, now)...); err != nil {
 				return err
 			}
 		}

@@ -107,61 +107,19 @@ WHERE r.id = v.id AND r.reserved_seq < v.seq`
 // CreateRun stores r, running or queued, in one of the user's sessions — or in a new one, r.NewSession —
 // with its first record when given, assigning ID (when empty) and CreatedAt.
 func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *store.Record) error {
-	run := *r
-	if run.ID == "" {
-		run.ID = uuid.Must(uuid.NewV7()).String()
-	}
-	switch run.Status {
-	case "":
-		run.Status = store.RunRunning
-	case store.RunRunning, store.RunQueued:
-	default:
-		return fmt.Errorf("postgres: create run: %w", conflict("a run cannot be created %s", run.Status))
-	}
-	if first != nil && run.Status == store.RunQueued {
-		return fmt.Errorf("postgres: create run: %w", conflict("a queued run stores its first record when it starts"))
-	}
-	var sess store.Session
-	if run.NewSession != nil {
-		if run.NewSession.ID == "" {
-			run.NewSession.ID = run.SessionID
-		}
-		var err error
-		if sess, err = db.newSession(run.NewSession); err != nil {
-			return fmt.Errorf("postgres: create run: %w", err)
-		}
-		run.SessionID = sess.ID
-	}
-	var rec store.Record
-	if first != nil {
-		if first.SessionID == "" && run.NewSession != nil {
-			first.SessionID = run.SessionID
-		}
-		var err error
-		if rec, err = store.NewRecord(first, newID); err != nil {
-			return fmt.Errorf("postgres: create run: %w", err)
-		}
-		if rec.SessionID != run.SessionID {
-			return fmt.Errorf("postgres: create run: %w", conflict("the first record belongs to another session"))
-		}
-		rec.RunID = run.ID
-	}
-	run.FinishReason, run.Error, run.Usage, run.EndedAt, run.LastEventSeq = "", "", store.Usage{}, nil, 0
-	run.CreatedAt = db.clock()
-	run.StartedAt = nil
-	if run.NewSession != nil {
-		sess.CreatedAt, sess.UpdatedAt = run.CreatedAt, run.CreatedAt // one instant for all three rows
+	run, sess, rec, err := store.NewRun(r, first, db.clock(), newID)
+	if err != nil {
+		return fmt.Errorf("postgres: create run: %w", err)
 	}
 	var started any
-	if run.Status == store.RunRunning {
-		run.StartedAt = &run.CreatedAt
-		started = run.CreatedAt
+	if run.StartedAt != nil {
+		started = *run.StartedAt
 	}
 	var request []byte
 	if run.Status == store.RunQueued && run.Request != nil {
 		request = run.Request
 	}
-	err := db.write(ctx, "create run", func(tx *sql.Tx) error {
+	err = db.write(ctx, "create run", func(tx *sql.Tx) error {
 		if err := prepareRun(ctx, tx, user, &run, &sess); err != nil {
 			return err
 		}
@@ -602,12 +560,16 @@ func terminal(s string) bool {
 // AddUsage stores the usage of one model call under the user. The run and session ids are labels, not
 // checked references: accounting must not fail, and must outlive a deleted session.
 func (db *DB) AddUsage(ctx context.Context, user string, u store.UsageEntry) error {
-	at := stored(u.CreatedAt)
-	if u.CreatedAt.IsZero() {
-		at = db.clock()
-	}
-	_, err := db.exec(ctx, "add usage", insertUsageSQL, uuid.Must(uuid.NewV7()).String(), user, u.RunID,
-		u.SessionID, u.Agent, u.Model, u.InputTokens, u.OutputTokens, u.CacheReadTokens,
-		u.CacheWriteTokens, u.ReasoningTokens, at, u.KeyID, u.CostNanoUSD, u.Estimated)
+	_, err := db.exec(ctx, "add usage", insertUsageSQL, usageArgs(user, u, db.clock())...)
 	return err
+}
+
+// usageArgs are insertUsageSQL's arguments for u, made at u.CreatedAt or, when that is zero, at now.
+func usageArgs(user string, u store.UsageEntry, now time.Time) []any {
+	at := now
+	if !u.CreatedAt.IsZero() {
+		at = stored(u.CreatedAt)
+	}
+	return []any{uuid.Must(uuid.NewV7()).String(), user, u.RunID, u.SessionID, u.Agent, u.Model, u.InputTokens,
+		u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.ReasoningTokens, at, u.KeyID, u.CostNanoUSD, u.Estimated}
 }

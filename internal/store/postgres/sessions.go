@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
-
 	"chatd/internal/store"
 )
 
@@ -49,7 +47,7 @@ RETURNING ` + sessionColumns
 
 // CreateSession stores s, assigning ID (when empty), CreatedAt and UpdatedAt, and Metadata {} when nil.
 func (db *DB) CreateSession(ctx context.Context, user string, s *store.Session) error {
-	created, err := db.newSession(s)
+	created, err := store.NewSession(s, db.clock(), newID)
 	if err != nil {
 		return fmt.Errorf("postgres: create session: %w", err)
 	}
@@ -58,25 +56,6 @@ func (db *DB) CreateSession(ctx context.Context, user string, s *store.Session) 
 	}
 	*s = created
 	return nil
-}
-
-// newSession returns s as it will be stored: checked metadata ({} when nil), an ID, and the times.
-func (db *DB) newSession(s *store.Session) (store.Session, error) {
-	meta, err := store.SessionMetadata(s.Metadata)
-	if err != nil {
-		return store.Session{}, err
-	}
-	if meta == nil {
-		meta = json.RawMessage("{}")
-	}
-	created := *s
-	created.Metadata = meta
-	if created.ID == "" {
-		created.ID = uuid.Must(uuid.NewV7()).String()
-	}
-	created.CreatedAt = db.clock()
-	created.UpdatedAt = created.CreatedAt
-	return created, nil
 }
 
 // sessionArgs are insertSessionSQL's arguments. An id taken (by any user) is ErrConflict.

@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"chatd/internal/store"
+	"chatd/internal/store/postgres/pgtest"
 )
 
 // TestTextPostgreSQLRefuses: PostgreSQL's text holds no NUL character, which SQLite would store. A
 // record carrying one is refused as ErrConflict (a record that breaks the rules of the records' shape),
 // not as a failure of the database, and nothing of it is stored.
 func TestTextPostgreSQLRefuses(t *testing.T) {
-	db := openTest(t, newSchema(t))
+	db := openTest(t, pgtest.NewSchema(t))
 	ctx := t.Context()
 	sess := &store.Session{}
 	if err := db.CreateSession(ctx, "alice", sess); err != nil {

@@ -74,61 +74,19 @@ WHERE e.run_id = $1 AND r.user_id = $2 AND e.seq > $3 ORDER BY e.seq LIMIT $4`
 // CreateRun stores r, running or queued, in one of the user's sessions — or in a new one, r.NewSession —
 // with its first record when given, assigning ID (when empty) and CreatedAt.
 func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *store.Record) error {
-	run := *r
-	if run.ID == "" {
-		run.ID = uuid.Must(uuid.NewV7()).String()
-	}
-	switch run.Status {
-	case "":
-		run.Status = store.RunRunning
-	case store.RunRunning, store.RunQueued:
-	default:
-		return fmt.Errorf("sqlite: create run: %w", conflict("a run cannot be created %s", run.Status))
-	}
-	if first != nil && run.Status == store.RunQueued {
-		return fmt.Errorf("sqlite: create run: %w", conflict("a queued run stores its first record when it starts"))
-	}
-	var sess store.Session
-	if run.NewSession != nil {
-		if run.NewSession.ID == "" {
-			run.NewSession.ID = run.SessionID
-		}
-		var err error
-		if sess, err = db.newSession(run.NewSession); err != nil {
-			return fmt.Errorf("sqlite: create run: %w", err)
-		}
-		run.SessionID = sess.ID
-	}
-	var rec store.Record
-	if first != nil {
-		if first.SessionID == "" && run.NewSession != nil {
-			first.SessionID = run.SessionID
-		}
-		var err error
-		if rec, err = store.NewRecord(first, newID); err != nil {
-			return fmt.Errorf("sqlite: create run: %w", err)
-		}
-		if rec.SessionID != run.SessionID {
-			return fmt.Errorf("sqlite: create run: %w", conflict("the first record belongs to another session"))
-		}
-		rec.RunID = run.ID
-	}
-	run.FinishReason, run.Error, run.Usage, run.EndedAt, run.LastEventSeq = "", "", store.Usage{}, nil, 0
-	run.CreatedAt = db.clock()
-	run.StartedAt = nil
-	if run.NewSession != nil {
-		sess.CreatedAt, sess.UpdatedAt = run.CreatedAt, run.CreatedAt // one instant for all three rows
+	run, sess, rec, err := store.NewRun(r, first, db.clock(), newID)
+	if err != nil {
+		return fmt.Errorf("sqlite: create run: %w", err)
 	}
 	var started any
-	if run.Status == store.RunRunning {
-		run.StartedAt = &run.CreatedAt
-		started = run.CreatedAt.UnixMicro()
+	if run.StartedAt != nil {
+		started = run.StartedAt.UnixMicro()
 	}
 	var request any
 	if run.Status == store.RunQueued && run.Request != nil {
 		request = string(run.Request)
 	}
-	err := db.write(ctx, "create run", func(tx txn) error {
+	err = db.write(ctx, "create run", func(tx txn) error {
 		if run.NewSession != nil && run.IdempotencyKey == "" && len(run.Quota) == 0 && plain(first) {
 			return createInNewSession(ctx, tx, user, &sess, &run, first, &rec, started)
 		}
