@@ -589,6 +589,10 @@ func (s *Service) live(user, id string) *Run {
 	return nil
 }
 
+// Draining reports whether the service has stopped accepting runs: it drains for a shutdown, or is
+// closed. A readiness probe says so, so that a load balancer sends new chats elsewhere.
+func (s *Service) Draining() bool { return s.isClosing() }
+
 func (s *Service) isClosing() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -6,6 +6,7 @@
 package httpapi
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"net/http"
@@ -151,6 +152,7 @@ func (s *server) routeTable() []route {
 		{"DELETE /v1/keys/{id}", s.revokeKey},
 		{"GET /v1/usage", s.usage},
 		{"GET /healthz", s.health},
+		{"GET /readyz", s.ready},
 	}
 }
 
@@ -202,8 +204,37 @@ func (s *server) hostAllowed(hostport string) bool {
 	return false
 }
 
+// health is liveness: the process answers. It asks nothing of the store, so that a slow database does
+// not get the process restarted.
 func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyTimeout bounds the store's answer to a readiness probe.
+const readyTimeout = 2 * time.Second
+
+// ready is readiness: 200 when the store answers and its schema is migrated and chatd takes new runs;
+// 503 otherwise, with what is wrong. The store's error goes to the log, not to the (unauthenticated)
+// caller.
+func (s *server) ready(w http.ResponseWriter, r *http.Request) error {
+	checks := map[string]string{"store": "ok", "runs": "accepting"}
+	ok := true
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if s.Store != nil {
+		if err := s.Store.Ready(ctx); err != nil {
+			s.log.Warn("readiness: the store is not ready", "err", err)
+			checks["store"], ok = "unavailable", false
+		}
+	}
+	if s.Chat != nil && s.Chat.Draining() {
+		checks["runs"], ok = "draining", false
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	if !ok {
+		return writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "checks": checks})
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": checks})
 }
 
 // crossOrigin is the refusal of a write a browser sends from a page of another origin (CSRF).
