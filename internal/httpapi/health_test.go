@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"chatd/internal/httpapi"
+	"chatd/internal/llm/llmtest"
 	"chatd/internal/store"
 	"chatd/internal/webui"
 )
@@ -99,4 +100,27 @@ func TestUnknownPaths(t *testing.T) {
 			t.Errorf("GET %s: %d %.80q, want %d with %q", path, resp.StatusCode, raw, want.status, want.has)
 		}
 	}
+}
+
+// TestStreamHeaders: every SSE response tells proxies not to buffer it (X-Accel-Buffering: no, which
+// nginx reads) and caches not to keep it (Cache-Control: no-cache).
+func TestStreamHeaders(t *testing.T) {
+	e := newEnv(t, httpapi.Options{}, llmtest.Turn{Text: "one"}, llmtest.Turn{Text: "two"})
+	check := func(name string, resp *http.Response) {
+		t.Helper()
+		h := resp.Header
+		if resp.StatusCode != 200 || !strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") ||
+			h.Get("X-Accel-Buffering") != "no" || !strings.Contains(h.Get("Cache-Control"), "no-cache") {
+			t.Errorf("%s: %d %v", name, resp.StatusCode, h)
+		}
+	}
+	resp, _ := e.do(t, "POST", "/v1/chat/stream", `{"message":"hi"}`)
+	check("POST /v1/chat/stream", resp)
+	run := resp.Header.Get("X-Run-Id")
+	resp, _ = e.do(t, "GET", "/v1/runs/"+run+"/events", "")
+	check("GET /v1/runs/{id}/events", resp)
+	resp, _ = e.do(t, "POST", "/v1/ui/chat", `{"id":"ui-1","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}]}]}`)
+	check("POST /v1/ui/chat", resp)
+	resp, _ = e.do(t, "GET", "/v1/ui/chat/ui-1/stream?run="+resp.Header.Get("X-Run-Id"), "")
+	check("GET /v1/ui/chat/{id}/stream", resp)
 }
