@@ -17,8 +17,10 @@ import (
 
 	"chatd/internal/auth"
 	"chatd/internal/chat"
+	"chatd/internal/metrics"
 	"chatd/internal/store"
 	"chatd/internal/tool"
+	"chatd/internal/tracing"
 )
 
 // Options configure the API. Zero values are the defaults.
@@ -57,6 +59,13 @@ type Options struct {
 	// Limiter counts requests per minute; nil: one in this process's memory (auth.NewLimiter picks the
 	// store's count when the store keeps one, for several instances on one database).
 	Limiter auth.Limiter
+	// Metrics counts requests and streams; with ServeMetrics, GET /metrics serves them. nil: none.
+	Metrics      *metrics.Metrics
+	ServeMetrics bool
+	// MetricsToken, when set, is a bearer token that may read /metrics besides an admin's API key.
+	MetricsToken string
+	// Tracing traces every request; nil: none.
+	Tracing *tracing.Tracing
 }
 
 // LocalUser is the identity of every caller while chatd runs without API keys.
@@ -95,7 +104,7 @@ func New(opts Options) http.Handler {
 	// sends.
 	csrf := http.NewCrossOriginProtection()
 	csrf.SetDenyHandler(s.handle(s.crossOrigin))
-	return s.checkHost(s.authenticate(s.unlessKey(csrf.Handler, s.routes())))
+	return s.observe(s.checkHost(s.authenticate(s.unlessKey(csrf.Handler, s.routes()))))
 }
 
 // unlessKey routes requests whose caller authenticated with an API key straight to next, and the
@@ -159,7 +168,10 @@ func (s *server) routeTable() []route {
 func (s *server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	for _, rt := range s.routeTable() {
-		mux.Handle(rt.pattern, s.handle(rt.handler))
+		mux.Handle(rt.pattern, s.routed(rt.pattern, s.handle(rt.handler)))
+	}
+	if s.ServeMetrics {
+		mux.Handle("GET /metrics", s.routed("GET /metrics", s.handle(s.serveMetrics)))
 	}
 	mux.Handle(apiRoot, s.handle(func(w http.ResponseWriter, r *http.Request) error { return s.noRoute(mux, w, r) }))
 	if s.UI != nil {
