@@ -393,10 +393,10 @@ func (o *observer) finish(res agent.Result) {
 			last = o.lastEvents(res, &out, seq)
 		}
 	}
+	o.ended(out) // before the readers learn of the end: a client that saw done finds the run counted
 	run.end(last, stored, out)
 	run.flushMu.Unlock()
 	o.retire(run)
-	o.ended(out)
 }
 
 // ended reports the run's end: its metrics, its span, and one log line with what an operator looks
