@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -106,4 +107,39 @@ func covers(got, want map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// TestMetricsAddr: with --metrics-addr, /metrics is served there, with the scrape token, and not on the
+// API's port.
+func TestMetricsAddr(t *testing.T) {
+	bin := buildChatd(t)
+	up := newModel(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	const token = "e2e-scrape-token-0123456789"
+	p := startChatd(t, "chatd", bin, filepath.Join(t.TempDir(), "chatd.db"),
+		append(chatdEnv(up, "5s"), "CHATD_METRICS_ADDR="+addr, "CHATD_METRICS_TOKEN="+token)...)
+	get := func(url, authz string) int {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+		if authz != "" {
+			req.Header.Set("Authorization", authz)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get(p.base+"/metrics", "Bearer "+token); got != 404 {
+		t.Errorf("GET /metrics on the API's port: %d, want 404", got)
+	}
+	if got := get("http://"+addr+"/metrics", "Bearer "+token); got != 200 {
+		t.Errorf("GET /metrics on --metrics-addr with the token: %d, want 200", got)
+	}
+	for _, authz := range []string{"", "Bearer not-the-token-000000"} {
+		if got := get("http://"+addr+"/metrics", authz); got != 401 {
+			t.Errorf("GET /metrics on --metrics-addr with authorization %q: %d, want 401", authz, got)
+		}
+	}
 }

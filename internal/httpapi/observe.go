@@ -106,7 +106,9 @@ func (s *server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// metricsCaller checks who may read the metrics.
+// metricsCaller checks who may read the metrics: the holder of the metrics token; while chatd requires
+// auth, an admin; without auth and without a token, anyone (chatd then listens on loopback only). A
+// configured token is required even without auth: it is what lets --metrics-addr listen beyond loopback.
 func (s *server) metricsCaller(r *http.Request) error {
 	if s.MetricsToken != "" {
 		if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok &&
@@ -114,19 +116,20 @@ func (s *server) metricsCaller(r *http.Request) error {
 			return nil
 		}
 	}
-	if s.Auth == nil || !s.Auth.Required() {
-		if s.MetricsToken != "" && r.Header.Get("Authorization") != "" {
-			return &apiError{status: http.StatusUnauthorized, code: "invalid_key", message: "the bearer token is not the metrics token"}
+	if s.Auth != nil && s.Auth.Required() {
+		p, err := s.Auth.Authenticate(r)
+		if err != nil {
+			return err
+		}
+		if !p.Admin {
+			return &apiError{status: http.StatusForbidden, code: "admin_required",
+				message: "the metrics need an admin's API key or the metrics token (metrics_token)"}
 		}
 		return nil
 	}
-	p, err := s.Auth.Authenticate(r)
-	if err != nil {
-		return err
-	}
-	if !p.Admin {
-		return &apiError{status: http.StatusForbidden, code: "admin_required",
-			message: "the metrics need an admin's API key or the metrics token (metrics_token)"}
+	if s.MetricsToken != "" {
+		return &apiError{status: http.StatusUnauthorized, code: "invalid_key",
+			message: "the metrics need the metrics token (metrics_token) as a bearer token"}
 	}
 	return nil
 }
