@@ -140,10 +140,18 @@ func Build(records []store.Record, opt Options) *Built {
 	opt.defaults()
 	b := &Built{Repairs: map[string]int{}}
 	from := b.summary(records)
-	rounds := 0
+	rounds, parts, calls := 0, 0, 0 // parts and calls: what the slabs are sized for
 	for i := from; i < len(records); i++ {
-		if records[i].Role == store.RoleAssistant && len(records[i].ToolCalls) > 0 {
-			rounds++
+		r := &records[i]
+		switch r.Role {
+		case store.RoleUser:
+			parts += 1 + len(r.Attachments)
+		case store.RoleAssistant:
+			parts += 2
+			calls += len(r.ToolCalls)
+			if len(r.ToolCalls) > 0 {
+				rounds++
+			}
 		}
 	}
 	full := rounds // rounds sent in full
@@ -152,7 +160,8 @@ func Build(records []store.Record, opt Options) *Built {
 	}
 	n := len(records) - from
 	c := converter{b: b, opt: opt, records: records, nameOnly: rounds - full, msgs: make([]draft, 0, n+1),
-		est: opt.Estimates, recTok: make([]int, 0, n)}
+		est: opt.Estimates, recTok: make([]int, 0, n),
+		parts: make([]llm.Part, 0, parts), tcs: make([]llm.ToolCall, 0, calls), names: make([]string, 0, calls)}
 	b.points = make([]point, 0, n)
 	if c.est == nil {
 		c.est = &Estimates{}
@@ -213,11 +222,12 @@ type converter struct {
 	names []string
 }
 
-// slab cuts a slice of length 0 and capacity n from the front of *free, refilling it when it runs out.
-// The slice's capacity is exact, so appending beyond n copies it and never writes into the next one's.
+// slab cuts a slice of length 0 and capacity n from the front of *free, which Build sizes for the
+// records (a slab that runs out is refilled). The slice's capacity is exact, so appending beyond n
+// copies it and never writes into the next one's.
 func slab[T any](free *[]T, n int) []T {
 	if n > cap(*free) {
-		*free = make([]T, 0, max(n, 256))
+		*free = make([]T, 0, max(n, 16))
 	}
 	f := (*free)[:n]
 	*free = (*free)[n:n]
