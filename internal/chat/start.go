@@ -45,6 +45,8 @@ type plan struct {
 	// contextBytes is the size of the request's context as JSON.
 	contextBytes int
 	account      Account
+	// parser takes the marked blocks out of the run's answers.
+	parser *answerParser
 }
 
 // sessionID is the id of the plan's session, existing or to be created.
@@ -329,6 +331,7 @@ func (s *Service) plan(ctx context.Context, user string, req Request, acct Accou
 		return nil, err
 	}
 	p.tools = tools
+	p.parser = newAnswerParser(activePayloadTypes(s.payloadTypes[p.agentNm], req.Context), s.opts.Limits.MarkerBytes)
 	return p, nil
 }
 
@@ -622,6 +625,7 @@ func title(msg string) string {
 
 // execute runs the agent loop on the session's records (its new user message last) and ends the run.
 func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []store.Record, obs *observer) {
+	p.tools = p.tools.withPayloads(p.agent, p.req.SelectedTools, sessionPayloads(store.Current(records)))
 	system := systemPrompt(p, records)
 	obs.conv = s.newConversation(p, run, records, system, obs)
 	cfg := agent.Config{

@@ -275,3 +275,38 @@ func BenchmarkWriteWithMarkers(b *testing.B) {
 		s.Flush()
 	}
 }
+
+func TestParseValues(t *testing.T) {
+	got, err := ParseValues(json.RawMessage(`["Paris", {"label": "Tokyo, Japan", "value": "Tokyo"}, {"value": "Oslo"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Value{{"Paris", "Paris"}, {"Tokyo, Japan", "Tokyo"}, {"Oslo", "Oslo"}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatal(d)
+	}
+	for _, bad := range []string{`{"label":"a"}`, `[1]`, `[{"label":"a","value":"b","x":1}]`, `[""]`, `[{"label":""}]`,
+		`["` + strings.Repeat("x", MaxLabelBytes+1) + `"]`, `[` + strings.Repeat(`"a",`, MaxSuggestions) + `"a"]`} {
+		if _, err := ParseValues(json.RawMessage(bad)); err == nil {
+			t.Errorf("ParseValues(%.40s) took a wrong shape", bad)
+		}
+	}
+}
+
+func TestParseActions(t *testing.T) {
+	got, err := ParseActions(json.RawMessage(`[{"label":"Show weather","action":"get_weather","handler":"server","data":{"city": "Paris"}},
+		{"label":"Open","action":"open_report"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Action{{"Show weather", "get_weather", HandlerServer, json.RawMessage(`{"city":"Paris"}`)}, {"Open", "open_report", HandlerClient, nil}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatal(d)
+	}
+	for _, bad := range []string{`[{"label":"a"}]`, `[{"action":"a","handler":"browser"}]`, `["a"]`,
+		`[{"action":"a","handler":"server","data":[1]}]`, `{}`} {
+		if _, err := ParseActions(json.RawMessage(bad)); err == nil {
+			t.Errorf("ParseActions(%s) took a wrong shape", bad)
+		}
+	}
+}

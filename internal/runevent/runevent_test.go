@@ -55,7 +55,7 @@ func TestEventsGolden(t *testing.T) {
 	roundTrip(t, &out, runevent.TypeReasoningDelta, runevent.Text{Text: "The user wants…"})
 	roundTrip(t, &out, runevent.TypeTextDelta, runevent.Text{Text: "In Paris it is \"10:00\"\n"})
 	roundTrip(t, &out, runevent.TypeComplete, runevent.Complete{Message: rec, FinishReason: "stop", Usage: runevent.Usage{InputTokens: 84, OutputTokens: 23},
-		ToolHistory: history, SuggestedValues: []json.RawMessage{}, SuggestedActions: []json.RawMessage{}, Payloads: []json.RawMessage{}})
+		ToolHistory: history, SuggestedValues: []runevent.SuggestedValue{}, SuggestedActions: []runevent.SuggestedAction{}, Payloads: []runevent.Payload{}})
 	roundTrip(t, &out, runevent.TypeError, runevent.Error{Code: "upstream_auth", Message: "openai: auth (HTTP 401)", Retryable: false})
 	roundTrip(t, &out, runevent.TypeCancelled, runevent.Cancelled{Reason: "the user stopped the run"})
 	roundTrip(t, &out, runevent.TypeDone, runevent.Done{Status: "completed"})
