@@ -389,8 +389,8 @@ func TestWindows(t *testing.T) {
 // order, each left out when empty.
 func TestSystemSections(t *testing.T) {
 	got := prompt.System(prompt.Sections{
-		Identity:     "You are Ada.",
-		Context:      map[string]any{"page": "reports", "tab": "articles"},
+		Identity: "You are Ada.",
+		Context:  map[string]any{"page": "reports", "tab": "articles"},
 		Payloads: []prompt.Payload{{ID: "pl_1", Type: "search", Source: store.PayloadTool, Summary: "search returned a list of 3 items"},
 			{ID: "pl_2", Type: "schema_proposal", Source: store.PayloadMarker, Summary: "schema_proposal: users"}},
 		PayloadTool:  "get_payload",

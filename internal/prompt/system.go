@@ -14,9 +14,9 @@ import (
 // the assistant can do, the instructions of this deployment, and how to answer. Each is left out when
 // empty.
 type Sections struct {
-	Identity     string
-	Context      map[string]any // the request's context object
-	Payloads     []Payload
+	Identity string
+	Context  map[string]any // the request's context object
+	Payloads []Payload
 	// PayloadTool names the tool that reads a payload of the manifest in full; "": none is offered.
 	PayloadTool string
 	Tools       []llm.ToolSpec
