@@ -280,6 +280,9 @@ type Request struct {
 	// message id): when that run did not answer the session's last user message, the regeneration is
 	// refused rather than replacing an answer the caller has not seen.
 	ReplacesRun string `json:"-"`
+	// Action, instead of a message, runs a suggested action whose handler is the server: the tool it
+	// names, in the session (SessionID), with its data as arguments (see planAction).
+	Action *Action `json:"action,omitempty"`
 	// CreateSession starts a session under SessionID when the user has none by that id (a chat id the
 	// client made, as the AI SDK's useChat does), with the run, once the request is checked.
 	CreateSession bool `json:"-"`
@@ -347,6 +350,10 @@ func (r *Request) validate(lim *Limits) error {
 		}
 		if r.SessionID == "" {
 			return invalid("missing_session", "a regeneration needs the session_id of the conversation to answer again")
+		}
+	} else if r.Action != nil {
+		if r.Message != "" || len(r.Attachments) > 0 || r.SessionID == "" {
+			return invalid("invalid_action", "an action runs in a session (session_id) without a message or attachments")
 		}
 	} else if strings.TrimSpace(r.Message) == "" && len(r.Attachments) == 0 {
 		return invalid("missing_message", "the request has no message: send {\"message\": \"…\"}")

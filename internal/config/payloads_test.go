@@ -49,7 +49,7 @@ limits:
 		t.Errorf("payloads (-want +got):\n%s\nsuggestions %v, marker_bytes %d", diff, a.Suggestions, c.Limits.MarkerBytes)
 	}
 	for body, contains := range map[string]string{
-		"agents:\n  app:\n    payloads:\n      - {name: a, marker: \"lower:\"}\n":                  `config: agent "app": payloads: payload type "a": marker "lower:"`,
+		"agents:\n  app:\n    payloads:\n      - {name: a, marker: \"lower:\"}\n":                `config: agent "app": payloads: payload type "a": marker "lower:"`,
 		"agents:\n  app:\n    payloads:\n      - {name: a, marker: \"A:\", schema: {type: 3}}\n": `config: agent "app": payloads: payload type "a": schema`,
 		"limits:\n  marker_bytes: -1\n": "marker_bytes must be positive",
 	} {
