@@ -23,6 +23,11 @@ type actionRequest struct {
 // server — the tool it names, one the session's agent offers — as a run of the session, and streams the
 // run's events as POST /v1/chat/stream does.
 func (s *server) runAction(w http.ResponseWriter, r *http.Request) error {
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > maxKeyLen || !printable(key) {
+		return &apiError{status: http.StatusBadRequest, code: "invalid_idempotency_key",
+			message: fmt.Sprintf("Idempotency-Key must be at most %d printable ASCII characters", maxKeyLen)}
+	}
 	var in actionRequest
 	if err := s.decode(w, r, &in); err != nil {
 		return err
@@ -43,11 +48,14 @@ func (s *server) runAction(w http.ResponseWriter, r *http.Request) error {
 	req := chat.Request{SessionID: r.PathValue("id"), Context: in.Context,
 		Action: &chat.Action{Label: in.Label, Action: in.Action, Data: in.Data}}
 	st, err := s.Chat.Start(r.Context(), user(r.Context()), req, chat.StartOptions{OnActiveRun: in.OnActiveRun,
-		Account: s.account(r.Context())})
+		IdempotencyKey: key, Account: s.account(r.Context())})
 	if err != nil {
 		return err
 	}
 	w.Header().Set("X-Run-Id", st.RunID)
 	w.Header().Set("X-Session-Id", st.SessionID)
+	if st.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	return s.streamEvents(w, r, st.RunID, 0)
 }

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -132,6 +133,25 @@ func TestServerAction(t *testing.T) {
 	if n := len(recs); n != 4 || recs[2].Role != "assistant" || len(recs[2].ToolCalls) != 1 || recs[2].ToolCalls[0].Name != "current_time" ||
 		recs[3].Role != "tool" || recs[3].ParentID != recs[2].ID || !*recs[3].Success {
 		t.Fatalf("stored: %+v", recs)
+	}
+	// The same action sent again with its Idempotency-Key replays its run.
+	again := func() (*http.Response, []byte) {
+		req, _ := http.NewRequest("POST", e.srv.URL+"/v1/sessions/"+sid+"/actions",
+			strings.NewReader(`{"action":"current_time","handler":"server","data":{"timezone":"Asia/Tokyo"}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "press-1")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, b
+	}
+	first, _ := again()
+	second, _ := again()
+	if first.Header.Get("X-Run-Id") == "" || second.Header.Get("X-Run-Id") != first.Header.Get("X-Run-Id") || second.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("a retried action: runs %q and %q (replayed %q)", first.Header.Get("X-Run-Id"), second.Header.Get("X-Run-Id"), second.Header.Get("Idempotent-Replayed"))
 	}
 	// The conversation goes on, valid for the strict upstream.
 	if _, events := e.stream(t, `{"message":"and now?","session_id":"`+sid+`"}`); types(events)[len(events)-1] != "done" {
