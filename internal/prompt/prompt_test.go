@@ -304,6 +304,24 @@ func TestMergeKeepsReplayForItsModel(t *testing.T) {
 	}
 }
 
+// TestReplayOfMarkedAnswer: an answer whose marked blocks chatd took out of its text still goes back to
+// its model as the model wrote it (its replay matches its raw text), and to any other model clean.
+func TestReplayOfMarkedAnswer(t *testing.T) {
+	raw := "Pick one.\nSUGGESTED_VALUES: [\"a\"]\n"
+	rec := store.Record{Role: store.RoleAssistant, Content: "Pick one.\n", RawContent: raw,
+		SuggestedValues: []byte(`[{"label":"a","value":"a"}]`),
+		Replay:          &store.Replay{Model: "gemini/g", Parts: []store.ReplayPart{{Kind: store.PartText, Text: raw, Signature: "gsig"}}}}
+	b := build((&conv{}).user("q").add(rec).user("a").recs, prompt.Options{})
+	if m := b.Messages[1]; m.Origin != "gemini/g" || len(m.Parts) != 1 || m.Parts[0].Signature != "gsig" || m.Parts[0].Text != raw {
+		t.Errorf("the marked answer with its replay: %+v", m)
+	}
+	rec.Replay = nil
+	b = build((&conv{}).user("q").add(rec).user("a").recs, prompt.Options{})
+	if m := b.Messages[1]; len(m.Parts) != 1 || m.Parts[0].Text != "Pick one.\n" {
+		t.Errorf("the marked answer without a replay: %+v", m)
+	}
+}
+
 // TestCacheBreakpoints: the end of the conversation and the end of the previous call's conversation.
 func TestCacheBreakpoints(t *testing.T) {
 	c := (&conv{}).user("q").round("a").round("b")
