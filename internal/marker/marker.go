@@ -352,6 +352,31 @@ func (s *Splitter) stepBlock(delta string, i int) int {
 		}
 		s.size++
 		return i + 1
+	case stJSON:
+		return s.json(delta, i)
+	case stAfterJSON:
+		switch c {
+		case ' ', '\t', '\r':
+			return i + 1
+		case '\n':
+			s.st = stLineStart
+			return i + 1
+		}
+		s.st = stLineStart // more on the line: a second marker, or text
+		return i
+	case stDropLine:
+		if c == '\n' {
+			s.st = stLineStart
+		}
+		return i + 1
+	}
+	return s.stepFence(c, i)
+}
+
+// stepFence handles the fence around a block's JSON: its opening line, its closing ```, and the rest of
+// a bad fenced block.
+func (s *Splitter) stepFence(c byte, i int) int {
+	switch s.st {
 	case stOpenFence:
 		if c == '`' {
 			s.ticks++
@@ -370,18 +395,6 @@ func (s *Splitter) stepBlock(delta string, i int) int {
 			s.st, s.inFence, s.newline = stAfterMarker, true, true
 		}
 		return i + 1
-	case stJSON:
-		return s.json(delta, i)
-	case stAfterJSON:
-		switch c {
-		case ' ', '\t', '\r':
-			return i + 1
-		case '\n':
-			s.st = stLineStart
-			return i + 1
-		}
-		s.st = stLineStart // more on the line: a second marker, or text
-		return i
 	case stCloseFence:
 		switch {
 		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
@@ -398,11 +411,6 @@ func (s *Splitter) stepBlock(delta string, i int) int {
 		}
 		s.st = stDropLine
 		return i
-	case stDropLine:
-		if c == '\n' {
-			s.st = stLineStart
-		}
-		return i + 1
 	case stDropFence:
 		switch {
 		case c == '\n':
