@@ -310,3 +310,37 @@ func TestParseActions(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSplitAnywhere: however an answer is cut into deltas, the released text, the blocks and the notes
+// are those of the whole answer, and the released text is never longer than the answer.
+func FuzzSplitAnywhere(f *testing.F) {
+	for _, a := range answers {
+		f.Add(a.in, uint64(1))
+	}
+	f.Add("```\nSUGGESTED_VALUES: [1]\n```\nSCHEMA_PROPOSAL: ```json\n{\"a\": \"```\"}\n```\n", uint64(7))
+	f.Fuzz(func(t *testing.T, in string, seed uint64) {
+		clean, blocks, notes := Split(in, payloadMarkers, 64)
+		if len(clean) > len(in) {
+			t.Fatalf("released %d bytes of %d", len(clean), len(in))
+		}
+		r := rand.New(rand.NewPCG(seed, seed))
+		s := New(payloadMarkers, 64)
+		var out strings.Builder
+		for rest := in; rest != ""; {
+			k := min(len(rest), 1+r.IntN(9))
+			out.WriteString(s.Write(rest[:k]))
+			rest = rest[k:]
+		}
+		out.WriteString(s.Flush())
+		b, n := s.Take()
+		if out.String() != clean {
+			t.Fatalf("in pieces: %q, whole: %q", out.String(), clean)
+		}
+		if d := cmp.Diff(blocks, b); d != "" {
+			t.Fatalf("blocks (-whole +pieces):\n%s", d)
+		}
+		if d := cmp.Diff(notes, n); d != "" {
+			t.Fatalf("notes (-whole +pieces):\n%s", d)
+		}
+	})
+}
