@@ -344,6 +344,9 @@ var imageTypes = map[string]func([]byte) bool{
 }
 
 func (r *Request) validate(lim *Limits) error {
+	if r.Regenerate && r.Action != nil {
+		return invalid("invalid_action", "a request either regenerates the last answer or runs an action, not both")
+	}
 	if r.Regenerate {
 		if r.Message != "" || len(r.Attachments) > 0 {
 			return invalid("invalid_regenerate", "a regeneration answers the last user message again: send it without a message or attachments")
