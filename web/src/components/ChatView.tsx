@@ -183,6 +183,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
         onStarted(chatId)
       }
       runId.current = ''
+      resumeRun.current = '' // a resume now is of this send's run: the session's running one
       setProgress({})
       stick.current = true
       if (files.length) settle(sendMessage(text.trim() ? { text, files } : { files }))
@@ -219,6 +220,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
     const m = lastRef.current
     if (m?.role !== 'assistant') return
     runId.current = ''
+    resumeRun.current = ''
     setProgress({})
     settle(regenerate({ messageId: m.id }))
   }, [regenerate])
