@@ -209,3 +209,18 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestMarkerBytesLimit: a block over Limits.MarkerBytes is dropped whole; the text and the smaller
+// blocks stand.
+func TestMarkerBytesLimit(t *testing.T) {
+	big := `["` + strings.Repeat("x", 200) + `"]`
+	answer := "Text.\nSUGGESTED_VALUES: " + big + "\nSUGGESTED_ACTIONS: [{\"label\":\"Go\",\"action\":\"go\"}]\n"
+	f := newFixture(t, setup{Limits: chat.Limits{MarkerBytes: 100},
+		Respond: func(int, llmtest.Request) llmtest.Turn { return llmtest.Turn{Text: answer, ChunkRunes: 16} }})
+	st := f.send(t, chat.Request{Message: "hi"}, chat.StartOptions{})
+	events := collect(t, f.svc, user, st.RunID)
+	c := complete(t, events)
+	if got := text(t, events); got != "Text.\n" || len(c.SuggestedValues) != 0 || len(c.SuggestedActions) != 1 {
+		t.Fatalf("text %q, complete %+v", got, c)
+	}
+}
