@@ -813,9 +813,14 @@ func (b *Built) Kept(rec int) int {
 }
 
 // assistantMessage is an assistant record as the model is sent it: as its provider wrote it when the
-// record holds a replay whose text still matches the record, else from the record's fields.
+// record holds a replay whose text still matches the record's text as written (RawContent, when chatd
+// took marked blocks out of it), else from the record's fields.
 func (c *converter) assistantMessage(r *store.Record) llm.Message {
-	if r.Replay != nil && replayText(r.Replay) == r.Content {
+	written := r.Content
+	if r.RawContent != "" {
+		written = r.RawContent
+	}
+	if r.Replay != nil && replayText(r.Replay) == written {
 		return replayMessage(r)
 	}
 	m := llm.Message{Role: llm.RoleAssistant, Parts: slab(&c.parts, 2)}
