@@ -46,7 +46,7 @@ func TestDependencies(t *testing.T) {
 	ours := func(path string) bool { return path == "chatd" || strings.HasPrefix(path, "chatd/") }
 
 	// Packages that import only the standard library.
-	for _, p := range []string{"chatd/internal/llm", "chatd/internal/sse", "chatd/internal/store", "chatd/internal/webui"} {
+	for _, p := range []string{"chatd/internal/llm", "chatd/internal/sse", "chatd/internal/store", "chatd/internal/webui", "chatd/internal/marker"} {
 		for _, imp := range pkgs[p].Imports {
 			if !std(imp) {
 				t.Errorf("%s imports %s; it may import only the standard library", p, imp)
@@ -68,7 +68,8 @@ func TestDependencies(t *testing.T) {
 		"chatd/internal/llm/gemini":    {"chatd/internal/llm", "chatd/internal/llm/upstream", "chatd/internal/sse"},
 		"chatd/internal/llm/llmtest":   {"chatd/internal/llm"},
 		"chatd/internal/prompt":        {"chatd/internal/llm", "chatd/internal/store"},
-		"chatd/internal/chat": {"chatd/internal/agent", "chatd/internal/llm", "chatd/internal/prompt", "chatd/internal/runevent",
+		"chatd/internal/marker":        nil,
+		"chatd/internal/chat": {"chatd/internal/agent", "chatd/internal/llm", "chatd/internal/marker", "chatd/internal/prompt", "chatd/internal/runevent",
 			"chatd/internal/store", "chatd/internal/tool", "chatd/internal/metrics", "chatd/internal/tracing", "chatd/internal/logging"},
 		// The telemetry packages know nothing of chatd but what tracing hands the adapters.
 		"chatd/internal/metrics": nil,
@@ -80,7 +81,7 @@ func TestDependencies(t *testing.T) {
 		"chatd/internal/store/sqlite":   {"chatd/internal/store"},
 		"chatd/internal/store/postgres": {"chatd/internal/store"},
 		"chatd/internal/httpapi": {"chatd/internal/auth", "chatd/internal/chat", "chatd/internal/agent", "chatd/internal/prompt", "chatd/internal/llm",
-			"chatd/internal/runevent", "chatd/internal/store",
+			"chatd/internal/marker", "chatd/internal/runevent", "chatd/internal/store",
 			"chatd/internal/tool", "chatd/internal/sse", "chatd/internal/metrics", "chatd/internal/tracing", "chatd/internal/logging"},
 		"chatd/internal/mcpclient": {"chatd/internal/tool", "chatd/internal/tracing", "chatd/internal/llm"},
 		"chatd/internal/fetchurl":  {"chatd/internal/tool"},

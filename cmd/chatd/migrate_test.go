@@ -43,7 +43,10 @@ func fillSQLite(t *testing.T, path string) {
 		Reasoning: "hm", Model: "fake/model", FinishReason: "tool_calls", Usage: &store.Usage{InputTokens: 3, OutputTokens: 4},
 		ToolCalls: []store.ToolCall{{ID: "c1", Name: "shot", Arguments: json.RawMessage(`{"x": 1}`)},
 			{ID: "c2", Name: "slow", Arguments: json.RawMessage(`{}`)}},
-		Replay: &store.Replay{Model: "fake/model", Parts: []store.ReplayPart{{Kind: store.PartText, Text: "calling", Signature: "sig"}}}}
+		Replay:     &store.Replay{Model: "fake/model", Parts: []store.ReplayPart{{Kind: store.PartText, Text: "calling", Signature: "sig"}}},
+		RawContent: "calling\nSUGGESTED_VALUES: [\"a\"]\nSCHEMA_PROPOSAL: {\"t\":1}\n", SuggestedValues: json.RawMessage(`[{"label":"a","value":"a"}]`),
+		SuggestedActions: json.RawMessage(`[{"label":"Go","action":"slow","handler":"server"}]`),
+		Payloads:         []store.Payload{{ID: "pl_0123456789", Type: "schema_proposal", Summary: "s", Data: json.RawMessage(`{"t":1}`), Source: store.PayloadMarker}}}
 	must("AppendRecord assistant", db.AppendRecord(ctx, user, asst))
 	ok, ms := true, int64(12)
 	must("AppendRecord tool", db.AppendRecord(ctx, user, &store.Record{SessionID: run.SessionID, RunID: run.ID, Role: store.RoleTool,

@@ -22,6 +22,7 @@ import (
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
+	"chatd/internal/marker"
 	"chatd/internal/metrics"
 	"chatd/internal/store"
 	"chatd/internal/tool"
@@ -81,6 +82,11 @@ type Agent struct {
 	ToolHistoryRounds int
 	ContextWindow     int // tokens; 0: configured or known for the model
 	CompactAt         float64
+	// Payloads are the structured blocks its answers may carry after a marker (seed 003); Suggestions
+	// tells the model it may end an answer with SUGGESTED_VALUES and SUGGESTED_ACTIONS (which are
+	// parsed in every answer either way).
+	Payloads    []PayloadType
+	Suggestions bool
 }
 
 // Options configure a Service.
@@ -157,6 +163,9 @@ type Limits struct {
 	// QueuedRuns bounds the runs queued behind a session's running run (default 32): one more is
 	// refused with queue_full.
 	QueuedRuns int
+	// MarkerBytes bounds one marked block of an answer (SUGGESTED_VALUES: …, a payload marker's JSON),
+	// from its marker to its end (default 256 KiB): a larger one is dropped, with a logged note.
+	MarkerBytes int
 	// HistoryBytes bounds the records kept in memory between the runs of recent sessions (default
 	// 256 MiB), so that a session's next run reads only its new records; negative keeps none.
 	HistoryBytes int
@@ -185,6 +194,7 @@ func (l *Limits) defaults() {
 	l.RunEvents = cmp.Or(max(l.RunEvents, 0), DefaultRunEvents)
 	l.DiagnosticsBytes = cmp.Or(max(l.DiagnosticsBytes, 0), DefaultDiagnosticsBytes)
 	l.QueuedRuns = cmp.Or(max(l.QueuedRuns, 0), DefaultQueuedRuns)
+	l.MarkerBytes = cmp.Or(max(l.MarkerBytes, 0), marker.DefaultMaxBlock)
 	if l.HistoryBytes == 0 {
 		l.HistoryBytes = DefaultHistoryBytes
 	}
@@ -207,6 +217,8 @@ type Service struct {
 	diag   *diagnostics   // the latest request of recent runs
 	est    *estimator     // token estimates, kept between runs
 	hist   *histories     // records, kept between runs
+	// payloadTypes are each agent's payload types, their schemas compiled.
+	payloadTypes map[string][]payloadType
 	// interrupters serializes the sends that interrupt a session's run.
 	interrupters keyedMutex
 
@@ -230,13 +242,20 @@ func New(opts Options) *Service {
 		opts.Now = time.Now
 	}
 	agents := map[string]Agent{"default": {}}
+	payloadTypes := map[string][]payloadType{}
 	for name, a := range opts.Agents {
 		agents[name] = a
+		types, err := compilePayloadTypes(a.Payloads)
+		if err != nil {
+			// Config.Validate checked them (CheckPayloadTypes): an agent built elsewhere loses its types.
+			opts.Logger.Error("agent payload types left out", "agent", name, "err", err)
+		}
+		payloadTypes[name] = types
 	}
 	opts.Agents = agents
 	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
 		diag: newDiagnostics(opts.Limits.DiagnosticsBytes, opts.Logger), est: newEstimator(),
-		hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0)))}
+		hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0))), payloadTypes: payloadTypes}
 	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)
@@ -270,6 +289,9 @@ type Request struct {
 	// message id): when that run did not answer the session's last user message, the regeneration is
 	// refused rather than replacing an answer the caller has not seen.
 	ReplacesRun string `json:"-"`
+	// Action, instead of a message, runs a suggested action whose handler is the server: the tool it
+	// names, in the session (SessionID), with its data as arguments (see planAction).
+	Action *Action `json:"action,omitempty"`
 	// CreateSession starts a session under SessionID when the user has none by that id (a chat id the
 	// client made, as the AI SDK's useChat does), with the run, once the request is checked.
 	CreateSession bool `json:"-"`
@@ -331,12 +353,19 @@ var imageTypes = map[string]func([]byte) bool{
 }
 
 func (r *Request) validate(lim *Limits) error {
+	if r.Regenerate && r.Action != nil {
+		return invalid("invalid_action", "a request either regenerates the last answer or runs an action, not both")
+	}
 	if r.Regenerate {
 		if r.Message != "" || len(r.Attachments) > 0 {
 			return invalid("invalid_regenerate", "a regeneration answers the last user message again: send it without a message or attachments")
 		}
 		if r.SessionID == "" {
 			return invalid("missing_session", "a regeneration needs the session_id of the conversation to answer again")
+		}
+	} else if r.Action != nil {
+		if r.Message != "" || len(r.Attachments) > 0 || r.SessionID == "" {
+			return invalid("invalid_action", "an action runs in a session (session_id) without a message or attachments")
 		}
 	} else if strings.TrimSpace(r.Message) == "" && len(r.Attachments) == 0 {
 		return invalid("missing_message", "the request has no message: send {\"message\": \"…\"}")

@@ -198,12 +198,22 @@ func (c *conversation) report(b *prompt.Built) {
 // systemPrompt assembles the run's system prompt from the agent's sections, the request's context, the
 // payloads of the stored records and the tools offered.
 func systemPrompt(p *plan, records []store.Record) string {
-	return prompt.System(prompt.Sections{
+	sec := prompt.Sections{
 		Identity:     cmp.Or(p.agent.SystemPrompt, defaultIdentity),
 		Context:      p.req.Context,
-		Payloads:     prompt.Manifest(records),
+		Payloads:     prompt.Manifest(store.Current(records)),
 		Tools:        p.tools.specs,
+		Suggestions:  p.agent.Suggestions,
 		Instructions: p.agent.Instructions,
 		Guidelines:   p.agent.Guidelines,
-	})
+	}
+	if p.tools.payloads != nil {
+		sec.PayloadTool = GetPayloadTool
+	}
+	if p.parser != nil {
+		for _, t := range p.parser.types {
+			sec.Blocks = append(sec.Blocks, prompt.Block{Name: t.Name, Marker: t.Marker, Instructions: t.Instructions, Schema: t.Schema})
+		}
+	}
+	return prompt.System(sec)
 }

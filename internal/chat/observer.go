@@ -3,7 +3,6 @@ package chat
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,8 @@ import (
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
+	"chatd/internal/logging"
+	"chatd/internal/marker"
 	"chatd/internal/metrics"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
@@ -52,6 +53,12 @@ type observer struct {
 	// a sender with no token or spend budget needs none of them counted before.
 	pending []store.UsageEntry
 	held    []string // status messages the loop sent before the gate, sent once it passes
+	// parser and split take the marked blocks out of the answers: split while they stream, parser from
+	// each stored turn's whole text (the same result, the splitter holding for any split).
+	parser *answerParser
+	split  *marker.Splitter
+	// payloads are the run's payloads so far, for complete: tool payloads and answers' marker payloads.
+	payloads []runevent.Payload
 
 	// What the run's end reports (metrics, its span, its log line): when it started, the time to its
 	// first token (0 until then), and the model last called (a fallback is counted against it).
@@ -80,8 +87,15 @@ type runStore interface {
 }
 
 func (s *Service) newObserver(p *plan, run *Run) *observer {
-	return &observer{store: timedStore{runStore: s.opts.Store, m: s.opts.Metrics}, log: s.log, prices: s.opts.Prices, retire: s.retire,
+	parser := p.parser
+	if parser == nil {
+		parser = newAnswerParser(nil, s.opts.Limits.MarkerBytes)
+	}
+	// The run's lines carry its ids; start adds its trace's.
+	log := s.log.With(logging.RunAttrs(logging.WithRun(context.Background(), logging.RunIdentity{RunID: run.ID, SessionID: run.SessionID, User: run.user}))...)
+	return &observer{store: timedStore{runStore: s.opts.Store, m: s.opts.Metrics}, log: log, prices: s.opts.Prices, retire: s.retire,
 		closing: s.base.Done(), p: p, run: run, ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{},
+		parser: parser, split: parser.splitter(),
 		tracing: s.opts.Tracing, meter: s.opts.Metrics, span: trace.SpanFromContext(context.Background()), started: time.Now()}
 }
 
@@ -150,11 +164,23 @@ func (o *observer) Status(message string) {
 	o.run.emit(runevent.TypeStatus, runevent.EncodeStatus(message))
 }
 
+// TextDelta sends the part of a piece of the answer that is not a marked block, as soon as it is known
+// not to be one.
 func (o *observer) TextDelta(text string) {
 	if o.ttft == 0 {
 		o.firstToken()
 	}
-	o.run.emit(runevent.TypeTextDelta, runevent.EncodeText(text))
+	if text = o.split.Write(text); text != "" {
+		o.run.emit(runevent.TypeTextDelta, runevent.EncodeText(text))
+	}
+}
+
+// endText sends what the splitter held of a turn's text that ended, and readies it for the next turn.
+func (o *observer) endText() {
+	if text := o.split.Flush(); text != "" {
+		o.run.emit(runevent.TypeTextDelta, runevent.EncodeText(text))
+	}
+	o.split.Take() // the stored turn is parsed whole, with the notes logged once
 }
 
 func (o *observer) ReasoningDelta(text string) {
@@ -250,12 +276,16 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 	if !o.ready() {
 		return errAbandoned
 	}
+	o.endText()
 	u := storeUsage(t.Usage)
 	rec := &store.Record{
 		SessionID: o.run.SessionID, RunID: o.run.ID, Role: store.RoleAssistant,
-		Content: t.Text, Reasoning: t.Reasoning, Model: t.Origin,
+		Reasoning: t.Reasoning, Model: t.Origin,
 		FinishReason: t.FinishReason, Usage: &u, Replay: replayOf(t),
 	}
+	o.parser.parse(t.Text, rec, func(m, reason string) {
+		o.log.Warn("dropped a marked block of the answer", "run", o.run.ID, "session", o.run.SessionID, "marker", m, "reason", reason)
+	})
 	for _, c := range t.ToolCalls {
 		rec.ToolCalls = append(rec.ToolCalls, store.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}
@@ -269,6 +299,7 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 		o.estimateUsage(t)
 	}
 	o.added(rec)
+	o.payloads = append(o.payloads, runevent.PayloadsOf(rec)...)
 	o.run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(rec)}))
 	return nil
 }
@@ -312,6 +343,7 @@ func (o *observer) RecordToolResult(ctx context.Context, t *agent.Turn, call llm
 	}
 	o.open--
 	o.added(rec)
+	o.payloads = append(o.payloads, runevent.PayloadsOf(rec)...)
 	o.run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(rec)}))
 	args := res.Arguments
 	if args == nil {
@@ -340,6 +372,7 @@ func (o *observer) finish(res agent.Result) {
 		o.ended(Outcome{Status: store.RunFailed, Error: &runevent.Error{Code: "internal"}})
 		return
 	}
+	o.endText() // a turn that was not stored may have left text held
 	o.run.setFinishing()
 	if o.conv != nil {
 		o.conv.release()
@@ -545,9 +578,21 @@ func (o *observer) lastEvents(res agent.Result, out *Outcome, seq int64) []Event
 	case res.Status == agent.StatusCancelled:
 		add(runevent.TypeCancelled, runevent.Encode(runevent.Cancelled{Reason: cmp.Or(o.run.reason(), "the run was cancelled")}))
 	default:
-		add(runevent.TypeComplete, runevent.Encode(runevent.Complete{Message: out.Message, FinishReason: out.FinishReason,
+		c := runevent.Complete{Message: out.Message, FinishReason: out.FinishReason,
 			Usage: runevent.UsageOf(out.Usage), ToolHistory: out.ToolHistory,
-			SuggestedValues: []json.RawMessage{}, SuggestedActions: []json.RawMessage{}, Payloads: []json.RawMessage{}}))
+			SuggestedValues: []runevent.SuggestedValue{}, SuggestedActions: []runevent.SuggestedAction{}, Payloads: o.payloads}
+		if m := out.Message; m != nil && m.Role == store.RoleAssistant {
+			if m.SuggestedValues != nil {
+				c.SuggestedValues = m.SuggestedValues
+			}
+			if m.SuggestedActions != nil {
+				c.SuggestedActions = m.SuggestedActions
+			}
+		}
+		if c.Payloads == nil {
+			c.Payloads = []runevent.Payload{}
+		}
+		add(runevent.TypeComplete, runevent.Encode(c))
 	}
 	add(runevent.TypeDone, runevent.Encode(runevent.Done{Status: out.Status}))
 	return evs

@@ -48,6 +48,10 @@ type plan struct {
 	// contextBytes is the size of the request's context as JSON.
 	contextBytes int
 	account      Account
+	// parser takes the marked blocks out of the run's answers.
+	parser *answerParser
+	// actionArgs are, for a server action, its tool's arguments as checked.
+	actionArgs json.RawMessage
 	// parent is the trace of the request that sent the run (its HTTP request's span), which the run's
 	// span continues; invalid when untraced.
 	parent trace.SpanContext
@@ -76,6 +80,9 @@ func (p *plan) title() string {
 // first is the record a run starts with: the user's message, or for a regeneration the marker that
 // retracts the last answer.
 func (p *plan) first(sessionID string) *store.Record {
+	if p.req.Action != nil {
+		return p.actionRecord(sessionID)
+	}
 	if p.req.Regenerate {
 		return &store.Record{SessionID: sessionID, Role: store.RoleSystem, Retracts: p.retracts,
 			Content: "The last answer was regenerated."}
@@ -335,6 +342,12 @@ func (s *Service) plan(ctx context.Context, user string, req Request, acct Accou
 		return nil, err
 	}
 	p.tools = tools
+	p.parser = newAnswerParser(activePayloadTypes(s.payloadTypes[p.agentNm], req.Context), s.opts.Limits.MarkerBytes)
+	if req.Action != nil {
+		if err := s.planAction(p); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -660,6 +673,11 @@ func title(msg string) string {
 
 // execute runs the agent loop on the session's records (its new user message last) and ends the run.
 func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []store.Record, obs *observer) {
+	if p.req.Action != nil {
+		s.executeAction(ctx, p, run, records, obs)
+		return
+	}
+	p.tools = p.tools.withPayloads(p.agent, p.req.SelectedTools, sessionPayloads(store.Current(records)))
 	system := systemPrompt(p, records)
 	obs.conv = s.newConversation(p, run, records, system, obs)
 	cfg := agent.Config{

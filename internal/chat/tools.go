@@ -11,6 +11,7 @@ import (
 	"chatd/internal/agent"
 	"chatd/internal/llm"
 	"chatd/internal/metrics"
+	"chatd/internal/store"
 	"chatd/internal/tool"
 	"chatd/internal/tracing"
 )
@@ -26,6 +27,8 @@ type toolSet struct {
 	now      func() time.Time // paces progress reports
 	metrics  *metrics.Metrics
 	tracing  *tracing.Tracing
+	// payloads are what get_payload reads, when the run offers it (withPayloads).
+	payloads []store.Payload
 }
 
 var _ agent.Tools = (*toolSet)(nil)
@@ -36,6 +39,9 @@ var _ agent.Tools = (*toolSet)(nil)
 func (s *Service) toolsFor(name string, a Agent, reqCtx map[string]any, selected []string) (*toolSet, error) {
 	infos := s.visibleTools(a, reqCtx)
 	for _, n := range selected {
+		if n == GetPayloadTool {
+			continue // offered when the conversation has payloads (withPayloads)
+		}
 		if _, found := slices.BinarySearchFunc(infos, n, byName); !found {
 			return nil, invalid("unknown_tool", "selected_tools names %q, not a tool of agent %q%s; GET /v1/tools lists them",
 				n, name, where(reqCtx))
@@ -152,6 +158,9 @@ func (ts *toolSet) call(ctx context.Context, call llm.ToolCall) agent.ToolResult
 			msg = fmt.Sprintf("unknown tool %q; no tools are available in this conversation", call.Name)
 		}
 		return agent.ToolResult{Content: msg}
+	}
+	if call.Name == GetPayloadTool && ts.payloads != nil {
+		return ts.getPayload(ctx, call)
 	}
 	var stop func()
 	if ts.progress != nil {

@@ -9,6 +9,7 @@ package config
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -253,6 +254,7 @@ type Limits struct {
 	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // memory kept for diagnostics (32 MiB)
 	QueuedRuns        int           `yaml:"queued_runs"`        // runs queued behind a session's running one (32)
 	HistoryBytes      int           `yaml:"history_bytes"`      // records kept in memory between runs (256 MiB; negative: none)
+	MarkerBytes       int           `yaml:"marker_bytes"`       // one marked block of an answer (256 KiB)
 }
 
 // check refuses negative limits.
@@ -263,7 +265,7 @@ func (l *Limits) check() error {
 		"tool_result_bytes": int64(l.ToolResultBytes), "tool_attachment_bytes": int64(l.ToolAttachBytes),
 		"model_output_bytes": int64(l.ModelOutputBytes), "run_output_bytes": int64(l.RunOutputBytes),
 		"run_time": int64(l.RunTime), "idle_time": int64(l.IdleTime), "run_events": int64(l.RunEvents),
-		"diagnostics_bytes": int64(l.DiagnosticsBytes), "queued_runs": int64(l.QueuedRuns)} {
+		"diagnostics_bytes": int64(l.DiagnosticsBytes), "queued_runs": int64(l.QueuedRuns), "marker_bytes": int64(l.MarkerBytes)} {
 		if v < 0 {
 			return fmt.Errorf("config: limits: %s must be positive (leave it out for the default)", name)
 		}
@@ -316,6 +318,34 @@ type fileAgent struct {
 	CompactAt         float64 `yaml:"compact_at"`
 	// ToolScopes bind tools to the request context's page, tab and subtab; absent: the top-level ones.
 	ToolScopes *tool.Scopes `yaml:"tool_scopes"`
+	// Payloads are the structured blocks the agent's answers may carry after a marker; Suggestions
+	// tells the model about SUGGESTED_VALUES and SUGGESTED_ACTIONS.
+	Payloads    []filePayload `yaml:"payloads"`
+	Suggestions bool          `yaml:"suggestions"`
+}
+
+// filePayload is a payload type as the config file writes it.
+type filePayload struct {
+	Name         string         `yaml:"name"`
+	Marker       string         `yaml:"marker"`
+	Schema       map[string]any `yaml:"schema"` // a JSON Schema, written in YAML
+	Instructions string         `yaml:"instructions"`
+	Scope        *struct {
+		Page   string `yaml:"page"`
+		Tab    string `yaml:"tab"`
+		Subtab string `yaml:"subtab"`
+	} `yaml:"scope"` // absent: everywhere
+}
+
+func (p filePayload) payloadType() chat.PayloadType {
+	out := chat.PayloadType{Name: p.Name, Marker: p.Marker, Instructions: p.Instructions}
+	if p.Schema != nil {
+		out.Schema, _ = json.Marshal(p.Schema) // YAML maps have string keys: Marshal cannot fail
+	}
+	if p.Scope != nil {
+		out.Page, out.Tab, out.Subtab = p.Scope.Page, p.Scope.Tab, p.Scope.Subtab
+	}
+	return out
 }
 
 // fileReasoning is an agent's thinking setting.
@@ -330,7 +360,10 @@ func (a fileAgent) agent() chat.Agent {
 	out := chat.Agent{Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
 		Scopes: a.ToolScopes, MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens,
 		Instructions: a.Instructions, Guidelines: a.Guidelines, ToolHistoryRounds: a.ToolHistoryRounds,
-		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt}
+		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Suggestions: a.Suggestions}
+	for _, p := range a.Payloads {
+		out.Payloads = append(out.Payloads, p.payloadType())
+	}
 	if r := a.Reasoning; r != nil {
 		out.Reasoning = &llm.Reasoning{Effort: r.Effort, BudgetTokens: r.BudgetTokens}
 	}
@@ -755,6 +788,9 @@ func (c *Config) Validate() error {
 		}
 		if err := a.Scopes.Check(); err != nil {
 			return fmt.Errorf("config: agent %q: tool_scopes: %w", name, err)
+		}
+		if err := chat.CheckPayloadTypes(a.Payloads); err != nil {
+			return fmt.Errorf("config: agent %q: payloads: %w", name, err)
 		}
 		if a.MaxIterations < 0 || a.MaxTokens < 0 || a.ContextWindow < 0 {
 			return fmt.Errorf("config: agent %q: limits must be positive", name)

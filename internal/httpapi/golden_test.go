@@ -23,6 +23,7 @@ var (
 	timeRE     = regexp.MustCompile(`"20\d\d-\d\d-\d\dT[0-9:.]+(Z|[+-]\d\d:\d\d)"`)
 	durationRE = regexp.MustCompile(`"duration_ms":\d+`)
 	cursorRE   = regexp.MustCompile(`"next_cursor":"[^"]+"`)
+	payloadRE  = regexp.MustCompile(`"pl_[0-9a-f]{10}"`)
 )
 
 // normalize replaces what changes from run to run — ids, times, durations — with stable names, ids
@@ -38,6 +39,7 @@ func normalize(b []byte, ids map[string]string) []byte {
 	})
 	b = timeRE.ReplaceAll(b, []byte(`"<time>"`))
 	b = durationRE.ReplaceAll(b, []byte(`"duration_ms":0`))
+	b = payloadRE.ReplaceAll(b, []byte(`"<payload id>"`))
 	return cursorRE.ReplaceAll(b, []byte(`"next_cursor":"<cursor>"`))
 }
 

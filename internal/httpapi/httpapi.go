@@ -146,6 +146,7 @@ func (s *server) routeTable() []route {
 		{"PATCH /v1/sessions/{id}", s.updateSession},
 		{"DELETE /v1/sessions/{id}", s.deleteSession},
 		{"GET /v1/sessions/{id}/messages", s.listMessages},
+		{"POST /v1/sessions/{id}/actions", s.runAction},
 		{"GET /v1/sessions/{id}/records/{record}/attachments/{n}", s.attachment},
 		{"GET /v1/tools", s.listTools},
 		{"GET /v1/mcp/servers", s.listMCPServers},

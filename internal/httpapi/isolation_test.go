@@ -52,6 +52,9 @@ func isolationCases() map[string]isoCase {
 			byID("POST", "/v1/chat", `{"message":"alice: hi","session_id":"{live_session}","on_active_run":"enqueue"}`, 404, 0),
 			byID("POST", "/v1/chat", `{"session_id":"{session}","regenerate":true}`, 404, 0),
 		}, check: (*isoFixture).idempotencyKey},
+		"POST /v1/sessions/{id}/actions": {twins: []isoProbe{
+			byID("POST", "/v1/sessions/{session}/actions", `{"action":"current_time","handler":"server","data":{"timezone":"UTC"}}`, 404, 0),
+		}},
 		"GET /v1/runs/{id}": {twins: []isoProbe{
 			byID("GET", "/v1/runs/{run}", ``, 404, 200),
 			byID("GET", "/v1/runs/{live_run}", ``, 404, 200),

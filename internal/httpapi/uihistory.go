@@ -55,6 +55,28 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 	// where each call's tool part is, by assistant record id and call id
 	type callKey struct{ parent, call string }
 	calls := map[callKey]map[string]any{}
+	// The data parts each run's message ends with, as its stream's complete sends them: the payloads of
+	// its records, and the suggestions of its last answer.
+	type extra struct {
+		payloads    []runevent.Payload
+		suggestions map[string]any
+	}
+	extras := map[int]*extra{}
+	addExtra := func(rec *store.Record) {
+		if cur == nil {
+			return
+		}
+		i := len(out) - 1
+		e := extras[i]
+		if e == nil {
+			e = &extra{}
+			extras[i] = e
+		}
+		e.payloads = append(e.payloads, runevent.PayloadsOf(rec)...)
+		if rec.Role == store.RoleAssistant {
+			e.suggestions = suggestionsPart(runevent.Suggestions(rec))
+		}
+	}
 	for i := range recs {
 		rec := &recs[i]
 		switch {
@@ -94,6 +116,7 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 				cur.Parts = append(cur.Parts, p)
 				calls[callKey{rec.ID, c.ID}] = p
 			}
+			addExtra(rec)
 		case rec.Role == store.RoleTool:
 			p := calls[callKey{rec.ParentID, rec.ToolCallID}]
 			if p == nil || cur == nil {
@@ -112,6 +135,15 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 				p["state"], p["errorText"] = "output-error", rec.Content
 			}
 			cur.Parts = append(cur.Parts, fileParts(sessionID, rec)...)
+			addExtra(rec)
+		}
+	}
+	for i, e := range extras {
+		if e.suggestions != nil {
+			out[i].Parts = append(out[i].Parts, e.suggestions)
+		}
+		for _, p := range e.payloads {
+			out[i].Parts = append(out[i].Parts, payloadPart(p))
 		}
 	}
 	return out

@@ -187,11 +187,11 @@ func (c *uiConverter) usage(data json.RawMessage) {
 
 func (c *uiConverter) complete(d runevent.Complete) {
 	c.finishStep()
-	if len(d.SuggestedValues) > 0 || len(d.SuggestedActions) > 0 {
-		c.chunk(map[string]any{"type": "data-suggestions", "data": map[string]any{"values": d.SuggestedValues, "actions": d.SuggestedActions}})
+	if p := suggestionsPart(d.SuggestedValues, d.SuggestedActions); p != nil {
+		c.chunk(p)
 	}
-	for i, p := range d.Payloads {
-		c.chunk(map[string]any{"type": "data-payload", "id": "payload-" + strconv.Itoa(i+1), "data": p})
+	for _, p := range d.Payloads {
+		c.chunk(payloadPart(p))
 	}
 	c.finish(uiFinishReason(d.FinishReason), &d.Usage)
 }
@@ -298,4 +298,24 @@ func uiFinishReason(r string) string {
 		return "length"
 	}
 	return "stop"
+}
+
+// suggestionsPart is the data-suggestions part of an answer's suggested values and actions (as a chunk
+// and as a part of a stored message: the same shape), or nil when it has none.
+func suggestionsPart(values []runevent.SuggestedValue, actions []runevent.SuggestedAction) map[string]any {
+	if len(values) == 0 && len(actions) == 0 {
+		return nil
+	}
+	if values == nil {
+		values = []runevent.SuggestedValue{}
+	}
+	if actions == nil {
+		actions = []runevent.SuggestedAction{}
+	}
+	return map[string]any{"type": "data-suggestions", "id": "suggestions", "data": map[string]any{"values": values, "actions": actions}}
+}
+
+// payloadPart is the data-payload part of one payload, under the payload's id.
+func payloadPart(p runevent.Payload) map[string]any {
+	return map[string]any{"type": "data-payload", "id": p.ID, "data": p}
 }

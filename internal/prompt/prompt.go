@@ -140,18 +140,29 @@ func Build(records []store.Record, opt Options) *Built {
 	opt.defaults()
 	b := &Built{Repairs: map[string]int{}}
 	from := b.summary(records)
-	rounds := 0
+	rounds, parts, calls := 0, 0, 0 // parts and calls: what the slabs are sized for
 	for i := from; i < len(records); i++ {
-		if records[i].Role == store.RoleAssistant && len(records[i].ToolCalls) > 0 {
-			rounds++
+		r := &records[i]
+		switch r.Role {
+		case store.RoleUser:
+			parts += 1 + len(r.Attachments)
+		case store.RoleAssistant:
+			parts += 2
+			calls += len(r.ToolCalls)
+			if len(r.ToolCalls) > 0 {
+				rounds++
+			}
 		}
 	}
 	full := rounds // rounds sent in full
 	if opt.ToolHistoryRounds >= 0 {
 		full = min(rounds, opt.ToolHistoryRounds)
 	}
-	c := converter{b: b, opt: opt, records: records, nameOnly: rounds - full, msgs: make([]draft, 0, len(records)-from+1),
-		est: opt.Estimates}
+	n := len(records) - from
+	c := converter{b: b, opt: opt, records: records, nameOnly: rounds - full, msgs: make([]draft, 0, n+1),
+		est: opt.Estimates, recTok: make([]int, 0, n),
+		parts: make([]llm.Part, 0, parts), tcs: make([]llm.ToolCall, 0, calls), names: make([]string, 0, calls)}
+	b.points = make([]point, 0, n)
 	if c.est == nil {
 		c.est = &Estimates{}
 	} else if c.est.tokens == nil {
@@ -202,7 +213,25 @@ type converter struct {
 	// the assistant record whose results are being collected
 	open    int // index in msgs; -1 when none
 	calls   []llm.ToolCall
-	results []*store.Record
+	results []*store.Record // reused from one assistant record to the next
+
+	// Slabs the messages' parts, calls and call names are cut from: a few allocations for a whole
+	// conversation instead of some for every record.
+	parts []llm.Part
+	tcs   []llm.ToolCall
+	names []string
+}
+
+// slab cuts a slice of length 0 and capacity n from the front of *free, which Build sizes for the
+// records (a slab that runs out is refilled). The slice's capacity is exact, so appending beyond n
+// copies it and never writes into the next one's.
+func slab[T any](free *[]T, n int) []T {
+	if n > cap(*free) {
+		*free = make([]T, 0, max(n, 16))
+	}
+	f := (*free)[:n]
+	*free = (*free)[n:n]
+	return f[:0:n]
 }
 
 func (c *converter) run(from int) {
@@ -213,7 +242,7 @@ func (c *converter) run(from int) {
 		case store.RoleUser:
 			c.close()
 			c.point(i)
-			c.push(draft{Message: userMessage(r), rec: i}, c.est.tokens, r.ID)
+			c.push(draft{Message: c.userMessage(r), rec: i}, c.est.tokens, r.ID)
 		case store.RoleAssistant:
 			c.close()
 			c.point(i)
@@ -253,7 +282,7 @@ func (c *converter) point(i int) {
 }
 
 func (c *converter) assistant(i int, r *store.Record) {
-	m := assistantMessage(r)
+	m := c.assistantMessage(r)
 	if len(m.ToolCalls) == 0 {
 		c.push(draft{Message: m, rec: i}, c.est.tokens, r.ID)
 		return
@@ -273,21 +302,30 @@ func (c *converter) assistant(i int, r *store.Record) {
 	if c.nameOnly > 0 {
 		// An old round: the calls by name, no results, and no reasoning, whose signatures cover the calls.
 		c.nameOnly--
-		d := draft{rec: i, Message: llm.Message{Role: llm.RoleAssistant, Origin: m.Origin, Parts: make([]llm.Part, 0, len(m.Parts)+1)}}
+		d := draft{rec: i, Message: llm.Message{Role: llm.RoleAssistant, Origin: m.Origin}}
+		d.Parts = m.Parts[:0] // the text parts of m, in place: m is not sent
 		for _, p := range m.Parts {
 			if p.Kind == llm.PartText {
 				d.Parts = append(d.Parts, p)
 			}
 		}
+		d.nameOnly = slab(&c.names, len(m.ToolCalls))
 		for _, call := range m.ToolCalls {
 			d.nameOnly = append(d.nameOnly, call.Name)
 		}
 		c.push(d, c.est.nameOnly, r.ID)
-		c.open, c.calls, c.results = -2, m.ToolCalls, make([]*store.Record, len(m.ToolCalls)) // results dropped
+		c.collect(-2, m.ToolCalls) // results dropped
 		return
 	}
 	c.push(draft{Message: m, rec: i}, c.est.tokens, r.ID)
-	c.open, c.calls, c.results = len(c.msgs)-1, m.ToolCalls, make([]*store.Record, len(m.ToolCalls))
+	c.collect(len(c.msgs)-1, m.ToolCalls)
+}
+
+// collect makes msgs[open] the assistant message whose results the tool records that follow answer.
+func (c *converter) collect(open int, calls []llm.ToolCall) {
+	c.open, c.calls = open, calls
+	c.results = slices.Grow(c.results[:0], len(calls))[:len(calls)]
+	clear(c.results)
 }
 
 // fixArguments sends arguments that are not a JSON object (only data chatd did not write holds such) as
@@ -432,8 +470,8 @@ func (c *converter) capResult(s string) string {
 		strconv.Itoa(len(s)) + " bytes. The full result is stored and shown to the user.]"
 }
 
-func userMessage(r *store.Record) llm.Message {
-	m := llm.Message{Role: llm.RoleUser}
+func (c *converter) userMessage(r *store.Record) llm.Message {
+	m := llm.Message{Role: llm.RoleUser, Parts: slab(&c.parts, 1+len(r.Attachments))}
 	if r.Content != "" {
 		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartText, Text: r.Content})
 	}
@@ -775,12 +813,17 @@ func (b *Built) Kept(rec int) int {
 }
 
 // assistantMessage is an assistant record as the model is sent it: as its provider wrote it when the
-// record holds a replay whose text still matches the record, else from the record's fields.
-func assistantMessage(r *store.Record) llm.Message {
-	if r.Replay != nil && replayText(r.Replay) == r.Content {
+// record holds a replay whose text still matches the record's text as written (RawContent, when chatd
+// took marked blocks out of it), else from the record's fields.
+func (c *converter) assistantMessage(r *store.Record) llm.Message {
+	written := r.Content
+	if r.RawContent != "" {
+		written = r.RawContent
+	}
+	if r.Replay != nil && replayText(r.Replay) == written {
 		return replayMessage(r)
 	}
-	m := llm.Message{Role: llm.RoleAssistant}
+	m := llm.Message{Role: llm.RoleAssistant, Parts: slab(&c.parts, 2)}
 	// Unsigned reasoning is kept for the providers that read it.
 	if r.Reasoning != "" {
 		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartReasoning, Text: r.Reasoning})
@@ -789,9 +832,9 @@ func assistantMessage(r *store.Record) llm.Message {
 		m.Parts = append(m.Parts, llm.Part{Kind: llm.PartText, Text: r.Content})
 	}
 	if len(r.ToolCalls) > 0 {
-		m.ToolCalls = make([]llm.ToolCall, len(r.ToolCalls))
-		for i, call := range r.ToolCalls {
-			m.ToolCalls[i] = llm.ToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments}
+		m.ToolCalls = slab(&c.tcs, len(r.ToolCalls))
+		for _, call := range r.ToolCalls {
+			m.ToolCalls = append(m.ToolCalls, llm.ToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments})
 		}
 	}
 	return m

@@ -304,6 +304,24 @@ func TestMergeKeepsReplayForItsModel(t *testing.T) {
 	}
 }
 
+// TestReplayOfMarkedAnswer: an answer whose marked blocks chatd took out of its text still goes back to
+// its model as the model wrote it (its replay matches its raw text), and to any other model clean.
+func TestReplayOfMarkedAnswer(t *testing.T) {
+	raw := "Pick one.\nSUGGESTED_VALUES: [\"a\"]\n"
+	rec := store.Record{Role: store.RoleAssistant, Content: "Pick one.\n", RawContent: raw,
+		SuggestedValues: []byte(`[{"label":"a","value":"a"}]`),
+		Replay:          &store.Replay{Model: "gemini/g", Parts: []store.ReplayPart{{Kind: store.PartText, Text: raw, Signature: "gsig"}}}}
+	b := build((&conv{}).user("q").add(rec).user("a").recs, prompt.Options{})
+	if m := b.Messages[1]; m.Origin != "gemini/g" || len(m.Parts) != 1 || m.Parts[0].Signature != "gsig" || m.Parts[0].Text != raw {
+		t.Errorf("the marked answer with its replay: %+v", m)
+	}
+	rec.Replay = nil
+	b = build((&conv{}).user("q").add(rec).user("a").recs, prompt.Options{})
+	if m := b.Messages[1]; len(m.Parts) != 1 || m.Parts[0].Text != "Pick one.\n" {
+		t.Errorf("the marked answer without a replay: %+v", m)
+	}
+}
+
 // TestCacheBreakpoints: the end of the conversation and the end of the previous call's conversation.
 func TestCacheBreakpoints(t *testing.T) {
 	c := (&conv{}).user("q").round("a").round("b")
@@ -389,10 +407,14 @@ func TestWindows(t *testing.T) {
 // order, each left out when empty.
 func TestSystemSections(t *testing.T) {
 	got := prompt.System(prompt.Sections{
-		Identity:     "You are Ada.",
-		Context:      map[string]any{"page": "reports", "tab": "articles"},
-		Payloads:     []prompt.Payload{{ID: "r7", Tool: "search", Summary: "a list of 3 items"}},
+		Identity: "You are Ada.",
+		Context:  map[string]any{"page": "reports", "tab": "articles"},
+		Payloads: []prompt.Payload{{ID: "pl_1", Type: "search", Source: store.PayloadTool, Summary: "search returned a list of 3 items"},
+			{ID: "pl_2", Type: "schema_proposal", Source: store.PayloadMarker, Summary: "schema_proposal: users"}},
+		PayloadTool:  "get_payload",
 		Tools:        []llm.ToolSpec{{Name: "search", Description: "Searches the articles. Returns ids."}},
+		Suggestions:  true,
+		Blocks:       []prompt.Block{{Name: "schema_proposal", Marker: "SCHEMA_PROPOSAL:", Instructions: "When the user asks for a table."}},
 		Instructions: "Answer in French.",
 		Guidelines:   "Be brief.",
 	})
@@ -406,12 +428,19 @@ The user is working in an application; its current state, as JSON:
 }
 
 # Payloads
-Earlier tool calls in this conversation returned structured data the user can see (payloads):
-- r7 from search: a list of 3 items
+Earlier in this conversation tools and answers produced structured data the user can see (payloads):
+- pl_1 (search, from a tool call): search returned a list of 3 items
+- pl_2 (schema_proposal, from an answer): schema_proposal: users
+Call get_payload with a payload's id to read it in full.
 
 # Capabilities
 You can call these tools when they help answer the user:
 - search: Searches the articles.
+
+You may end an answer with marked blocks, each starting on a line of its own with its marker followed by JSON; they are shown to the user as buttons or rendered data, not as text:
+- SUGGESTED_VALUES: [{"label": "…", "value": "…"}] — replies the user may pick; picking one sends its value as the user's next message.
+- SUGGESTED_ACTIONS: [{"label": "…", "action": "…", "handler": "client" or "server", "data": {…}}] — buttons; a server action names one of your tools and runs it with data as its arguments.
+- SCHEMA_PROPOSAL: (schema_proposal): When the user asks for a table.
 
 # Instructions
 Answer in French.
@@ -421,12 +450,24 @@ Be brief.`
 	if diff := cmp.Diff(wantText, got); diff != "" {
 		t.Errorf("system prompt (-want +got):\n%s", diff)
 	}
+	var many []prompt.Payload
+	for i := range 200 {
+		many = append(many, prompt.Payload{ID: fmt.Sprintf("pl_%03d", i), Type: "t", Source: store.PayloadTool, Summary: strings.Repeat("word ", 60)})
+	}
+	big := prompt.System(prompt.Sections{Payloads: many})
+	if len(big) > 5<<10 || !strings.Contains(big, "pl_199") || strings.Contains(big, "pl_000") || !strings.Contains(big, "earlier payloads not listed") {
+		t.Errorf("a manifest of 200 payloads is not bounded to the latest: %d bytes\n%s", len(big), big)
+	}
 	if got := prompt.System(prompt.Sections{Identity: "Hi.", Guidelines: " "}); got != "Hi." {
 		t.Errorf("empty sections not left out: %q", got)
 	}
 	recs := []store.Record{{ID: "t1", Role: store.RoleTool, Name: "weather", Payload: []byte(`{"temp":21,"city":"Paris"}`)},
-		{ID: "t2", Role: store.RoleTool, Name: "list", Payload: []byte(`[1,2]`)}, {ID: "t3", Role: store.RoleTool}}
-	wantManifest := []prompt.Payload{{ID: "t1", Tool: "weather", Summary: "an object with keys city, temp"}, {ID: "t2", Tool: "list", Summary: "a list of 2 items"}}
+		{ID: "t2", Role: store.RoleTool, Name: "list", Payload: []byte(`[1,2]`)}, {ID: "t3", Role: store.RoleTool},
+		{ID: "a4", Role: store.RoleAssistant, Payloads: []store.Payload{{ID: "pl_m", Type: "schema_proposal", Source: store.PayloadMarker, Summary: "s"}}}}
+	wantManifest := []prompt.Payload{
+		{ID: store.PayloadID("t1", 0), Type: "weather", Source: store.PayloadTool, Summary: "weather returned an object with keys city, temp"},
+		{ID: store.PayloadID("t2", 0), Type: "list", Source: store.PayloadTool, Summary: "list returned a list of 2 items"},
+		{ID: "pl_m", Type: "schema_proposal", Source: store.PayloadMarker, Summary: "s"}}
 	if diff := cmp.Diff(wantManifest, prompt.Manifest(recs)); diff != "" {
 		t.Errorf("manifest (-want +got):\n%s", diff)
 	}

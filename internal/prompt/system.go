@@ -14,24 +14,40 @@ import (
 // the assistant can do, the instructions of this deployment, and how to answer. Each is left out when
 // empty.
 type Sections struct {
-	Identity     string
-	Context      map[string]any // the request's context object
-	Payloads     []Payload
-	Tools        []llm.ToolSpec
+	Identity string
+	Context  map[string]any // the request's context object
+	Payloads []Payload
+	// PayloadTool names the tool that reads a payload of the manifest in full; "": none is offered.
+	PayloadTool string
+	Tools       []llm.ToolSpec
+	// Blocks are the marked blocks the model may end an answer with: suggested values and actions (when
+	// Suggestions is set) and the agent's payload types.
+	Suggestions  bool
+	Blocks       []Block
 	Instructions string
 	Guidelines   string
 }
 
-// Payload is one entry of the payload manifest: structured data an earlier tool call returned, which the
-// user sees and may refer to.
+// Payload is one entry of the payload manifest: structured data an earlier tool call or answer
+// produced, which the user sees and may refer to.
 type Payload struct {
-	ID      string // the tool record's id
-	Tool    string
+	ID      string
+	Type    string // the payload type, or the tool's name
+	Source  string // store.PayloadTool or store.PayloadMarker
 	Summary string
 }
 
-// maxManifest is how many payloads the manifest lists, the latest.
-const maxManifest = 20
+// Block is a payload type the model may write: its marker, its name and when and how to use it.
+type Block struct {
+	Name, Marker, Instructions string
+	Schema                     json.RawMessage
+}
+
+// The manifest lists the latest maxManifest payloads, in at most maxManifestBytes.
+const (
+	maxManifest      = 20
+	maxManifestBytes = 4 << 10
+)
 
 // System assembles the system prompt.
 func System(s Sections) string {
@@ -53,8 +69,8 @@ func System(s Sections) string {
 	}
 	section("", s.Identity)
 	section("Context", renderContext(s.Context))
-	section("Payloads", renderPayloads(s.Payloads))
-	section("Capabilities", renderTools(s.Tools))
+	section("Payloads", renderPayloads(s.Payloads, s.PayloadTool))
+	section("Capabilities", renderTools(s.Tools)+renderBlocks(s.Suggestions, s.Blocks))
 	section("Instructions", s.Instructions)
 	section("Guidelines", s.Guidelines)
 	return sb.String()
@@ -71,23 +87,71 @@ func renderContext(v map[string]any) string {
 	return "The user is working in an application; its current state, as JSON:\n" + string(b)
 }
 
-func renderPayloads(ps []Payload) string {
+func renderPayloads(ps []Payload, tool string) string {
 	if len(ps) == 0 {
 		return ""
 	}
-	if len(ps) > maxManifest {
-		ps = ps[len(ps)-maxManifest:]
+	// The latest first, as many as fit; then listed oldest first.
+	var lines []string
+	size := 0
+	for i := len(ps) - 1; i >= 0 && len(lines) < maxManifest; i-- {
+		p := ps[i]
+		from := "a tool call"
+		if p.Source == store.PayloadMarker {
+			from = "an answer"
+		}
+		line := "- " + p.ID + " (" + p.Type + ", from " + from + ")"
+		if p.Summary != "" {
+			line += ": " + firstLine(p.Summary, 200)
+		}
+		if size+len(line) > maxManifestBytes {
+			break
+		}
+		size += len(line) + 1
+		lines = append(lines, line)
+	}
+	slices.Reverse(lines)
+	var sb strings.Builder
+	sb.WriteString("Earlier in this conversation tools and answers produced structured data the user can see (payloads):\n")
+	sb.WriteString(strings.Join(lines, "\n"))
+	if n := len(ps) - len(lines); n > 0 {
+		sb.WriteString("\n(" + plural(n, "earlier payload") + " not listed)")
+	}
+	if tool != "" {
+		sb.WriteString("\nCall " + tool + " with a payload's id to read it in full.")
+	}
+	return sb.String()
+}
+
+func firstLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		s = strings.TrimSpace(string(cutBytes([]byte(s), max))) + "…"
+	}
+	return s
+}
+
+// renderBlocks tells the model how to end an answer with suggestions and payload blocks.
+func renderBlocks(suggestions bool, blocks []Block) string {
+	if !suggestions && len(blocks) == 0 {
+		return ""
 	}
 	var sb strings.Builder
-	sb.WriteString("Earlier tool calls in this conversation returned structured data the user can see (payloads):")
-	for _, p := range ps {
-		sb.WriteString("\n- ")
-		sb.WriteString(p.ID)
-		sb.WriteString(" from ")
-		sb.WriteString(p.Tool)
-		if p.Summary != "" {
-			sb.WriteString(": ")
-			sb.WriteString(p.Summary)
+	sb.WriteString("\n\nYou may end an answer with marked blocks, each starting on a line of its own with its marker " +
+		"followed by JSON; they are shown to the user as buttons or rendered data, not as text:")
+	if suggestions {
+		sb.WriteString("\n- SUGGESTED_VALUES: [{\"label\": \"…\", \"value\": \"…\"}] — replies the user may pick; " +
+			"picking one sends its value as the user's next message.")
+		sb.WriteString("\n- SUGGESTED_ACTIONS: [{\"label\": \"…\", \"action\": \"…\", \"handler\": \"client\" or \"server\", " +
+			"\"data\": {…}}] — buttons; a server action names one of your tools and runs it with data as its arguments.")
+	}
+	for _, b := range blocks {
+		sb.WriteString("\n- " + b.Marker + " (" + b.Name + ")")
+		if in := strings.TrimSpace(b.Instructions); in != "" {
+			sb.WriteString(": " + in)
+		}
+		if len(b.Schema) > 0 {
+			sb.WriteString(" Its JSON follows this schema: " + string(b.Schema))
 		}
 	}
 	return sb.String()
@@ -124,42 +188,13 @@ func firstSentence(s string) string {
 	return s
 }
 
-// Manifest lists the payloads of the tool records among records, oldest first: the latest maxManifest.
+// Manifest lists the payloads of records, oldest first: tool payloads and answers' marker payloads.
 func Manifest(records []store.Record) []Payload {
 	var out []Payload
-	for i := len(records) - 1; i >= 0 && len(out) < maxManifest; i-- {
-		r := &records[i]
-		if r.Role != store.RoleTool || len(r.Payload) == 0 {
-			continue
+	for i := range records {
+		for _, p := range store.RecordPayloads(&records[i]) {
+			out = append(out, Payload{ID: p.ID, Type: p.Type, Source: p.Source, Summary: p.Summary})
 		}
-		out = append(out, Payload{ID: r.ID, Tool: r.Name, Summary: describeJSON(r.Payload)})
 	}
-	slices.Reverse(out)
 	return out
-}
-
-// describeJSON says what a payload holds: "an object with keys a, b, c", "a list of 12 items".
-func describeJSON(raw json.RawMessage) string {
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
-		return ""
-	}
-	switch v := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		if len(keys) > 8 {
-			keys = append(keys[:8], "…")
-		}
-		return "an object with keys " + strings.Join(keys, ", ")
-	case []any:
-		return "a list of " + plural(len(v), "item")
-	case string:
-		return "a string"
-	default:
-		return "a value"
-	}
 }

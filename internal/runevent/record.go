@@ -32,6 +32,70 @@ type Record struct {
 	SummaryThrough string `json:"summary_through,omitempty"`
 	// Retracts: of a regeneration marker, the id of the user record whose answer it retracts.
 	Retracts string `json:"retracts,omitempty"`
+	// Of an assistant record whose text ended with marked blocks: what they held, and the text as the
+	// model wrote it (RawContent, when it differs from Content).
+	SuggestedValues  []SuggestedValue  `json:"suggested_values,omitempty"`
+	SuggestedActions []SuggestedAction `json:"suggested_actions,omitempty"`
+	Payloads         []Payload         `json:"payloads,omitempty"`
+	RawContent       string            `json:"raw_content,omitempty"`
+	// PayloadID is, for a tool record with a payload, the payload's id (as complete.payloads and the
+	// payload manifest name it).
+	PayloadID string `json:"payload_id,omitempty"`
+}
+
+// SuggestedValue is a button that sends Value as the user's next message.
+type SuggestedValue struct {
+	Label string `json:"label"`
+	Value string `json:"value"`
+}
+
+// SuggestedAction is a button that does Action: the client acts on a "client" one; a "server" one names
+// a tool that POST /v1/sessions/{id}/actions runs with Data as its arguments.
+type SuggestedAction struct {
+	Label   string          `json:"label"`
+	Action  string          `json:"action"`
+	Handler string          `json:"handler"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// Payload is structured data for the user: a tool's payload or an answer's marked block, with the id
+// the model names it by and a one-line summary.
+type Payload struct {
+	ID         string          `json:"id"`
+	Type       string          `json:"type"`
+	Source     string          `json:"source"` // tool or marker
+	Summary    string          `json:"summary"`
+	Data       json.RawMessage `json:"data"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+	RecordID   string          `json:"record_id"`
+}
+
+// PayloadsOf returns the API's shape of the payloads a record carries (store.RecordPayloads).
+func PayloadsOf(r *store.Record) []Payload {
+	ps := store.RecordPayloads(r)
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]Payload, len(ps))
+	for i, p := range ps {
+		out[i] = Payload{ID: p.ID, Type: p.Type, Source: p.Source, Summary: p.Summary, Data: p.Data,
+			ToolCallID: p.ToolCallID, RecordID: r.ID}
+	}
+	return out
+}
+
+// Suggestions returns the API's shape of an assistant record's suggested values and actions. Stored
+// suggestions were checked when their answer was parsed; ones that do not decode are left out.
+func Suggestions(r *store.Record) ([]SuggestedValue, []SuggestedAction) {
+	var vs []SuggestedValue
+	var as []SuggestedAction
+	if r.SuggestedValues != nil && json.Unmarshal(r.SuggestedValues, &vs) != nil {
+		vs = nil
+	}
+	if r.SuggestedActions != nil && json.Unmarshal(r.SuggestedActions, &as) != nil {
+		as = nil
+	}
+	return vs, as
 }
 
 // Attachment is binary content of a record; Data is base64 in JSON.
@@ -82,7 +146,14 @@ func RecordOf(r *store.Record) *Record {
 		ID: r.ID, SessionID: r.SessionID, RunID: r.RunID, Role: r.Role, Content: r.Content, Reasoning: r.Reasoning,
 		ToolCallID: r.ToolCallID, Name: r.Name, Success: r.Success, DurationMS: r.DurationMS, Payload: r.Payload,
 		Model: r.Model, FinishReason: r.FinishReason, CreatedAt: r.CreatedAt, SummaryThrough: r.SummaryThrough,
-		Retracts: r.Retracts,
+		Retracts: r.Retracts, RawContent: r.RawContent,
+	}
+	out.SuggestedValues, out.SuggestedActions = Suggestions(r)
+	switch {
+	case r.Role == store.RoleTool && len(r.Payload) > 0:
+		out.PayloadID = store.PayloadID(r.ID, 0)
+	case len(r.Payloads) > 0:
+		out.Payloads = PayloadsOf(r)
 	}
 	if len(r.Attachments) > 0 {
 		out.Attachments = make([]Attachment, len(r.Attachments))

@@ -107,9 +107,9 @@ type Complete struct {
 	FinishReason     string            `json:"finish_reason"`
 	Usage            Usage             `json:"usage"`
 	ToolHistory      []ToolHistory     `json:"tool_history"`
-	SuggestedValues  []json.RawMessage `json:"suggested_values"`
-	SuggestedActions []json.RawMessage `json:"suggested_actions"`
-	Payloads         []json.RawMessage `json:"payloads"`
+	SuggestedValues  []SuggestedValue  `json:"suggested_values"`
+	SuggestedActions []SuggestedAction `json:"suggested_actions"`
+	Payloads         []Payload         `json:"payloads"`
 }
 
 // ToolHistory summarizes one tool call of a run.

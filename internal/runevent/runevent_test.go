@@ -54,8 +54,19 @@ func TestEventsGolden(t *testing.T) {
 	roundTrip(t, &out, runevent.TypeUsage, runevent.UsageEvent{Model: "openai/gpt-4o-mini", Usage: runevent.Usage{InputTokens: 42, OutputTokens: 8, CacheReadTokens: 3}})
 	roundTrip(t, &out, runevent.TypeReasoningDelta, runevent.Text{Text: "The user wants…"})
 	roundTrip(t, &out, runevent.TypeTextDelta, runevent.Text{Text: "In Paris it is \"10:00\"\n"})
-	roundTrip(t, &out, runevent.TypeComplete, runevent.Complete{Message: rec, FinishReason: "stop", Usage: runevent.Usage{InputTokens: 84, OutputTokens: 23},
-		ToolHistory: history, SuggestedValues: []json.RawMessage{}, SuggestedActions: []json.RawMessage{}, Payloads: []json.RawMessage{}})
+	answer := runevent.RecordOf(&store.Record{
+		ID: "rec_4", SessionID: "ses_1", RunID: "run_1", Role: store.RoleAssistant, Content: "In Paris it is \"10:00\"\n",
+		RawContent:       "In Paris it is \"10:00\"\nSUGGESTED_VALUES: [\"Tokyo\"]\nSCHEMA_PROPOSAL: {\"table\":\"cities\"}\n",
+		SuggestedValues:  json.RawMessage(`[{"label":"Tokyo","value":"Tokyo"}]`),
+		SuggestedActions: json.RawMessage(`[{"label":"Show weather","action":"get_weather","handler":"server","data":{"city":"Paris"}}]`),
+		Payloads: []store.Payload{{ID: "pl_0a1b2c3d4e", Type: "schema_proposal", Summary: "schema_proposal: an object with keys table",
+			Data: json.RawMessage(`{"table":"cities"}`), Source: store.PayloadMarker}},
+		Model: "openai/gpt-4o-mini", FinishReason: "stop", CreatedAt: at,
+	})
+	roundTrip(t, &out, runevent.TypeComplete, runevent.Complete{Message: answer, FinishReason: "stop", Usage: runevent.Usage{InputTokens: 84, OutputTokens: 23},
+		ToolHistory: history, SuggestedValues: answer.SuggestedValues, SuggestedActions: answer.SuggestedActions,
+		Payloads: append(runevent.PayloadsOf(&store.Record{ID: "rec_3", Role: store.RoleTool, ToolCallID: "call_a", Name: "current_time",
+			Payload: json.RawMessage(`{"time":"10:00"}`)}), answer.Payloads...)})
 	roundTrip(t, &out, runevent.TypeError, runevent.Error{Code: "upstream_auth", Message: "openai: auth (HTTP 401)", Retryable: false})
 	roundTrip(t, &out, runevent.TypeCancelled, runevent.Cancelled{Reason: "the user stopped the run"})
 	roundTrip(t, &out, runevent.TypeDone, runevent.Done{Status: "completed"})

@@ -162,6 +162,16 @@ type Record struct {
 	// reasoning items); nil when there is none. It is opaque to clients and not part of the API shape.
 	Replay *Replay
 
+	// SuggestedValues, SuggestedActions and Payloads are, for an assistant record whose text carried
+	// marked blocks (SUGGESTED_VALUES:, SUGGESTED_ACTIONS:, an agent's payload markers), what they held:
+	// JSON arrays of values and actions, and the payloads with their ids and summaries. Content is the
+	// text without the blocks; RawContent is the text as the model wrote it, kept for diagnostics when
+	// it differs.
+	SuggestedValues  json.RawMessage
+	SuggestedActions json.RawMessage
+	Payloads         []Payload
+	RawContent       string
+
 	// ParentID is, for a tool record, the id of the assistant record holding the call it answers.
 	ParentID string
 	// Seq orders the records of a session: 1, 2, 3 … assigned by AppendRecord.

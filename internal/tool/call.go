@@ -204,3 +204,13 @@ func stopped(ctx context.Context, name string, timeout time.Duration) error {
 	}
 	return fmt.Errorf("tool %s was stopped: %v", name, cause)
 }
+
+// CheckArguments checks arguments for the named tool as a call would, without running it: the object
+// it would run with, or why it would not run.
+func (r *Registry) CheckArguments(name string, args json.RawMessage) (json.RawMessage, error) {
+	e, ok := r.lookup(name)
+	if !ok {
+		return nil, errors.New(r.unknownTool(name))
+	}
+	return prepareArguments(name, args, e.schema)
+}

@@ -23,10 +23,17 @@ export type ToolProgress = { tool_call_id?: string; progress?: number; total?: n
 
 export type Suggestions = { values?: unknown[] | null; actions?: unknown[] | null }
 
+/** SuggestedAction is a button an answer offers: the client acts on a "client" one; a "server" one
+ * names a tool chatd runs (POST /v1/sessions/{id}/actions). */
+export type SuggestedAction = { label: string; action: string; handler?: string; data?: unknown }
+
+/** PayloadData is a data-payload part's data: a tool's payload or an answer's marked block. */
+export type PayloadData = { id: string; type: string; source: 'tool' | 'marker'; summary: string; data: unknown }
+
 export type DataParts = {
   'tool-progress': ToolProgress
   suggestions: Suggestions
-  payload: unknown
+  payload: PayloadData
 }
 
 export type ChatMessage = UIMessage<MessageMeta, DataParts>
@@ -203,6 +210,23 @@ export const api = {
     request<{ tools: Tool[] | null }>('GET', `/v1/tools${agent ? `?agent=${enc(agent)}` : ''}`),
   chat: (id: string, signal?: AbortSignal) => request<StoredChat>('GET', `/v1/ui/chat/${enc(id)}`, undefined, signal),
   cancelRun: (runId: string) => request<unknown>('POST', `/v1/runs/${enc(runId)}/cancel`, {}),
+  /** runAction starts a server action's run and returns its id once chatd has started it; the run's
+   * events come by the chat's resume stream, so this answer's own stream is not read. */
+  runAction: async (sessionId: string, a: SuggestedAction): Promise<string> => {
+    const res = await apiFetch(`/v1/sessions/${enc(sessionId)}/actions`, {
+      method: 'POST',
+      headers: { Accept: 'text/event-stream', 'Content-Type': 'application/json' },
+      body: JSON.stringify({ label: a.label, action: a.action, handler: 'server', data: a.data ?? {} }),
+    })
+    if (!res.ok) {
+      const text = await res.text()
+      const e = parseErrorBody(text)
+      throw new ApiError(res.status, e?.code ?? '', e?.message ?? `${res.status} ${res.statusText}`)
+    }
+    const id = res.headers.get('X-Run-Id') ?? ''
+    void res.body?.cancel().catch(() => undefined) // the run goes on without this reader
+    return id
+  },
   diagnostics: (runId: string, signal?: AbortSignal) =>
     request<Diagnostics>('GET', `/v1/runs/${enc(runId)}/diagnostics`, undefined, signal),
 }

@@ -2,6 +2,9 @@ package openai
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 
 	"chatd/internal/llm"
@@ -30,4 +33,52 @@ func BenchmarkDecodeTextChunk(b *testing.B) {
 	if n < b.N {
 		b.Fatalf("%d text events for %d chunks", n, b.N)
 	}
+}
+
+// BenchmarkEncode measures the request body of a long conversation, written by hand and, for
+// comparison, by encoding/json from the wire structs.
+func BenchmarkEncode(b *testing.B) {
+	c, err := New(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := strings.Repeat("lorem ipsum ", 16)
+	req := &llm.Request{Model: "m", System: "You are a helpful assistant."}
+	for i := range 10000 {
+		switch i % 3 {
+		case 0:
+			req.Messages = append(req.Messages, llm.TextMessage(llm.RoleUser, text))
+		case 1:
+			req.Messages = append(req.Messages, llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{Kind: llm.PartText, Text: text}},
+				ToolCalls: []llm.ToolCall{{ID: "call_" + strconv.Itoa(i), Name: "get_weather", Arguments: []byte(`{"city":"Paris"}`)}}})
+		case 2:
+			req.Messages = append(req.Messages, llm.Message{Role: llm.RoleTool, ToolCallID: "call_" + strconv.Itoa(i-1), Parts: []llm.Part{{Kind: llm.PartText, Text: "21°C"}}})
+		}
+	}
+	body, err := c.Encode(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("append", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.Encode(req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			wire, err := c.newChatRequest(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := json.Marshal(wire); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -77,11 +77,7 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Eve
 
 // Encode returns the JSON body Stream sends for req.
 func (c *Client) Encode(req *llm.Request) ([]byte, error) {
-	wire, err := c.newChatRequest(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s: build request: %w", c.name, err)
-	}
-	body, err := json.Marshal(wire)
+	body, err := c.appendRequest(make([]byte, 0, requestSize(req)), req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: encode request: %w", c.name, err)
 	}

@@ -5,65 +5,6 @@ import "encoding/json"
 // The JSON shapes of the Chat Completions API, as much of them as chatd sends and reads. Fields chatd does
 // not read are left out of the response types so that decoding skips them without allocating.
 
-type chatRequest struct {
-	Model               string         `json:"model"`
-	Messages            []wireMessage  `json:"messages"`
-	Tools               []wireTool     `json:"tools,omitempty"`
-	ToolChoice          string         `json:"tool_choice,omitempty"`
-	Temperature         *float64       `json:"temperature,omitempty"`
-	MaxTokens           int            `json:"max_tokens,omitempty"`
-	MaxCompletionTokens int            `json:"max_completion_tokens,omitempty"`
-	ReasoningEffort     string         `json:"reasoning_effort,omitempty"`
-	Stream              bool           `json:"stream"`
-	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
-}
-
-type streamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
-}
-
-// wireMessage is one message. Content is a string, a []wirePart, or nil for null (an assistant message
-// that only calls tools): encoded as they are, not as a json.RawMessage, which encoding/json would
-// validate and copy again.
-type wireMessage struct {
-	Role       string         `json:"role"`
-	Content    any            `json:"content"`
-	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string         `json:"tool_call_id,omitempty"`
-}
-
-type wirePart struct {
-	Type     string    `json:"type"`
-	Text     string    `json:"text,omitempty"`
-	ImageURL *imageURL `json:"image_url,omitempty"`
-}
-
-type imageURL struct {
-	URL string `json:"url"`
-}
-
-type wireToolCall struct {
-	ID       string       `json:"id"`
-	Type     string       `json:"type"`
-	Function wireFunction `json:"function"`
-}
-
-type wireFunction struct {
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"` // a JSON text, as a string
-}
-
-type wireTool struct {
-	Type     string      `json:"type"`
-	Function wireToolDef `json:"function"`
-}
-
-type wireToolDef struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	Parameters  json.RawMessage `json:"parameters"`
-}
-
 // chunk is one chat.completion.chunk, or an in-band error.
 type chunk struct {
 	Choices []choice  `json:"choices"`

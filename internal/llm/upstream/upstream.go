@@ -49,6 +49,9 @@ func (t Timeouts) withDefaults() Timeouts {
 	return t
 }
 
+// maxIdleConns is how many idle connections a provider's client keeps, to each host and in all.
+const maxIdleConns = 1024
+
 // NewHTTPClient returns a client with t's connect and first-byte timeouts and no overall timeout: a
 // stream may last minutes.
 func NewHTTPClient(t Timeouts) *http.Client {
@@ -57,6 +60,10 @@ func NewHTTPClient(t Timeouts) *http.Client {
 	tr.DialContext = (&net.Dialer{Timeout: t.Connect, KeepAlive: 30 * time.Second}).DialContext
 	tr.TLSHandshakeTimeout = t.Connect
 	tr.ResponseHeaderTimeout = t.FirstByte
+	// Keep a connection for every stream that may run at once: with the default two per host, each
+	// stream beyond two to one HTTP/1.1 upstream (vLLM, Ollama, a local gateway) would dial again, and
+	// each to a TLS upstream without HTTP/2 would shake hands again, before its first token.
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = maxIdleConns, maxIdleConns
 	return &http.Client{Transport: tr}
 }
 

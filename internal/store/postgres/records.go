@@ -14,16 +14,16 @@ import (
 	"chatd/internal/store"
 )
 
-// recordColumns are the columns every insert of a record fills, $1 … $22 in this order.
+// recordColumns are the columns every insert of a record fills, $1 … $23 in this order.
 const recordColumns = `id, session_id, user_id, seq, run_id, role, content, attachments, reasoning, parent_id,
 tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay,
-summary_through, retracts`
+summary_through, retracts, parsed`
 
-// recordValues are $1 … $22 typed, for an INSERT … SELECT, where PostgreSQL would type a bare parameter
+// recordValues are $1 … $23 typed, for an INSERT … SELECT, where PostgreSQL would type a bare parameter
 // as text.
 const recordValues = `$1::text, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::json,
 $9::text, $10::text, $11::text, $12::text, $13::boolean, $14::bigint, $15::json, $16::text, $17::text, $18::json,
-$19::timestamptz, $20::json, $21::text, $22::text`
+$19::timestamptz, $20::json, $21::text, $22::text, $23::json`
 
 const (
 	// bumpSeqSQL assigns the next Seq. Updating the session row also checks that the session is the
@@ -39,14 +39,14 @@ RETURNING last_seq`
 	// insertIdleRecordSQL inserts a record that answers no call, unless a call of the session is open.
 	insertIdleRecordSQL = `INSERT INTO records (` + recordColumns + `) SELECT ` + recordValues + ` WHERE ` + noOpenCall
 
-	// insertCallsRecordSQL inserts an assistant record and its tool calls ($23 ids, $24 names, $25
+	// insertCallsRecordSQL inserts an assistant record and its tool calls ($24 ids, $25 names, $26
 	// arguments, in call order), unless a call of the session is open.
 	insertCallsRecordSQL = `WITH rec AS (
 INSERT INTO records (` + recordColumns + `) SELECT ` + recordValues + ` WHERE ` + noOpenCall + `
 RETURNING id)
 INSERT INTO tool_calls (record_id, call_id, session_id, run_id, idx, name, arguments)
 SELECT rec.id, c.call_id, $2, $5, c.idx - 1, c.name, c.arguments::json
-FROM rec, unnest($23::text[], $24::text[], $25::text[]) WITH ORDINALITY AS c (call_id, name, arguments, idx)`
+FROM rec, unnest($24::text[], $25::text[], $26::text[]) WITH ORDINALITY AS c (call_id, name, arguments, idx)`
 
 	// insertAnswerSQL marks a call answered and inserts the tool record answering it. It matches only a
 	// call that the parent record holds, in this session, and that is still open, so no row means the
@@ -67,7 +67,7 @@ AND NOT EXISTS (SELECT 1 FROM records n WHERE n.session_id = r.session_id AND n.
 	sessionSizeSQL = `SELECT last_seq FROM sessions WHERE id = $1 AND user_id = $2`
 
 	selectRecordsSQL = `SELECT id, seq, run_id, role, content, attachments, reasoning, parent_id, tool_call_id,
-name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay, summary_through, retracts
+name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay, summary_through, retracts, parsed
 FROM records WHERE session_id = $1 AND user_id = $2 AND seq > $3 ORDER BY seq`
 
 	selectAttachmentsSQL = `SELECT attachments FROM records WHERE id = $1 AND session_id = $2 AND user_id = $3`
@@ -172,9 +172,14 @@ func insertRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Recor
 		rec.SessionID, rec.Role)
 }
 
-// recordArgs are the arguments $1 … $22 of an insert of rec.
+// recordArgs are the arguments $1 … $23 of an insert of rec.
 func recordArgs(user string, rec *store.Record) ([]any, error) {
-	var attachments, payload, usage, replay any // NULL when absent
+	var attachments, payload, usage, replay, parsed any // NULL when absent
+	if b, err := store.EncodeParsed(rec); err != nil {
+		return nil, err
+	} else if b != nil {
+		parsed = string(b)
+	}
 	if rec.Replay != nil {
 		b, err := json.Marshal(rec.Replay)
 		if err != nil {
@@ -199,11 +204,11 @@ func recordArgs(user string, rec *store.Record) ([]any, error) {
 		}
 		usage = string(b)
 	}
-	args := make([]any, 22, 25)
+	args := make([]any, 23, 26)
 	copy(args, []any{rec.ID, rec.SessionID, user, rec.Seq, nullable(rec.RunID),
 		rec.Role, rec.Content, attachments, rec.Reasoning, nullable(rec.ParentID), nullable(rec.ToolCallID),
 		rec.Name, rec.Success, rec.DurationMS, payload, rec.Model, rec.FinishReason, usage,
-		rec.CreatedAt, replay, nullable(rec.SummaryThrough), nullable(rec.Retracts)})
+		rec.CreatedAt, replay, nullable(rec.SummaryThrough), nullable(rec.Retracts), parsed})
 	return args, nil
 }
 
@@ -338,12 +343,12 @@ func addToolCalls(ctx context.Context, tx *sql.Tx, user, sessionID string, after
 func scanRecord(rows *sql.Rows) (store.Record, error) {
 	var r store.Record
 	var runID, parentID, toolCallID, through, retracts sql.NullString
-	var attachments, payload, usage, replay []byte
+	var attachments, payload, usage, replay, parsed []byte
 	var success sql.NullBool
 	var duration sql.NullInt64
 	err := rows.Scan(&r.ID, &r.Seq, &runID, &r.Role, &r.Content, &attachments, &r.Reasoning, &parentID,
 		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &r.CreatedAt,
-		&replay, &through, &retracts)
+		&replay, &through, &retracts, &parsed)
 	if err != nil {
 		return r, err
 	}
@@ -363,6 +368,9 @@ func scanRecord(rows *sql.Rows) (store.Record, error) {
 		if err := json.Unmarshal(attachments, &r.Attachments); err != nil {
 			return r, fmt.Errorf("record %s: attachments: %w", r.ID, err)
 		}
+	}
+	if err := store.DecodeParsed(&r, parsed); err != nil {
+		return r, fmt.Errorf("record %s: parsed: %w", r.ID, err)
 	}
 	if replay != nil {
 		r.Replay = new(store.Replay)

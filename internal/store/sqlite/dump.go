@@ -13,12 +13,12 @@ import (
 var dumpQueries = map[string]string{
 	store.PartSessions: `SELECT id, user_id, title, agent, metadata, last_seq, created_at, updated_at FROM sessions ORDER BY id`,
 	store.PartRecords: `SELECT id, session_id, user_id, seq, run_id, role, content, attachments, reasoning, parent_id,
-tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, replay, summary_through, retracts, created_at
+tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, replay, summary_through, retracts, parsed, created_at
 FROM records WHERE role <> 'tool' ORDER BY session_id, seq`,
 	store.PartToolCalls: `SELECT record_id, call_id, session_id, run_id, idx, name, arguments, answer_id FROM tool_calls
 ORDER BY record_id, idx`,
 	store.PartToolRecords: `SELECT id, session_id, user_id, seq, run_id, role, content, attachments, reasoning, parent_id,
-tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, replay, summary_through, retracts, created_at
+tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, replay, summary_through, retracts, parsed, created_at
 FROM records WHERE role = 'tool' ORDER BY session_id, seq`,
 	store.PartRuns: `SELECT id, session_id, user_id, status, agent, model, finish_reason, error, input_tokens, output_tokens,
 cache_read_tokens, cache_write_tokens, reasoning_tokens, idempotency_key, request_hash, request, created_at, started_at,

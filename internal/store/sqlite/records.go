@@ -30,8 +30,8 @@ WHERE record_id = $2 AND call_id = $3 AND session_id = $4 AND answer_id IS NULL`
 
 	insertRecordSQL = `INSERT INTO records (id, session_id, user_id, seq, run_id, role, content, attachments,
 reasoning, parent_id, tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, created_at,
-replay, summary_through, retracts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`
+replay, summary_through, retracts, parsed)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`
 
 	insertToolCallSQL = `INSERT INTO tool_calls (record_id, call_id, session_id, run_id, idx, name, arguments)
 VALUES ($1, $2, $3, $4, $5, $6, $7)`
@@ -44,7 +44,7 @@ AND NOT EXISTS (SELECT 1 FROM records n WHERE n.session_id = r.session_id AND n.
 	sessionExistsSQL = `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND user_id = $2)`
 
 	selectRecordsSQL = `SELECT id, seq, run_id, role, content, attachments, reasoning, parent_id, tool_call_id,
-name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay, summary_through, retracts
+name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay, summary_through, retracts, parsed
 FROM records WHERE session_id = $1 AND user_id = $2 AND seq > $3 ORDER BY seq`
 
 	selectAttachmentsSQL = `SELECT attachments FROM records WHERE id = $1 AND session_id = $2 AND user_id = $3`
@@ -151,7 +151,12 @@ func pair(ctx context.Context, tx txn, rec *store.Record) error {
 }
 
 func insertRecord(ctx context.Context, tx txn, user string, rec *store.Record) error {
-	var attachments, payload, usage, replay any // NULL when absent
+	var attachments, payload, usage, replay, parsed any // NULL when absent
+	if b, err := store.EncodeParsed(rec); err != nil {
+		return err
+	} else if b != nil {
+		parsed = string(b)
+	}
 	if rec.Replay != nil {
 		b, err := json.Marshal(rec.Replay)
 		if err != nil {
@@ -179,7 +184,7 @@ func insertRecord(ctx context.Context, tx txn, user string, rec *store.Record) e
 	_, err := tx.ExecContext(ctx, insertRecordSQL, rec.ID, rec.SessionID, user, rec.Seq, nullable(rec.RunID),
 		rec.Role, rec.Content, attachments, rec.Reasoning, nullable(rec.ParentID), nullable(rec.ToolCallID),
 		rec.Name, rec.Success, rec.DurationMS, payload, rec.Model, rec.FinishReason, usage,
-		rec.CreatedAt.UnixMicro(), replay, nullable(rec.SummaryThrough), nullable(rec.Retracts))
+		rec.CreatedAt.UnixMicro(), replay, nullable(rec.SummaryThrough), nullable(rec.Retracts), parsed)
 	return err
 }
 
@@ -315,12 +320,12 @@ func addToolCalls(ctx context.Context, tx txn, user, sessionID string, after int
 // scanRecord reads one row of selectRecordsSQL; NULL columns become nil or "".
 func scanRecord(rows *sql.Rows) (store.Record, error) {
 	var r store.Record
-	var runID, attachments, parentID, toolCallID, payload, usage, replay, through, retracts sql.NullString
+	var runID, attachments, parentID, toolCallID, payload, usage, replay, through, retracts, parsed sql.NullString
 	var success sql.NullBool
 	var duration sql.NullInt64
 	var created int64
 	err := rows.Scan(&r.ID, &r.Seq, &runID, &r.Role, &r.Content, &attachments, &r.Reasoning, &parentID,
-		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &created, &replay, &through, &retracts)
+		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &created, &replay, &through, &retracts, &parsed)
 	if err != nil {
 		return r, err
 	}
@@ -339,6 +344,11 @@ func scanRecord(rows *sql.Rows) (store.Record, error) {
 	if attachments.Valid {
 		if err := json.Unmarshal([]byte(attachments.String), &r.Attachments); err != nil {
 			return r, fmt.Errorf("record %s: attachments: %w", r.ID, err)
+		}
+	}
+	if parsed.Valid {
+		if err := store.DecodeParsed(&r, []byte(parsed.String)); err != nil {
+			return r, fmt.Errorf("record %s: parsed: %w", r.ID, err)
 		}
 	}
 	if replay.Valid {

@@ -472,10 +472,17 @@ func insertEvents(ctx context.Context, tx txn, events []store.Event) error {
 		}
 		defer stmt.Close()
 		args := make([]any, 0, 4*eventsPerInsert)
+		var runID, typ any // boxed once for the events of one run and of one type in a row
 		for len(events) >= eventsPerInsert {
 			args = args[:0]
-			for _, e := range events[:eventsPerInsert] {
-				args = append(args, e.RunID, e.Seq, e.Type, e.Data)
+			for i, e := range events[:eventsPerInsert] {
+				if i == 0 || e.RunID != events[i-1].RunID {
+					runID = e.RunID
+				}
+				if i == 0 || e.Type != events[i-1].Type {
+					typ = e.Type
+				}
+				args = append(args, runID, e.Seq, typ, e.Data)
 			}
 			if _, err := stmt.ExecContext(ctx, args...); err != nil {
 				return err

@@ -328,11 +328,11 @@ func TestQueryPlans(t *testing.T) {
 		{"tool calls", selectToolCallsSQL, "SEARCH r USING INDEX sqlite_autoindex_records_2 (session_id=? AND seq>?)", []any{"s", "u", 0}, true},
 		{"append", bumpSeqSQL, "SEARCH sessions USING INDEX", []any{"s", "u", 1}, false},
 		{"claim call", claimCallSQL, "SEARCH tool_calls USING INDEX", []any{"a", "r", "c", "s"}, false},
-		// The primary key of run_events is the index SQLite made for it.
+		// run_events is a WITHOUT ROWID table: its rows are its primary key's B-tree.
 		{"events", selectEventsSQL,
-			"SEARCH e USING INDEX sqlite_autoindex_run_events_1 (run_id=? AND seq>?)", []any{"r", "u", 0, 10}, false},
+			"SEARCH e USING PRIMARY KEY (run_id=? AND seq>?)", []any{"r", "u", 0, 10}, false},
 		{"last event", lastEventSeqSQL,
-			"SEARCH run_events USING COVERING INDEX sqlite_autoindex_run_events_1 (run_id=?)", []any{"r"}, false},
+			"SEARCH run_events USING PRIMARY KEY (run_id=?)", []any{"r"}, false},
 		{"active run", activeRunSQL, "SEARCH runs USING INDEX runs_one_running_per_session (session_id=?)",
 			[]any{"s", "u"}, false},
 		{"busy check", runningInSQL, "SEARCH runs USING INDEX runs_one_running_per_session (session_id=?)",

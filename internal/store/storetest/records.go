@@ -340,3 +340,28 @@ func testAppendTurn(t *testing.T, s store.Store) {
 		t.Errorf("%d records, want 2", n)
 	}
 }
+
+// testParsed stores an assistant record with what was parsed out of its text: suggested values and
+// actions, payloads and the raw text come back as they went in, and a record without any has none.
+func testParsed(t *testing.T, s store.Store) {
+	alice := newUser("alice")
+	sess := createSession(t, s, alice)
+	mustAppend(t, s, alice, userRecord(sess.ID, "where to?"))
+	rec := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, Role: store.RoleAssistant, Content: "Pick one.\n",
+		RawContent:       "Pick one.\nSUGGESTED_VALUES: [\"Paris\"]\nSCHEMA_PROPOSAL: {\"table\": \"t\"}\n",
+		SuggestedValues:  json.RawMessage(`[{"label":"Paris","value":"Paris"}]`),
+		SuggestedActions: json.RawMessage(`[{"label":"Go","action":"go","handler":"client"}]`),
+		Payloads: []store.Payload{{ID: "pl_1", Type: "schema_proposal", Summary: "an object with keys table",
+			Data: json.RawMessage(`{"table":"t"}`), Source: store.PayloadMarker}}})
+	plain := mustAppend(t, s, alice, store.Record{SessionID: sess.ID, Role: store.RoleAssistant, Content: "plain"})
+	got := records(t, s, alice, sess.ID)
+	if diff := cmp.Diff(rec, got[1], cmpOpts); diff != "" {
+		t.Errorf("a record with parsed blocks (-stored +read):\n%s", diff)
+	}
+	if g := got[2]; g.SuggestedValues != nil || g.SuggestedActions != nil || g.Payloads != nil || g.RawContent != "" {
+		t.Errorf("a plain record reads back with parsed fields: %+v", g)
+	}
+	if diff := cmp.Diff(plain, got[2], cmpOpts); diff != "" {
+		t.Errorf("a plain record (-stored +read):\n%s", diff)
+	}
+}

@@ -67,6 +67,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Usage", testUsage},
 		{"ConcurrentAppend", testConcurrentAppend},
 		{"Retracts", testRetracts},
+		{"Parsed", testParsed},
 		{"Keys", testKeys},
 		{"CreateKeyRefused", testCreateKeyRefused},
 		{"RevokeKey", testRevokeKey},

@@ -3,7 +3,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState, type DragEvent } from 'react'
 import { useChat } from '@ai-sdk/react'
 import { DefaultChatTransport, type FileUIPart } from 'ai'
-import { api, apiFetch, errorText, type ApiError, type ChatMessage, type Model, type Tool, type ToolProgress } from '../api'
+import { api, apiFetch, errorText, type ApiError, type ChatMessage, type Model, type SuggestedAction, type Tool, type ToolProgress } from '../api'
 import { Composer, type ComposerHandle } from './Composer'
 import { DiagnosticsDialog } from './Diagnostics'
 import { AlertIcon, CloseIcon, RetryIcon, SendIcon, Spinner } from './icons'
@@ -109,6 +109,8 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
   settings.current = props
   const runId = useRef('')
   const started = useRef(!fresh)
+  // resumeRun is the run a resume streams: the one the history left out, or a server action's.
+  const resumeRun = useRef(activeRun ?? '')
 
   const transport = useMemo(
     () =>
@@ -130,8 +132,8 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
         // The resume on mount names the run the history left out: chatd streams it from its start
         // whether it still runs or has just ended (without a run, only a running one, else 204).
         prepareReconnectToStreamRequest: ({ id, api }) =>
-          activeRun
-            ? { api: `${api}/${encodeURIComponent(id)}/stream?run=${encodeURIComponent(activeRun)}` }
+          resumeRun.current
+            ? { api: `${api}/${encodeURIComponent(id)}/stream?run=${encodeURIComponent(resumeRun.current)}` }
             : {},
         // The run's id comes in a header before any chunk: stop can cancel a run that has not said
         // `start` yet. A 401 (the sign-in lapsed) goes back to the sign-in page.
@@ -148,7 +150,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
   const [progress, setProgress] = useState<Record<string, ToolProgress>>({})
   // Follow the answer while the view is at the bottom; a user who scrolled up is left alone.
   const stick = useRef(true)
-  const { messages, status, error, sendMessage, regenerate, stop, clearError } = useChat<ChatMessage>({
+  const { messages, status, error, sendMessage, regenerate, stop, clearError, resumeStream } = useChat<ChatMessage>({
     id: chatId,
     messages: initial,
     transport,
@@ -181,6 +183,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
         onStarted(chatId)
       }
       runId.current = ''
+      resumeRun.current = '' // a resume now is of this send's run: the session's running one
       setProgress({})
       stick.current = true
       if (files.length) settle(sendMessage(text.trim() ? { text, files } : { files }))
@@ -217,6 +220,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
     const m = lastRef.current
     if (m?.role !== 'assistant') return
     runId.current = ''
+    resumeRun.current = ''
     setProgress({})
     settle(regenerate({ messageId: m.id }))
   }, [regenerate])
@@ -232,6 +236,26 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
   }
 
   const onSend = useCallback((text: string) => send(text), [send])
+  // A server action runs its tool as a run of the session: once chatd has started it, the chat follows
+  // it as it follows any run, by the resume stream of that run, which brings it as a new message.
+  const [actionError, setActionError] = useState('')
+  const onAction = useCallback(
+    (a: SuggestedAction) => {
+      setActionError('')
+      setProgress({})
+      stick.current = true
+      api.runAction(chatId, a).then(
+        (id) => {
+          if (!id) return
+          runId.current = id
+          resumeRun.current = id
+          settle(resumeStream())
+        },
+        (e: unknown) => setActionError(errorText(e)),
+      )
+    },
+    [chatId, resumeStream],
+  )
   const [diagRun, setDiagRun] = useState('')
   const onDiagnostics = useCallback((id: string) => setDiagRun(id), [])
 
@@ -314,6 +338,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
               canRegenerate={m.id === lastAssistantId && !busy}
               progress={m.id === streamingId ? progress : noProgress}
               onSend={onSend}
+              onAction={onAction}
               onRegenerate={onRegenerate}
               onDiagnostics={onDiagnostics}
             />
@@ -321,6 +346,16 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
           {status === 'submitted' && last?.role !== 'assistant' ? (
             <div className="msg assistant pending">
               <TypingDots />
+            </div>
+          ) : null}
+          {actionError ? (
+            <div className="chat-error" data-testid="action-error" role="alert">
+              <AlertIcon />
+              <span className="chat-error-text">{actionError}</span>
+              <span className="spacer" />
+              <button type="button" className="icon-btn" aria-label="Dismiss" title="Dismiss" onClick={() => setActionError('')}>
+                <CloseIcon />
+              </button>
             </div>
           ) : null}
           {error ? (

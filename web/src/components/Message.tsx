@@ -1,7 +1,7 @@
 // One message of the conversation. User text is shown as plain text; assistant text as markdown; every
 // other part (reasoning, tool calls, images, suggestions, payloads) in order.
 import { memo, type ReactNode } from 'react'
-import type { ChatMessage, Suggestions, ToolProgress, Usage } from '../api'
+import type { ChatMessage, PayloadData, SuggestedAction, Suggestions, ToolProgress, Usage } from '../api'
 import { CopyButton, MarkdownText } from './Markdown'
 import { InspectIcon, RetryIcon, SparkIcon } from './icons'
 import { Payload, isObject } from './Payload'
@@ -17,6 +17,8 @@ export type MessageProps = {
   canRegenerate: boolean
   progress: Record<string, ToolProgress>
   onSend: (text: string) => void
+  /** onAction runs a suggested action whose handler is the server */
+  onAction: (a: SuggestedAction) => void
   onRegenerate: () => void
   onDiagnostics: (runId: string) => void
 }
@@ -71,10 +73,16 @@ function choice(v: unknown, keys: string[]): Choice | null {
   return { label: String(label ?? send), send: String(send ?? label) }
 }
 
-function SuggestionsView({ data, disabled, onSend }: { data: Suggestions; disabled: boolean; onSend: (t: string) => void }) {
+function serverAction(v: unknown): SuggestedAction | null {
+  if (!isObject(v) || v.handler !== 'server' || typeof v.action !== 'string' || !v.action) return null
+  return { label: typeof v.label === 'string' && v.label ? v.label : v.action, action: v.action, handler: 'server', data: v.data }
+}
+
+function SuggestionsView(props: { data: Suggestions; disabled: boolean; onSend: (t: string) => void; onAction: (a: SuggestedAction) => void }) {
+  const { data, disabled, onSend, onAction } = props
   const values = (Array.isArray(data?.values) ? data.values : []).map((v) => choice(v, ['value', 'label', 'text'])).filter((c): c is Choice => c !== null)
-  const actions = (Array.isArray(data?.actions) ? data.actions : []).map((v) => choice(v, ['prompt', 'action', 'label'])).filter((c): c is Choice => c !== null)
-  if (!values.length && !actions.length) return null
+  const raw = Array.isArray(data?.actions) ? data.actions : []
+  if (!values.length && !raw.length) return null
   return (
     <div className="suggestions" role="group" aria-label="Suggestions">
       {values.map((c, i) => (
@@ -82,13 +90,40 @@ function SuggestionsView({ data, disabled, onSend }: { data: Suggestions; disabl
           {c.label}
         </button>
       ))}
-      {actions.map((c, i) => (
-        <button key={`a${i}`} type="button" className="suggestion action" data-testid="suggestion" disabled={disabled} onClick={() => onSend(c.send)}>
-          <SparkIcon /> {c.label}
-        </button>
-      ))}
+      {raw.map((v, i) => {
+        const server = serverAction(v)
+        if (server) {
+          return (
+            <button key={`a${i}`} type="button" className="suggestion action" data-testid="suggested-action" data-handler="server"
+              disabled={disabled} onClick={() => onAction(server)}>
+              <SparkIcon /> {server.label}
+            </button>
+          )
+        }
+        // A client action: this UI has no application to hand it to, so it asks for it in words.
+        const c = choice(v, ['prompt', 'label', 'action'])
+        if (!c) return null
+        return (
+          <button key={`a${i}`} type="button" className="suggestion action" data-testid="suggested-action" data-handler="client"
+            disabled={disabled} onClick={() => onSend(c.send)}>
+            <SparkIcon /> {c.label}
+          </button>
+        )
+      })}
     </div>
   )
+}
+
+function PayloadPart({ data }: { data: PayloadData | unknown }) {
+  if (isObject(data) && 'data' in data && typeof data.summary === 'string') {
+    const p = data as PayloadData
+    return (
+      <section className={`payload-part ${p.source}`} data-testid="payload-part" data-payload-id={p.id} data-source={p.source}>
+        <Payload data={p.data} title={p.summary} />
+      </section>
+    )
+  }
+  return <Payload data={data} />
 }
 
 function usageText(u: Usage | undefined): string {
@@ -122,7 +157,7 @@ function UserMessage({ message }: { message: ChatMessage }) {
 }
 
 function AssistantMessage(props: MessageProps) {
-  const { message, streaming, busy, canRegenerate, progress, onSend, onRegenerate, onDiagnostics } = props
+  const { message, streaming, busy, canRegenerate, progress, onSend, onAction, onRegenerate, onDiagnostics } = props
   const meta = message.metadata
   const runId = meta?.run_id
   const text = textOf(message)
@@ -153,10 +188,10 @@ function AssistantMessage(props: MessageProps) {
         )
         break
       case 'data-suggestions':
-        out.push(<SuggestionsView key={key} data={p.data} disabled={busy} onSend={onSend} />)
+        out.push(<SuggestionsView key={key} data={p.data} disabled={busy} onSend={onSend} onAction={onAction} />)
         break
       case 'data-payload':
-        out.push(<Payload key={key} data={p.data} />)
+        out.push(<PayloadPart key={key} data={p.data} />)
         break
       default:
         if (p.type === 'dynamic-tool' || p.type.startsWith('tool-')) {

@@ -92,12 +92,44 @@ function Table({ rows, caption }: { rows: Obj[]; caption?: string }) {
   )
 }
 
-export function Payload({ data, label }: { data: unknown; label?: string }) {
+/** Card shows an object whose values are plain (text, numbers, booleans, or short lists of them) as
+ * key/value rows. */
+function cardRows(v: unknown): [string, string][] | null {
+  if (!isObject(v)) return null
+  const entries = Object.entries(v)
+  if (entries.length === 0 || entries.length > 50) return null
+  const plain = (x: unknown) => x === null || ['string', 'number', 'boolean'].includes(typeof x)
+  if (!entries.every(([, x]) => plain(x) || (Array.isArray(x) && x.length <= 20 && x.every(plain)))) return null
+  return entries.map(([k, x]) => [k, Array.isArray(x) ? x.map(cell).join(', ') : cell(x)])
+}
+
+function Card({ rows }: { rows: [string, string][] }) {
+  return (
+    <dl className="payload-card" data-testid="payload-card">
+      {rows.map(([k, v]) => (
+        <div key={k} className="payload-card-row">
+          <dt>{k}</dt>
+          <dd>{v}</dd>
+        </div>
+      ))}
+    </dl>
+  )
+}
+
+/** Payload renders structured data: a table for an array of objects, a key/value card for an object,
+ * JSON otherwise. */
+export function Payload({ data, label, title }: { data: unknown; label?: string; title?: string }) {
   const table = tableOf(data)
+  const card = table ? null : cardRows(data)
   return (
     <div className="payload" data-testid="payload">
       {label ? <div className="section-label">{label}</div> : null}
-      {table ? <Table rows={table.rows} caption={table.caption} /> : <pre className="json">{pretty(data)}</pre>}
+      {title ? (
+        <div className="payload-title" data-testid="payload-title">
+          {title}
+        </div>
+      ) : null}
+      {table ? <Table rows={table.rows} caption={table.caption} /> : card ? <Card rows={card} /> : <pre className="json">{pretty(data)}</pre>}
     </div>
   )
 }

@@ -1,5 +1,8 @@
 package openai
 
+// The reference encoding: the Chat Completions request as wire structs for encoding/json, which
+// appendRequest must match byte for byte (TestEncodeMatchesJSON).
+
 import (
 	"encoding/base64"
 	"encoding/json"
@@ -8,10 +11,7 @@ import (
 	"chatd/internal/llm"
 )
 
-var (
-	emptyObject     = json.RawMessage("{}")
-	emptyParameters = json.RawMessage(`{"type":"object","properties":{}}`)
-)
+var emptyObject = json.RawMessage("{}")
 
 // newChatRequest translates req into the Chat Completions shape.
 func (c *Client) newChatRequest(req *llm.Request) (*chatRequest, error) {
@@ -57,21 +57,6 @@ func (c *Client) newChatRequest(req *llm.Request) (*chatRequest, error) {
 		out.ToolChoice = string(req.ToolChoice)
 	}
 	return out, nil
-}
-
-// effort is the reasoning_effort of r: its Effort, or one derived from its budget.
-func effort(r *llm.Reasoning) string {
-	switch {
-	case r.Effort != "":
-		return r.Effort
-	case r.BudgetTokens == 0:
-		return ""
-	case r.BudgetTokens < 2048:
-		return "low"
-	case r.BudgetTokens < 8192:
-		return "medium"
-	}
-	return "high"
 }
 
 func convertMessage(m *llm.Message) (wireMessage, error) {
@@ -129,4 +114,63 @@ func userContent(parts []llm.Part) (any, error) {
 		}
 	}
 	return wire, nil
+}
+
+type chatRequest struct {
+	Model               string         `json:"model"`
+	Messages            []wireMessage  `json:"messages"`
+	Tools               []wireTool     `json:"tools,omitempty"`
+	ToolChoice          string         `json:"tool_choice,omitempty"`
+	Temperature         *float64       `json:"temperature,omitempty"`
+	MaxTokens           int            `json:"max_tokens,omitempty"`
+	MaxCompletionTokens int            `json:"max_completion_tokens,omitempty"`
+	ReasoningEffort     string         `json:"reasoning_effort,omitempty"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// wireMessage is one message. Content is a string, a []wirePart, or nil for null (an assistant message
+// that only calls tools): encoded as they are, not as a json.RawMessage, which encoding/json would
+// validate and copy again.
+type wireMessage struct {
+	Role       string         `json:"role"`
+	Content    any            `json:"content"`
+	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+type wirePart struct {
+	Type     string    `json:"type"`
+	Text     string    `json:"text,omitempty"`
+	ImageURL *imageURL `json:"image_url,omitempty"`
+}
+
+type imageURL struct {
+	URL string `json:"url"`
+}
+
+type wireToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+type wireFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"` // a JSON text, as a string
+}
+
+type wireTool struct {
+	Type     string      `json:"type"`
+	Function wireToolDef `json:"function"`
+}
+
+type wireToolDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
 }
