@@ -119,7 +119,8 @@ type Options struct {
 	// SweepInterval is how often, on a store several instances share (lease.go), this one looks for
 	// runs whose owner's lease ended (default DefaultSweepInterval).
 	SweepInterval time.Duration
-	// Metrics count runs, model and tool calls, tokens, the event log's writes; nil counts nothing.
+	// Metrics count runs, model and tool calls, tokens, the event log's writes; nil counts nothing. One
+	// service per Metrics: the service registers its gauges of live runs on it.
 	Metrics *metrics.Metrics
 	// Tracing traces runs, model and tool calls; nil traces nothing.
 	Tracing *tracing.Tracing

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/subtle"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 
 	"chatd/internal/metrics"
 	"chatd/internal/tracing"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // statusWriter remembers the status of a response, for the request's metrics and span, and which route
@@ -46,8 +49,10 @@ func (s *server) observe(next http.Handler) http.Handler {
 	api, other := s.Metrics.Route(apiRoot), s.Metrics.Route("/")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t0 := time.Now()
-		ctx, span := s.Tracing.HTTP(r)
-		if ctx != r.Context() {
+		span := noSpan
+		if s.Tracing != nil && !probe(r.URL.Path) {
+			var ctx context.Context
+			ctx, span = s.Tracing.HTTP(r)
 			r = r.WithContext(ctx)
 		}
 		sw := &statusWriter{ResponseWriter: w}
@@ -66,6 +71,15 @@ func (s *server) observe(next http.Handler) http.Handler {
 		route.Observe(status, time.Since(t0))
 		tracing.EndHTTP(span, status)
 	})
+}
+
+// noSpan is the span of a request that is not traced: it records nothing.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// probe reports the paths of probes and scrapes, which are counted but not traced: every few seconds
+// each, they would bury the traces of chats.
+func probe(path string) bool {
+	return path == "/healthz" || path == "/readyz" || path == "/metrics"
 }
 
 // routed marks a request as served by the route of pattern: its metrics and its span's name.
