@@ -60,7 +60,9 @@ type Models interface {
 
 // Agent is a named profile: model, prompt, tools and limits. The zero value is a useful default agent.
 type Agent struct {
-	Model string
+	// Description says what the agent is for, for the people who pick one (GET /v1/agents).
+	Description string
+	Model       string
 	// Fallbacks are provider/model names tried in order when the model fails before any output.
 	Fallbacks    []string
 	SystemPrompt string

@@ -283,7 +283,8 @@ type Context struct {
 
 // fileAgent is a named profile as the config file writes it; agent converts it.
 type fileAgent struct {
-	Model string `yaml:"model"`
+	Description string `yaml:"description"`
+	Model       string `yaml:"model"`
 	// Fallbacks are provider/model names tried in order when the model fails before any output.
 	Fallbacks     []string `yaml:"fallbacks"`
 	SystemPrompt  string   `yaml:"system_prompt"`
@@ -313,7 +314,7 @@ type fileReasoning struct {
 // agent is the one place the file's agent becomes chat's: TestAgentConversion fails when a field of
 // either is left out.
 func (a fileAgent) agent() chat.Agent {
-	out := chat.Agent{Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
+	out := chat.Agent{Description: a.Description, Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
 		Scopes: a.ToolScopes, MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens,
 		Instructions: a.Instructions, Guidelines: a.Guidelines, ToolHistoryRounds: a.ToolHistoryRounds,
 		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt}

@@ -7,6 +7,7 @@ import (
 	"chatd/internal/chat"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
+	"chatd/internal/tool"
 )
 
 // The API's JSON shapes of sessions, runs, cancels, diagnostics and MCP servers, each with the one
@@ -100,4 +101,33 @@ type MCPServer struct {
 	Attempts    int        `json:"attempts"`
 	PID         int        `json:"pid,omitempty"`
 	Protocol    string     `json:"protocol_version,omitempty"`
+}
+
+// agentJSON is one agent of GET /v1/agents.
+type agentJSON struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Model       string `json:"model"`
+	// Tools are names and server__* patterns as configured; null allows every tool not bound to a scope.
+	Tools         []string        `json:"tools"`
+	PayloadTypes  []string        `json:"payload_types"`
+	ContextScopes *tool.Scopes    `json:"context_scopes"`
+	Limits        agentLimitsJSON `json:"limits"`
+}
+
+type agentLimitsJSON struct {
+	MaxIterations     int      `json:"max_iterations"`
+	MaxTokens         int      `json:"max_tokens,omitempty"`
+	Temperature       *float64 `json:"temperature,omitempty"`
+	ToolHistoryRounds int      `json:"tool_history_rounds"`
+	ContextWindow     int      `json:"context_window,omitempty"`
+	CompactAt         float64  `json:"compact_at"`
+}
+
+func agentOf(a *chat.AgentInfo) agentJSON {
+	l := a.Limits
+	return agentJSON{Name: a.Name, Description: a.Description, Model: a.Model, Tools: a.Tools,
+		PayloadTypes: a.PayloadTypes, ContextScopes: a.Scopes,
+		Limits: agentLimitsJSON{MaxIterations: l.MaxIterations, MaxTokens: l.MaxTokens, Temperature: l.Temperature,
+			ToolHistoryRounds: l.ToolHistoryRounds, ContextWindow: l.ContextWindow, CompactAt: l.CompactAt}}
 }

@@ -1,7 +1,7 @@
 // The app: routes (`/` a new chat, `/c/<id>` a session), the sessions sidebar, the model and tool
 // choices, and the theme.
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react'
-import { api, errorText, newChatId, type Model, type Session, type Tool, type Whoami } from './api'
+import { api, errorText, newChatId, type Agent, type Model, type Session, type Tool, type Whoami } from './api'
 import { ChatView } from './components/ChatView'
 import { MenuIcon, PlusIcon } from './components/icons'
 import { Sidebar } from './components/Sidebar'
@@ -40,6 +40,7 @@ function write(key: string, value: string) {
 type Theme = 'light' | 'dark'
 const themeKey = 'chatd.theme'
 const modelKey = 'chatd.model'
+const agentKey = 'chatd.agent'
 
 function useTheme(): [Theme, () => void] {
   const media = useMemo(() => window.matchMedia('(prefers-color-scheme: dark)'), [])
@@ -189,9 +190,37 @@ export function App({ who, onSignOut }: Props) {
     [models, defaultModel],
   )
 
-  // Tools of the session's agent (the default agent for a new chat); unchecked ones are remembered by name.
+  // Agents the caller may use (GET /v1/agents): a new chat starts with the one picked (remembered in the
+  // browser); a session keeps the agent it started with.
+  const [agents, setAgents] = useState<Agent[]>([])
+  const [newAgent, setNewAgent] = useState('')
+  useEffect(() => {
+    api.agents().then(
+      (r) => {
+        const list = Array.isArray(r.agents) ? r.agents : []
+        setAgents(list)
+        const stored = read(agentKey)
+        const pick = list.find((a) => a.name === stored) ?? list.find((a) => a.name === 'default') ?? list[0]
+        setNewAgent(pick?.name ?? '')
+      },
+      () => setAgents([]),
+    )
+  }, [])
+  const onAgent = useCallback(
+    (name: string) => {
+      setNewAgent(name)
+      write(agentKey, name)
+      // The agent's own model, unless the user picks another: the model picker's choice overrides it.
+      const m = agents.find((a) => a.name === name)?.model
+      if (m) onModel(m)
+    },
+    [agents, onModel],
+  )
+
+  // Tools of the session's agent (the picked agent for a new chat); unchecked ones are remembered by name.
   const current = sessions?.find((s) => s.id === route.id)
-  const agent = current?.agent && current.agent !== 'default' ? current.agent : ''
+  const sessionAgent = current?.agent ?? (route.fresh ? newAgent : '')
+  const agent = sessionAgent && sessionAgent !== 'default' ? sessionAgent : ''
   const [tools, setTools] = useState<Tool[] | null>(null)
   const [disabledTools, setDisabledTools] = useState<Set<string>>(() => new Set())
   useEffect(() => {
@@ -279,6 +308,9 @@ export function App({ who, onSignOut }: Props) {
           onActivity={refresh}
           onTitle={onTitle}
           model={model}
+          agent={route.fresh ? newAgent : ''}
+          agents={route.fresh ? agents : []}
+          onAgent={onAgent}
           selectedTools={selectedTools}
           models={modelList}
           onModel={onModel}

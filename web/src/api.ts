@@ -51,6 +51,14 @@ export type Tool = {
   read_only?: boolean
 }
 
+/** An agent the caller may use (GET /v1/agents): a session belongs to the agent it started with. */
+export type Agent = {
+  name: string
+  description?: string
+  model?: string
+  tools?: string[] | null
+}
+
 export type StoredChat = {
   id: string
   title: string
@@ -199,6 +207,7 @@ export const api = {
   renameSession: (id: string, title: string) => request<Session>('PATCH', `/v1/sessions/${enc(id)}`, { title }),
   deleteSession: (id: string) => request<void>('DELETE', `/v1/sessions/${enc(id)}`),
   models: () => request<ModelList>('GET', '/v1/models'),
+  agents: () => request<{ agents: Agent[] | null }>('GET', '/v1/agents'),
   tools: (agent?: string) =>
     request<{ tools: Tool[] | null }>('GET', `/v1/tools${agent ? `?agent=${enc(agent)}` : ''}`),
   chat: (id: string, signal?: AbortSignal) => request<StoredChat>('GET', `/v1/ui/chat/${enc(id)}`, undefined, signal),
