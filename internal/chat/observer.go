@@ -48,6 +48,9 @@ type observer struct {
 	// a sender with no token or spend budget needs none of them counted before.
 	pending []store.UsageEntry
 	held    []string // status messages the loop sent before the gate, sent once it passes
+	// completed, when set, is called with the answer of a run that completed, once its end is stored
+	// and its readers have it (the session's title is made from the first one).
+	completed func(answer string)
 }
 
 var (
@@ -58,7 +61,7 @@ var (
 // runStore is what a run writes to the store as it goes and when it ends.
 type runStore interface {
 	recordStore
-	AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry) error
+	AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry, calls []store.ModelCall) error
 	AddUsage(ctx context.Context, user string, u store.UsageEntry) error
 	UsageSince(ctx context.Context, user, keyID string, since time.Time) (tokens, costNanoUSD int64, err error)
 	CloseCalls(ctx context.Context, user, runID, reason string) ([]store.Record, error)
@@ -227,7 +230,7 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 	for _, c := range t.ToolCalls {
 		rec.ToolCalls = append(rec.ToolCalls, store.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}
-	if err := o.store.AppendTurn(ctx, o.p.user, rec, o.pending); err != nil {
+	if err := o.store.AppendTurn(ctx, o.p.user, rec, o.pending, nil); err != nil {
 		return err
 	}
 	o.pending = nil
@@ -363,6 +366,9 @@ func (o *observer) finish(res agent.Result) {
 	run.end(last, stored, out)
 	run.flushMu.Unlock()
 	o.retire(run)
+	if o.completed != nil && stored && out.Status == store.RunCompleted && o.last != nil {
+		o.completed(o.last.Content)
+	}
 }
 
 // storePending stores the usage of model calls whose turn was not stored (the call failed, or storing
