@@ -81,6 +81,9 @@ type Agent struct {
 	ToolHistoryRounds int
 	ContextWindow     int // tokens; 0: configured or known for the model
 	CompactAt         float64
+	// TitleModel titles a session from its first exchange: provider/model, TitleNone, or "" for
+	// Options.TitleModel.
+	TitleModel string
 }
 
 // Options configure a Service.
@@ -113,6 +116,10 @@ type Options struct {
 	// SweepInterval is how often, on a store several instances share (lease.go), this one looks for
 	// runs whose owner's lease ended (default DefaultSweepInterval).
 	SweepInterval time.Duration
+	// TitleModel is the model that titles a session after its first answer, for agents that name
+	// none: provider/model, TitleNone to keep the title cut from the first message, or "" for the
+	// session's own model.
+	TitleModel string
 }
 
 // Price is what a model costs, in US dollars per million tokens. A cache price of 0 is the input price.

@@ -199,7 +199,7 @@ func TestStreamOfOnlyDoneFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := chat.New(chat.Options{Store: openStore(t, ""), Models: oneModel{client}, DefaultModel: "x/m",
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: openStore(t, ""), Models: oneModel{client}, DefaultModel: "x/m",
 		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond})
 	t.Cleanup(func() { svc.Close(t.Context()) })
 	st, err := svc.Start(t.Context(), user, chat.Request{Message: "hi"}, chat.StartOptions{})
@@ -397,7 +397,7 @@ func TestUnstoredEndIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := &failFinish{Store: openStore(t, dbPath(t))}
-	svc := chat.New(chat.Options{Store: st, Models: oneModel{client}, DefaultModel: "x/m",
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: st, Models: oneModel{client}, DefaultModel: "x/m",
 		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)

@@ -45,6 +45,9 @@ type plan struct {
 	// contextBytes is the size of the request's context as JSON.
 	contextBytes int
 	account      Account
+	// hadTitle says the run's session had a title before the run: one the user gave it, which a
+	// generated title never replaces.
+	hadTitle bool
 }
 
 // sessionID is the id of the plan's session, existing or to be created.
@@ -288,6 +291,7 @@ func (s *Service) plan(ctx context.Context, user string, req Request, acct Accou
 			return nil, err
 		default:
 			p.session = sess
+			p.hadTitle = sess.Title != ""
 		}
 	} else {
 		p.newSession = &store.Session{ID: newID()}
@@ -624,6 +628,9 @@ func title(msg string) string {
 func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []store.Record, obs *observer) {
 	system := systemPrompt(p, records)
 	obs.conv = s.newConversation(p, run, records, system, obs)
+	if job := s.titleFor(p, run, records); job != nil {
+		obs.completed = func(answer string) { s.startTitle(job, answer) }
+	}
 	cfg := agent.Config{
 		Models:        append([]agent.Model{{Provider: p.provider, Name: p.upstream, ProviderName: p.provName}}, p.fallbacks...),
 		Reasoning:     p.agent.Reasoning,

@@ -58,9 +58,13 @@ type Config struct {
 	LeaseTTL      time.Duration
 	SweepInterval time.Duration
 	Model         string // the default model, provider/model
-	File          string // the YAML file read, if any
-	LogLevel      slog.Level
-	ToolTimeout   time.Duration
+	// TitleModel titles a session after its first answer (CHATD_TITLE_MODEL or title_model):
+	// provider/model, "none" to keep the title cut from the first message, or "" for the session's own
+	// model.
+	TitleModel  string
+	File        string // the YAML file read, if any
+	LogLevel    slog.Level
+	ToolTimeout time.Duration
 	// DrainTimeout is how long SIGTERM lets running runs finish before cancelling them (default 20s).
 	DrainTimeout time.Duration
 	AllowedHosts []string // Host header values accepted besides loopback names (behind a reverse proxy)
@@ -303,6 +307,8 @@ type fileAgent struct {
 	CompactAt         float64 `yaml:"compact_at"`
 	// ToolScopes bind tools to the request context's page, tab and subtab; absent: the top-level ones.
 	ToolScopes *tool.Scopes `yaml:"tool_scopes"`
+	// TitleModel titles the agent's sessions; absent: the top-level title_model.
+	TitleModel string `yaml:"title_model"`
 }
 
 // fileReasoning is an agent's thinking setting.
@@ -317,7 +323,7 @@ func (a fileAgent) agent() chat.Agent {
 	out := chat.Agent{Description: a.Description, Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
 		Scopes: a.ToolScopes, MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens,
 		Instructions: a.Instructions, Guidelines: a.Guidelines, ToolHistoryRounds: a.ToolHistoryRounds,
-		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt}
+		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, TitleModel: a.TitleModel}
 	if r := a.Reasoning; r != nil {
 		out.Reasoning = &llm.Reasoning{Effort: r.Effort, BudgetTokens: r.BudgetTokens}
 	}
@@ -343,6 +349,7 @@ type file struct {
 	LeaseTTL     time.Duration           `yaml:"lease_ttl"`
 	SweepEvery   time.Duration           `yaml:"sweep_interval"`
 	Model        string                  `yaml:"model"`
+	TitleModel   string                  `yaml:"title_model"`
 	LogLevel     string                  `yaml:"log_level"`
 	ToolTimeout  time.Duration           `yaml:"tool_timeout"`
 	DrainTimeout time.Duration           `yaml:"drain_timeout"`
@@ -457,6 +464,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		return nil, err
 	}
 	c.Model = cmp.Or(*model, getenv("CHATD_MODEL"), f.Model, c.defaultModel())
+	c.TitleModel = cmp.Or(getenv("CHATD_TITLE_MODEL"), f.TitleModel)
 	if err := c.accounts(&f); err != nil {
 		return nil, err
 	}
@@ -718,7 +726,13 @@ func (c *Config) Validate() error {
 	if err := c.Limits.check(); err != nil {
 		return err
 	}
+	if err := checkTitleModel(c.TitleModel); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	for name, a := range c.Agents {
+		if err := checkTitleModel(a.TitleModel); err != nil {
+			return fmt.Errorf("config: agent %q: %w", name, err)
+		}
 		for _, p := range a.Tools {
 			if err := tool.CheckPattern(p); err != nil {
 				return fmt.Errorf("config: agent %q: tools: %w", name, err)
@@ -740,6 +754,14 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// checkTitleModel checks a title_model: provider/model, none, or empty.
+func checkTitleModel(m string) error {
+	if m == "" || m == "none" || strings.Contains(strings.Trim(m, "/"), "/") {
+		return nil
+	}
+	return fmt.Errorf("title_model %q: name a model as provider/model, or none to keep the title cut from the first message", m)
 }
 
 func isLoopback(host string) bool {

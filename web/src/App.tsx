@@ -138,6 +138,30 @@ export function App({ who, onSignOut }: Props) {
     )
   }, [cursor])
 
+  // A new chat's title: chatd titles a session from its first exchange after the answer has ended, with a
+  // model call of its own (title_model), so the list is asked again a few times, backing off, until the
+  // title changes (or ~20 s have passed: titling is off, failed, or the user renamed the chat first).
+  const titleWatch = useRef(0)
+  useEffect(() => () => window.clearTimeout(titleWatch.current), [])
+  const watchTitle = useCallback((id: string) => {
+    window.clearTimeout(titleWatch.current)
+    const delays = [500, 1000, 2000, 3000, 5000, 8000]
+    let seen: string | undefined
+    let i = 0
+    const tick = () => {
+      api.session(id).then(
+        (s) => {
+          seen ??= s.title
+          setSessions((cur) => cur?.map((x) => (x.id === id ? { ...x, title: s.title } : x)) ?? cur)
+          if (s.title !== seen) return
+          if (++i < delays.length) titleWatch.current = window.setTimeout(tick, delays[i])
+        },
+        () => undefined,
+      )
+    }
+    titleWatch.current = window.setTimeout(tick, delays[0])
+  }, [])
+
   const onRename = useCallback((id: string, title: string) => {
     setSessions((cur) => cur?.map((s) => (s.id === id ? { ...s, title } : s)) ?? cur)
     setActionError('')
@@ -306,6 +330,7 @@ export function App({ who, onSignOut }: Props) {
           fresh={route.fresh}
           onStarted={onStarted}
           onActivity={refresh}
+          onFirstAnswer={watchTitle}
           onTitle={onTitle}
           model={model}
           agent={route.fresh ? newAgent : ''}

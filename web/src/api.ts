@@ -204,6 +204,7 @@ export const api = {
       'GET',
       `/v1/sessions?limit=${limit}${cursor ? `&cursor=${enc(cursor)}` : ''}`,
     ),
+  session: (id: string) => request<Session>('GET', `/v1/sessions/${enc(id)}`),
   renameSession: (id: string, title: string) => request<Session>('PATCH', `/v1/sessions/${enc(id)}`, { title }),
   deleteSession: (id: string) => request<void>('DELETE', `/v1/sessions/${enc(id)}`),
   models: () => request<ModelList>('GET', '/v1/models'),

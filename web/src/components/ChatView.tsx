@@ -32,6 +32,8 @@ type Props = ChatSettings & {
   onStarted: (id: string) => void
   /** a run started or ended: the session list may have changed */
   onActivity: () => void
+  /** the first answer of a chat made here has ended: chatd titles the session from it */
+  onFirstAnswer: (id: string) => void
   onTitle: (title: string) => void
 }
 
@@ -114,6 +116,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
   settings.current = props
   const runId = useRef('')
   const started = useRef(!fresh)
+  const firstAnswer = useRef(fresh)
   // The agent the chat started with, sent with each of its messages (a session keeps its agent).
   const agent = useRef('')
 
@@ -168,8 +171,12 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
         if (id) setProgress((p) => ({ ...p, [id]: part.data as ToolProgress }))
       }
     },
-    onFinish: () => {
+    onFinish: ({ isError }) => {
       settings.current.onActivity()
+      if (firstAnswer.current && !isError) {
+        firstAnswer.current = false
+        settings.current.onFirstAnswer(chatId)
+      }
     },
   })
 
