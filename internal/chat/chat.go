@@ -155,7 +155,9 @@ type Limits struct {
 	// and its deltas are no longer kept. Providers stream a delta for a token or so, and a run may
 	// think and write hundreds of thousands of tokens over its rounds; the byte limits bound the rest.
 	RunEvents int
-	// DiagnosticsBytes bounds the memory the kept diagnostics hold together (default 32 MiB).
+	// DiagnosticsBytes bounds what one run stores for its diagnostics (default 8 MiB): its model calls'
+	// compressed requests, system prompts and answers. A call's request over a quarter of it, or past
+	// what the run has left, is not stored, and its diagnostics say so.
 	DiagnosticsBytes int
 	// QueuedRuns bounds the runs queued behind a session's running run (default 32): one more is
 	// refused with queue_full.
@@ -175,7 +177,7 @@ const (
 	DefaultAttachmentBytes  = 10 << 20
 	DefaultRunTime          = 15 * time.Minute
 	DefaultRunEvents        = 500_000
-	DefaultDiagnosticsBytes = 32 << 20
+	DefaultDiagnosticsBytes = 8 << 20
 	DefaultQueuedRuns       = 32
 )
 
@@ -207,7 +209,6 @@ type Service struct {
 	closing bool
 
 	queues *sessionQueues // the runs waiting for their session's running run
-	diag   *diagnostics   // the latest request of recent runs
 	est    *estimator     // token estimates, kept between runs
 	hist   *histories     // records, kept between runs
 	// interrupters serializes the sends that interrupt a session's run.
@@ -238,7 +239,7 @@ func New(opts Options) *Service {
 	}
 	opts.Agents = agents
 	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
-		diag: newDiagnostics(opts.Limits.DiagnosticsBytes, opts.Logger), est: newEstimator(),
+		est:  newEstimator(),
 		hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0)))}
 	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {

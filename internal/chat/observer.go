@@ -48,6 +48,8 @@ type observer struct {
 	// a sender with no token or spend budget needs none of them counted before.
 	pending []store.UsageEntry
 	held    []string // status messages the loop sent before the gate, sent once it passes
+	// unstored are the diagnostics of calls whose turn could not be stored: they go with the run's end.
+	unstored []store.ModelCall
 	// completed, when set, is called with the answer of a run that completed, once its end is stored
 	// and its readers have it (the session's title is made from the first one).
 	completed func(answer string)
@@ -230,7 +232,9 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 	for _, c := range t.ToolCalls {
 		rec.ToolCalls = append(rec.ToolCalls, store.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}
-	if err := o.store.AppendTurn(ctx, o.p.user, rec, o.pending, nil); err != nil {
+	calls := o.run.calls.take(outputOf(t))
+	if err := o.store.AppendTurn(ctx, o.p.user, rec, o.pending, calls); err != nil {
+		o.unstored = append(o.unstored, calls...)
 		return err
 	}
 	o.pending = nil
@@ -321,7 +325,8 @@ func (o *observer) finish(res agent.Result) {
 	if out.ToolHistory == nil {
 		out.ToolHistory = []runevent.ToolHistory{}
 	}
-	end := store.RunEnd{Status: out.Status, FinishReason: out.FinishReason, Usage: out.Usage, Reason: closeReason(res.Status)}
+	end := store.RunEnd{Status: out.Status, FinishReason: out.FinishReason, Usage: out.Usage, Reason: closeReason(res.Status),
+		Calls: append(o.unstored, o.run.calls.take(nil)...)}
 	if res.Err != nil {
 		out.Error = errorInfo(res.Err)
 		end.Error = out.Error.Message

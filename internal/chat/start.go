@@ -482,6 +482,7 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 func (s *Service) newRun(id, user string, p *plan) *Run {
 	run := newRun(id, user, p, s.events)
 	run.maxEvents = int64(s.opts.Limits.RunEvents)
+	run.calls = newCallLog(run, p, s.opts.Limits.DiagnosticsBytes, s.log)
 	return run
 }
 
@@ -645,7 +646,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		Context:       obs.conv,
 		Cache:         true,
 		Logger:        s.log.With("run", run.ID),
-		Sending:       s.diag.sending(s.diag.track(run, p, system)),
+		Sending:       run.calls.sending,
 	}
 	defer func() {
 		// A bug must cost one run, not the process and every other run with it; the run still ends,

@@ -240,7 +240,7 @@ type Limits struct {
 	RunTime           time.Duration `yaml:"run_time"`           // a run's wall time (15m)
 	IdleTime          time.Duration `yaml:"idle_time"`          // between two events of a model stream (5m)
 	RunEvents         int           `yaml:"run_events"`         // events of one run (500000)
-	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // memory kept for diagnostics (32 MiB)
+	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // what one run stores for its diagnostics (8 MiB)
 	QueuedRuns        int           `yaml:"queued_runs"`        // runs queued behind a session's running one (32)
 	HistoryBytes      int           `yaml:"history_bytes"`      // records kept in memory between runs (256 MiB; negative: none)
 }

@@ -64,7 +64,7 @@ func cancelOf(c *chat.CancelResult) cancelJSON {
 	return cancelJSON{RunID: c.RunID, Status: c.Status, AlreadyEnded: c.AlreadyEnded, Message: c.Message}
 }
 
-// diagnosticsJSON answers GET /v1/runs/{id}/diagnostics.
+// diagnosticsJSON answers GET /v1/runs/{id}/diagnostics: one model call of the run, and its calls.
 type diagnosticsJSON struct {
 	RunID          string          `json:"run_id"`
 	SessionID      string          `json:"session_id"`
@@ -77,15 +77,34 @@ type diagnosticsJSON struct {
 	MaxIterations  int             `json:"max_iterations,omitempty"`
 	Context        map[string]any  `json:"context,omitempty"`
 	ModelCalls     int             `json:"model_calls"`
+	Call           int             `json:"call"`
 	Request        json.RawMessage `json:"request"`
 	RequestOmitted string          `json:"request_omitted,omitempty"`
+	Output         json.RawMessage `json:"output"`
+	Calls          []callJSON      `json:"calls"`
+}
+
+// callJSON is one model call of a run, listed in its diagnostics.
+type callJSON struct {
+	Call           int       `json:"call"`
+	Model          string    `json:"model"`
+	CreatedAt      time.Time `json:"created_at"`
+	RequestOmitted string    `json:"request_omitted,omitempty"`
+	Output         bool      `json:"output"`
 }
 
 func diagnosticsOf(d *chat.Diagnostics) diagnosticsJSON {
-	return diagnosticsJSON{RunID: d.RunID, SessionID: d.SessionID, Agent: d.Agent, Model: d.Model,
+	out := diagnosticsJSON{RunID: d.RunID, SessionID: d.SessionID, Agent: d.Agent, Model: d.Model,
 		SystemPrompt: d.SystemPrompt, Tools: d.Tools, Temperature: d.Temperature, MaxTokens: d.MaxTokens,
-		MaxIterations: d.MaxIterations, Context: d.Context, ModelCalls: d.ModelCalls, Request: d.Request,
-		RequestOmitted: d.RequestOmitted}
+		MaxIterations: d.MaxIterations, Context: d.Context, ModelCalls: d.ModelCalls, Call: d.Call, Request: d.Request,
+		RequestOmitted: d.RequestOmitted, Output: d.Output, Calls: make([]callJSON, len(d.Calls))}
+	if out.Tools == nil {
+		out.Tools = []string{}
+	}
+	for i, c := range d.Calls {
+		out.Calls[i] = callJSON{Call: c.N, Model: c.Model, CreatedAt: c.At, RequestOmitted: c.RequestOmitted, Output: c.Output}
+	}
+	return out
 }
 
 // MCPServer is one MCP server's state for GET /v1/mcp/servers. It holds no secret: LastError is

@@ -76,7 +76,14 @@ export type Diagnostics = {
   max_tokens?: number | null
   max_iterations?: number | null
   context?: unknown
+  model_calls?: number
+  /** the call shown (1 …) */
+  call?: number
   request?: unknown
+  request_omitted?: string
+  /** the model's raw answer of the turn the call ended */
+  output?: { text?: string; reasoning?: string; tool_calls?: unknown[]; finish_reason?: string; omitted?: string } | null
+  calls?: { call: number; model?: string; created_at?: string; request_omitted?: string; output?: boolean }[] | null
 }
 
 /** An error chatd answered, with its code and status. */
@@ -213,8 +220,8 @@ export const api = {
     request<{ tools: Tool[] | null }>('GET', `/v1/tools${agent ? `?agent=${enc(agent)}` : ''}`),
   chat: (id: string, signal?: AbortSignal) => request<StoredChat>('GET', `/v1/ui/chat/${enc(id)}`, undefined, signal),
   cancelRun: (runId: string) => request<unknown>('POST', `/v1/runs/${enc(runId)}/cancel`, {}),
-  diagnostics: (runId: string, signal?: AbortSignal) =>
-    request<Diagnostics>('GET', `/v1/runs/${enc(runId)}/diagnostics`, undefined, signal),
+  diagnostics: (runId: string, signal?: AbortSignal, call?: number) =>
+    request<Diagnostics>('GET', `/v1/runs/${enc(runId)}/diagnostics${call ? `?call=${call}` : ''}`, undefined, signal),
 }
 
 /** newChatId makes a chat id; crypto.randomUUID needs a secure context, which a reverse proxy over plain
