@@ -124,7 +124,9 @@ func (s *Service) title(ctx context.Context, job *titleJob, answer string) error
 			usage = ev.Usage
 		}
 	}
-	s.accountTitle(job, usage, text.Len())
+	// The title is stored before the call's usage: once the ledger has the call, the session has its
+	// title, or keeps the one it had.
+	defer s.accountTitle(job, usage, text.Len())
 	if streamErr != nil {
 		return streamErr
 	}
@@ -138,6 +140,8 @@ func (s *Service) title(ctx context.Context, job *titleJob, answer string) error
 	}
 	if set {
 		s.log.Info("titled the session", "session", job.sessionID, "model", job.model)
+	} else {
+		s.log.Info("the session's title was set by its user: kept", "session", job.sessionID)
 	}
 	return nil
 }
