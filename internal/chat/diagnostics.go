@@ -27,6 +27,14 @@ import (
 // what one run stores: a call's request larger than a quarter of it, or one past what the run has left,
 // is not stored, and the call says so.
 
+// gzipWriters are reused: a compressor's state is about a megabyte, which a model call would otherwise
+// allocate each time (BenchmarkCallLogTake, a 107 KB request: 1.4 MB and 4 ms a call without the pool,
+// 150 KB and 0.4-0.9 ms with it, on the 2-core machine with other tests running).
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
+	return zw
+}}
+
 // maxRequestRead bounds what a stored request may decompress to when it is read back: far beyond any
 // request a provider takes, so that a corrupted row cannot take the process's memory.
 const maxRequestRead = 256 << 20
@@ -203,9 +211,11 @@ func (l *callLog) compressed(c sentCall) ([]byte, string) {
 		return nil, "the request could not be encoded again: " + err.Error()
 	}
 	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	zw.Reset(&buf)
 	zw.Write(body)
 	zw.Close()
+	gzipWriters.Put(zw)
 	n := buf.Len()
 	switch {
 	case n > l.limit/4:

@@ -12,6 +12,7 @@ import (
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
+	"chatd/internal/llm/openai"
 )
 
 // bodyProvider shows a request's body as its system prompt and the text of its messages: a body of a
@@ -97,5 +98,29 @@ func TestCallLogBounds(t *testing.T) {
 	}
 	if l.take(nil) != nil && len(l.take(nil)) != 0 {
 		t.Error("taken calls are taken again")
+	}
+}
+
+// BenchmarkCallLogTake measures what a run pays per model call for its durable diagnostics: the
+// request encoded again by the OpenAI adapter and compressed, for a conversation of about 100 KB.
+func BenchmarkCallLogTake(b *testing.B) {
+	prov, err := openai.New(openai.Options{Name: "openai", BaseURL: "http://127.0.0.1:1/v1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &llm.Request{Model: "gpt-4o-mini", System: strings.Repeat("You are a helpful assistant. ", 40)}
+	for i := range 100 {
+		req.Messages = append(req.Messages, llm.TextMessage(llm.RoleUser, "Question "+strings.Repeat("about the weather ", 25)),
+			llm.TextMessage(llm.RoleAssistant, "Answer "+strings.Repeat("it is sunny and warm ", 25)+string(rune('a'+i%26))))
+	}
+	l := &callLog{runID: "r", sessionID: "s", limit: 8 << 20, log: slog.New(slog.DiscardHandler)}
+	m := agent.Model{Provider: prov, Name: "gpt-4o-mini", ProviderName: "openai"}
+	body, _ := prov.Encode(req)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		l.sending(m, req)
+		l.take(&callOutput{Text: "It is sunny."})
+		l.used = 0
 	}
 }
