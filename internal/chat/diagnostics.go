@@ -86,20 +86,28 @@ type callSettings struct {
 	Context map[string]any `json:"context,omitempty"`
 }
 
-// callOutput is a model's raw answer of one turn, as a call stores it.
+// callOutput is a model's raw answer of one turn, as a call stores it: its text as the model wrote it
+// (continuations joined), before anything of chatd's reads it, and its tool calls as the loop put them
+// together (arguments repaired when double-encoded).
 type callOutput struct {
 	Text         string         `json:"text,omitempty"`
 	Reasoning    string         `json:"reasoning,omitempty"`
-	ToolCalls    []llm.ToolCall `json:"tool_calls,omitempty"`
+	ToolCalls    []callToolCall `json:"tool_calls,omitempty"`
 	FinishReason string         `json:"finish_reason,omitempty"`
 	Omitted      string         `json:"omitted,omitempty"`
+}
+
+type callToolCall struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
 }
 
 // outputOf is the raw answer of a turn of the agent loop.
 func outputOf(t *agent.Turn) *callOutput {
 	out := &callOutput{Text: t.Text, Reasoning: t.Reasoning, FinishReason: t.FinishReason}
 	for _, c := range t.ToolCalls {
-		out.ToolCalls = append(out.ToolCalls, llm.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+		out.ToolCalls = append(out.ToolCalls, callToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}
 	return out
 }

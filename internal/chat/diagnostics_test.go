@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -51,6 +52,9 @@ func TestDiagnosticsStored(t *testing.T) {
 		}
 		if err := json.Unmarshal(d.Output, &out); err != nil || out.Text != want.text {
 			t.Errorf("call %d: output %s", n+1, d.Output)
+		}
+		if n == 0 && !strings.Contains(string(d.Output), `"tool_calls":[{"id":"call_1","name":"current_time","arguments":{}}]`) {
+			t.Errorf("call 1: output %s, want its tool call", d.Output)
 		}
 		if d.Context["page"] != "clock" || d.SystemPrompt == "" || !cmp.Equal(d.Tools, []string{"current_time"}) || d.MaxIterations != 10 {
 			t.Errorf("call %d: context %v, tools %v, system %q, max_iterations %d", n+1, d.Context, d.Tools, d.SystemPrompt, d.MaxIterations)
