@@ -171,9 +171,9 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
         if (id) setProgress((p) => ({ ...p, [id]: part.data as ToolProgress }))
       }
     },
-    onFinish: ({ isError }) => {
+    onFinish: ({ isError, isAbort }) => {
       settings.current.onActivity()
-      if (firstAnswer.current && !isError) {
+      if (firstAnswer.current && !isError && !isAbort) {
         firstAnswer.current = false
         settings.current.onFirstAnswer(chatId)
       }
