@@ -110,18 +110,14 @@ func TestTitleFromFirstExchange(t *testing.T) {
 // checks it, not a read before); the run's end did not wait for the title call.
 func TestTitleKeepsUserTitle(t *testing.T) {
 	asked, release := make(chan struct{}, 1), make(chan struct{})
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
 	tt := &titler{title: llmtest.Turn{Text: "Generated"}, answer: "An answer.", hold: func() {
 		asked <- struct{}{}
 		<-release
 	}}
 	f := newFixture(t, setup{Respond: tt.respond, TitleModel: "x/m"})
+	t.Cleanup(open) // before the fixture's cleanups: a failed test must not leave the upstream held
 	st := f.send(t, chat.Request{Message: "A question"}, chat.StartOptions{})
 	select {
 	case <-asked:
@@ -136,7 +132,7 @@ func TestTitleKeepsUserTitle(t *testing.T) {
 	if _, err := f.db.UpdateSession(t.Context(), user, st.SessionID, store.SessionPatch{Title: &mine}); err != nil {
 		t.Fatal(err)
 	}
-	close(release)
+	open()
 	drain(t, f.svc)
 	if got := sessionTitle(t, f.db, st.SessionID); got != mine {
 		t.Errorf("title %q, want the user's %q", got, mine)
