@@ -49,6 +49,9 @@ type plan struct {
 	parser *answerParser
 	// actionArgs are, for a server action, its tool's arguments as checked.
 	actionArgs json.RawMessage
+	// hadTitle says the run's session had a title before the run: one the user gave it, which a
+	// generated title never replaces.
+	hadTitle bool
 }
 
 // sessionID is the id of the plan's session, existing or to be created.
@@ -295,6 +298,7 @@ func (s *Service) plan(ctx context.Context, user string, req Request, acct Accou
 			return nil, err
 		default:
 			p.session = sess
+			p.hadTitle = sess.Title != ""
 		}
 	} else {
 		p.newSession = &store.Session{ID: newID()}
@@ -491,6 +495,7 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 func (s *Service) newRun(id, user string, p *plan) *Run {
 	run := newRun(id, user, p, s.events)
 	run.maxEvents = int64(s.opts.Limits.RunEvents)
+	run.calls = newCallLog(run, p, s.opts.Limits.DiagnosticsBytes, s.log)
 	return run
 }
 
@@ -642,6 +647,9 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 	p.tools = p.tools.withPayloads(p.agent, p.req.SelectedTools, sessionPayloads(store.Current(records)))
 	system := systemPrompt(p, records)
 	obs.conv = s.newConversation(p, run, records, system, obs)
+	if job := s.titleFor(p, run, records); job != nil {
+		obs.completed = func(answer string) { s.startTitle(job, answer) }
+	}
 	cfg := agent.Config{
 		Models:        append([]agent.Model{{Provider: p.provider, Name: p.upstream, ProviderName: p.provName}}, p.fallbacks...),
 		Reasoning:     p.agent.Reasoning,
@@ -656,7 +664,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		Context:       obs.conv,
 		Cache:         true,
 		Logger:        s.log.With("run", run.ID),
-		Sending:       s.diag.sending(s.diag.track(run, p, system)),
+		Sending:       run.calls.sending,
 	}
 	defer func() {
 		// A bug must cost one run, not the process and every other run with it; the run still ends,

@@ -59,9 +59,13 @@ type Config struct {
 	LeaseTTL      time.Duration
 	SweepInterval time.Duration
 	Model         string // the default model, provider/model
-	File          string // the YAML file read, if any
-	LogLevel      slog.Level
-	ToolTimeout   time.Duration
+	// TitleModel titles a session after its first answer (CHATD_TITLE_MODEL or title_model):
+	// provider/model, "none" to keep the title cut from the first message, or "" for the session's own
+	// model.
+	TitleModel  string
+	File        string // the YAML file read, if any
+	LogLevel    slog.Level
+	ToolTimeout time.Duration
 	// DrainTimeout is how long SIGTERM lets running runs finish before cancelling them (default 20s).
 	DrainTimeout time.Duration
 	AllowedHosts []string // Host header values accepted besides loopback names (behind a reverse proxy)
@@ -237,7 +241,7 @@ type Limits struct {
 	RunTime           time.Duration `yaml:"run_time"`           // a run's wall time (15m)
 	IdleTime          time.Duration `yaml:"idle_time"`          // between two events of a model stream (5m)
 	RunEvents         int           `yaml:"run_events"`         // events of one run (500000)
-	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // memory kept for diagnostics (32 MiB)
+	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // what one run stores for its diagnostics (8 MiB)
 	QueuedRuns        int           `yaml:"queued_runs"`        // runs queued behind a session's running one (32)
 	HistoryBytes      int           `yaml:"history_bytes"`      // records kept in memory between runs (256 MiB; negative: none)
 	MarkerBytes       int           `yaml:"marker_bytes"`       // one marked block of an answer (256 KiB)
@@ -285,7 +289,8 @@ type Context struct {
 
 // fileAgent is a named profile as the config file writes it; agent converts it.
 type fileAgent struct {
-	Model string `yaml:"model"`
+	Description string `yaml:"description"`
+	Model       string `yaml:"model"`
 	// Fallbacks are provider/model names tried in order when the model fails before any output.
 	Fallbacks     []string `yaml:"fallbacks"`
 	SystemPrompt  string   `yaml:"system_prompt"`
@@ -308,6 +313,8 @@ type fileAgent struct {
 	// tells the model about SUGGESTED_VALUES and SUGGESTED_ACTIONS.
 	Payloads    []filePayload `yaml:"payloads"`
 	Suggestions bool          `yaml:"suggestions"`
+	// TitleModel titles the agent's sessions; absent: the top-level title_model.
+	TitleModel string `yaml:"title_model"`
 }
 
 // filePayload is a payload type as the config file writes it.
@@ -343,10 +350,10 @@ type fileReasoning struct {
 // agent is the one place the file's agent becomes chat's: TestAgentConversion fails when a field of
 // either is left out.
 func (a fileAgent) agent() chat.Agent {
-	out := chat.Agent{Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
+	out := chat.Agent{Description: a.Description, Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
 		Scopes: a.ToolScopes, MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens,
 		Instructions: a.Instructions, Guidelines: a.Guidelines, ToolHistoryRounds: a.ToolHistoryRounds,
-		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Suggestions: a.Suggestions}
+		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Suggestions: a.Suggestions, TitleModel: a.TitleModel}
 	for _, p := range a.Payloads {
 		out.Payloads = append(out.Payloads, p.payloadType())
 	}
@@ -375,6 +382,7 @@ type file struct {
 	LeaseTTL     time.Duration           `yaml:"lease_ttl"`
 	SweepEvery   time.Duration           `yaml:"sweep_interval"`
 	Model        string                  `yaml:"model"`
+	TitleModel   string                  `yaml:"title_model"`
 	LogLevel     string                  `yaml:"log_level"`
 	ToolTimeout  time.Duration           `yaml:"tool_timeout"`
 	DrainTimeout time.Duration           `yaml:"drain_timeout"`
@@ -489,6 +497,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		return nil, err
 	}
 	c.Model = cmp.Or(*model, getenv("CHATD_MODEL"), f.Model, c.defaultModel())
+	c.TitleModel = cmp.Or(getenv("CHATD_TITLE_MODEL"), f.TitleModel)
 	if err := c.accounts(&f); err != nil {
 		return nil, err
 	}
@@ -750,7 +759,13 @@ func (c *Config) Validate() error {
 	if err := c.Limits.check(); err != nil {
 		return err
 	}
+	if err := checkTitleModel(c.TitleModel); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	for name, a := range c.Agents {
+		if err := checkTitleModel(a.TitleModel); err != nil {
+			return fmt.Errorf("config: agent %q: %w", name, err)
+		}
 		for _, p := range a.Tools {
 			if err := tool.CheckPattern(p); err != nil {
 				return fmt.Errorf("config: agent %q: tools: %w", name, err)
@@ -775,6 +790,14 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// checkTitleModel checks a title_model: provider/model, none, or empty.
+func checkTitleModel(m string) error {
+	if m == "" || m == "none" || strings.Contains(strings.Trim(m, "/"), "/") {
+		return nil
+	}
+	return fmt.Errorf("title_model %q: name a model as provider/model, or none to keep the title cut from the first message", m)
 }
 
 func isLoopback(host string) bool {

@@ -100,7 +100,7 @@ func benchmarkStream(b *testing.B, flush time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini", FlushInterval: flush})
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini", FlushInterval: flush})
 	defer svc.Close(b.Context())
 	h := httpapi.New(httpapi.Options{Chat: svc, Store: db})
 	w := &discard{h: http.Header{}}
@@ -125,7 +125,7 @@ func TestBenchmarkStreamsEveryChunk(t *testing.T) {
 	}
 	defer db.Close()
 	client, _ := openai.New(openai.Options{BaseURL: "http://upstream.invalid/v1", HTTPClient: &http.Client{Transport: upstream{n: 100}}})
-	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini"})
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini"})
 	defer svc.Close(t.Context())
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequestWithContext(t.Context(), "POST", "http://localhost/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))
