@@ -271,7 +271,9 @@ func startChatdAt(t testing.TB, name, bin, db, addr string, env ...string) *proc
 		dbArg = db
 	}
 	p.cmd = exec.Command(bin, "serve", "--addr", addr, "--db", dbArg)
-	p.cmd.Env = append(os.Environ(), env...)
+	// The tests script their model's answers run by run: a title call after a session's first answer
+	// would take one. The tests of titles name a title model (a later entry wins).
+	p.cmd.Env = append(append(os.Environ(), "CHATD_TITLE_MODEL=none"), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)

@@ -178,7 +178,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	defer mcps.Close()
 	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: cfg.Agents, Scopes: cfg.ToolScopes,
-		DefaultModel: cfg.Model, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
+		DefaultModel: cfg.Model, TitleModel: cfg.TitleModel, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
 			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows},
 		Limits: chatLimits(lim), Prices: cfg.Prices, SweepInterval: cfg.SweepInterval, Metrics: meters, Tracing: traces})
 	meters.MCP(mcpclient.States, mcpStates(mcps))

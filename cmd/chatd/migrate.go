@@ -16,9 +16,9 @@ import (
 const migrateUsage = `Usage:
   chatd migrate --from sqlite:PATH --to postgres://USER:PASSWORD@HOST/DB
 
-Copies every session, record (with its tool calls and attachments), run, run event, usage entry, API key
-and sign-in of a SQLite database into a PostgreSQL database, then checks the row counts and the pairing
-of tool calls and results on the PostgreSQL side. It can be run again: rows already copied are skipped,
+Copies every session, record (with its tool calls and attachments), run, run event, usage entry, API key,
+sign-in and model call (what runs' diagnostics show) of a SQLite database into a PostgreSQL database, then
+checks the row counts and the pairing of tool calls and results on the PostgreSQL side. It can be run again: rows already copied are skipped,
 and rows that change (a session's title, a run's status, a key's revocation) are brought up to date.
 Stop chatd first: a SQLite database a chatd runs on is refused.
 `

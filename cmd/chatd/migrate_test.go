@@ -47,7 +47,10 @@ func fillSQLite(t *testing.T, path string) {
 		RawContent: "calling\nSUGGESTED_VALUES: [\"a\"]\nSCHEMA_PROPOSAL: {\"t\":1}\n", SuggestedValues: json.RawMessage(`[{"label":"a","value":"a"}]`),
 		SuggestedActions: json.RawMessage(`[{"label":"Go","action":"slow","handler":"server"}]`),
 		Payloads:         []store.Payload{{ID: "pl_0123456789", Type: "schema_proposal", Summary: "s", Data: json.RawMessage(`{"t":1}`), Source: store.PayloadMarker}}}
-	must("AppendRecord assistant", db.AppendRecord(ctx, user, asst))
+	calls := []store.ModelCall{{RunID: run.ID, SessionID: run.SessionID, N: 1, Model: "fake/model", System: "You help.",
+		Tools: []string{"shot", "slow"}, Settings: json.RawMessage(`{"max_tokens":100}`), Request: []byte{0x1f, 0x8b, 1, 2},
+		Output: json.RawMessage(`{"text":"calling"}`)}}
+	must("AppendTurn assistant", db.AppendTurn(ctx, user, asst, nil, calls))
 	ok, ms := true, int64(12)
 	must("AppendRecord tool", db.AppendRecord(ctx, user, &store.Record{SessionID: run.SessionID, RunID: run.ID, Role: store.RoleTool,
 		ParentID: asst.ID, ToolCallID: "c1", Name: "shot", Content: "an image", Success: &ok, DurationMS: &ms,
@@ -62,8 +65,13 @@ func fillSQLite(t *testing.T, path string) {
 	must("CreateRun queued", db.CreateRun(ctx, user, queued, nil))
 	_, err = db.FinishRun(ctx, user, run.ID, store.RunEnd{Status: store.RunCancelled, FinishReason: "cancelled",
 		Usage: store.Usage{InputTokens: 3, OutputTokens: 4}, Reason: "cut",
+		Calls: []store.ModelCall{{RunID: run.ID, SessionID: run.SessionID, N: 2, Model: "fake/model", SameSystem: true,
+			RequestOmitted: "too large"}},
 		Events: []store.Event{{RunID: run.ID, Seq: 3, Type: "done", Data: []byte(`{"status":"cancelled"}`)}}})
 	must("FinishRun", err)
+	renamed := "renamed"
+	_, err = db.UpdateSession(ctx, user, run.SessionID, store.SessionPatch{Title: &renamed})
+	must("UpdateSession", err)
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
 	key := &store.APIKey{User: user, Name: "laptop", Prefix: "cd_abc", Hash: []byte("0123456789abcdef0123456789abcdef"),
 		Agents: []string{"default"}, Limits: store.Limits{TokensPerDay: 1000}, ExpiresAt: &exp}
@@ -81,6 +89,9 @@ type snapshot struct {
 	Keys     []store.APIKey
 	Sign     *store.AuthSession
 	Usage    []store.UsageTotal
+	Calls    [][]store.ModelCall
+	// Titled says whether a generated title would replace the session's: not after the rename.
+	Titled bool
 }
 
 func snap(t *testing.T, st store.Store) snapshot {
@@ -104,6 +115,14 @@ func snap(t *testing.T, st store.Store) snapshot {
 			t.Fatal(err)
 		}
 		s.Events = append(s.Events, ev)
+		calls, err := st.ModelCalls(ctx, "alice", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Calls = append(s.Calls, calls)
+	}
+	if s.Titled, err = st.TitleSession(ctx, "alice", s.Sessions[0].ID, "generated"); err != nil {
+		t.Fatal(err)
 	}
 	q, err := st.UnfinishedRuns(ctx)
 	if err != nil {
@@ -158,7 +177,7 @@ func TestMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCounts := map[string]int64{"sessions": 1, "records": 2, "tool_calls": 2, "tool_records": 2, "runs": 2,
-		"run_events": 3, "usage": 1, "api_keys": 1, "auth_sessions": 1}
+		"run_events": 3, "usage": 1, "api_keys": 1, "auth_sessions": 1, "model_calls": 2}
 	if diff := cmp.Diff(wantCounts, counts); diff != "" {
 		t.Errorf("row counts (-want +got):\n%s", diff)
 	}

@@ -196,10 +196,13 @@ type LimitError struct {
 
 func (e *LimitError) Error() string { return e.Message }
 
+// DefaultMaxIterations is the tool rounds a run has when its agent and request set none.
+const DefaultMaxIterations = 10
+
 func (c *Config) defaults() {
 	c.Limits.defaults()
 	if c.MaxIterations <= 0 {
-		c.MaxIterations = 10
+		c.MaxIterations = DefaultMaxIterations
 	}
 	if c.MaxContinuations == 0 {
 		c.MaxContinuations = 3

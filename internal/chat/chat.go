@@ -63,7 +63,9 @@ type Models interface {
 
 // Agent is a named profile: model, prompt, tools and limits. The zero value is a useful default agent.
 type Agent struct {
-	Model string
+	// Description says what the agent is for, for the people who pick one (GET /v1/agents).
+	Description string
+	Model       string
 	// Fallbacks are provider/model names tried in order when the model fails before any output.
 	Fallbacks    []string
 	SystemPrompt string
@@ -87,6 +89,9 @@ type Agent struct {
 	// parsed in every answer either way).
 	Payloads    []PayloadType
 	Suggestions bool
+	// TitleModel titles a session from its first exchange: provider/model, TitleNone, or "" for
+	// Options.TitleModel.
+	TitleModel string
 }
 
 // Options configure a Service.
@@ -124,6 +129,10 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Tracing traces runs, model and tool calls; nil traces nothing.
 	Tracing *tracing.Tracing
+	// TitleModel is the model that titles a session after its first answer, for agents that name
+	// none: provider/model, TitleNone to keep the title cut from the first message, or "" for the
+	// session's own model.
+	TitleModel string
 }
 
 // Price is what a model costs, in US dollars per million tokens. A cache price of 0 is the input price.
@@ -159,7 +168,9 @@ type Limits struct {
 	// and its deltas are no longer kept. Providers stream a delta for a token or so, and a run may
 	// think and write hundreds of thousands of tokens over its rounds; the byte limits bound the rest.
 	RunEvents int
-	// DiagnosticsBytes bounds the memory the kept diagnostics hold together (default 32 MiB).
+	// DiagnosticsBytes bounds what one run stores for its diagnostics (default 8 MiB): its model calls'
+	// compressed requests, system prompts and answers. A call's request over a quarter of it, or past
+	// what the run has left, is not stored, and its diagnostics say so.
 	DiagnosticsBytes int
 	// QueuedRuns bounds the runs queued behind a session's running run (default 32): one more is
 	// refused with queue_full.
@@ -182,7 +193,7 @@ const (
 	DefaultAttachmentBytes  = 10 << 20
 	DefaultRunTime          = 15 * time.Minute
 	DefaultRunEvents        = 500_000
-	DefaultDiagnosticsBytes = 32 << 20
+	DefaultDiagnosticsBytes = 8 << 20
 	DefaultQueuedRuns       = 32
 )
 
@@ -215,7 +226,6 @@ type Service struct {
 	closing bool
 
 	queues *sessionQueues // the runs waiting for their session's running run
-	diag   *diagnostics   // the latest request of recent runs
 	est    *estimator     // token estimates, kept between runs
 	hist   *histories     // records, kept between runs
 	// payloadTypes are each agent's payload types, their schemas compiled.
@@ -255,8 +265,7 @@ func New(opts Options) *Service {
 	}
 	opts.Agents = agents
 	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
-		diag: newDiagnostics(opts.Limits.DiagnosticsBytes, opts.Logger), est: newEstimator(),
-		hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0))), payloadTypes: payloadTypes}
+		est: newEstimator(), hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0))), payloadTypes: payloadTypes}
 	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)

@@ -69,7 +69,7 @@ func earlyService(t *testing.T, fail error) (*chat.Service, *heldCommit, chan st
 		t.Fatal(err)
 	}
 	db := &heldCommit{Store: openStore(t, ""), creating: make(chan struct{}, 1), release: make(chan struct{}), fail: fail}
-	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "x/m",
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "x/m",
 		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
@@ -191,7 +191,7 @@ func TestToolResultNotStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := openStore(t, "")
-	svc := chat.New(chat.Options{Store: failsToolResults{db}, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: failsToolResults{db}, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
 		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)

@@ -61,7 +61,7 @@ func TestHistoryReadsOnlyNewRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := &readsAfter{Store: openStore(t, "")}
-	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "x/m",
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "x/m",
 		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
@@ -162,7 +162,7 @@ func TestFollowRunThatEndsBetweenReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := collect(t, svc, user, st.RunID)
-	other := chat.New(chat.Options{Store: &missesFirstPage{Store: db}, FlushInterval: -1})
+	other := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: &missesFirstPage{Store: db}, FlushInterval: -1})
 	t.Cleanup(func() { other.Close(context.Background()) })
 	got := collect(t, other, user, st.RunID)
 	if types(got) != types(want) {

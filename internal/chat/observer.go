@@ -69,6 +69,11 @@ type observer struct {
 	ttft      time.Duration
 	lastModel agent.Model
 	meter     *metrics.Metrics
+	// unstored are the diagnostics of calls whose turn could not be stored: they go with the run's end.
+	unstored []store.ModelCall
+	// completed, when set, is called with the answer of a run that completed, once its end is stored
+	// and its readers have it (the session's title is made from the first one).
+	completed func(answer string)
 }
 
 var (
@@ -79,7 +84,7 @@ var (
 // runStore is what a run writes to the store as it goes and when it ends.
 type runStore interface {
 	recordStore
-	AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry) error
+	AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry, calls []store.ModelCall) error
 	AddUsage(ctx context.Context, user string, u store.UsageEntry) error
 	UsageSince(ctx context.Context, user, keyID string, since time.Time) (tokens, costNanoUSD int64, err error)
 	CloseCalls(ctx context.Context, user, runID, reason string) ([]store.Record, error)
@@ -289,7 +294,9 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 	for _, c := range t.ToolCalls {
 		rec.ToolCalls = append(rec.ToolCalls, store.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}
-	if err := o.store.AppendTurn(ctx, o.p.user, rec, o.pending); err != nil {
+	calls := o.run.calls.take(outputOf(t))
+	if err := o.store.AppendTurn(ctx, o.p.user, rec, o.pending, calls); err != nil {
+		o.unstored = append(o.unstored, calls...)
 		return err
 	}
 	o.pending = nil
@@ -384,7 +391,8 @@ func (o *observer) finish(res agent.Result) {
 	if out.ToolHistory == nil {
 		out.ToolHistory = []runevent.ToolHistory{}
 	}
-	end := store.RunEnd{Status: out.Status, FinishReason: out.FinishReason, Usage: out.Usage, Reason: closeReason(res.Status)}
+	end := store.RunEnd{Status: out.Status, FinishReason: out.FinishReason, Usage: out.Usage, Reason: closeReason(res.Status),
+		Calls: append(o.unstored, o.run.calls.take(nil)...)}
 	if res.Err != nil {
 		out.Error = errorInfo(res.Err)
 		end.Error = out.Error.Message
@@ -430,6 +438,9 @@ func (o *observer) finish(res agent.Result) {
 	run.end(last, stored, out)
 	run.flushMu.Unlock()
 	o.retire(run)
+	if o.completed != nil && stored && out.Status == store.RunCompleted && o.last != nil {
+		o.completed(o.last.Content)
+	}
 }
 
 // ended reports the run's end: its metrics, its span, and one log line with what an operator looks
@@ -504,9 +515,9 @@ type timedStore struct {
 	m *metrics.Metrics
 }
 
-func (s timedStore) AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry) error {
+func (s timedStore) AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry, calls []store.ModelCall) error {
 	t0 := time.Now()
-	err := s.runStore.AppendTurn(ctx, user, r, usage)
+	err := s.runStore.AppendTurn(ctx, user, r, usage, calls)
 	s.m.StoreOp("append_turn", time.Since(t0))
 	return err
 }

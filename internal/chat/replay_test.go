@@ -66,7 +66,7 @@ func TestReplayAcrossRuns(t *testing.T) {
 	if err := reg.Register(tool.CurrentTime(nil)); err != nil {
 		t.Fatal(err)
 	}
-	svc := chat.New(chat.Options{Store: db, Models: byPrefix{claude: p}, Tools: reg, DefaultModel: "claude/sonnet"})
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: byPrefix{claude: p}, Tools: reg, DefaultModel: "claude/sonnet"})
 	t.Cleanup(func() { svc.Close(context.Background()) })
 
 	first, err := svc.Start(t.Context(), user, chat.Request{Message: "What time is it?"}, chat.StartOptions{})

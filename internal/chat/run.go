@@ -39,6 +39,8 @@ type Run struct {
 	user string
 	plan *plan // what the run executes; for a queued run, what it will
 	log  *eventLog
+	// calls are the model calls the run sent that it has not stored yet, for its diagnostics.
+	calls *callLog
 
 	mu     sync.Mutex
 	events []Event // in Seq order; Seqs run without gaps, but for one after a restart (requeue)

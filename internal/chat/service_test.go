@@ -63,6 +63,9 @@ type setup struct {
 	Logger   *slog.Logger
 	Limits   chat.Limits
 	Now      func() time.Time // the service's clock for pacing progress; nil is time.Now
+	// TitleModel titles sessions after their first answer; "" is chat.TitleNone, so that the scripted
+	// model's answers go to the runs.
+	TitleModel string
 }
 
 // fixture is a service wired as chatd wires it: a real SQLite store, the openai adapter talking to a
@@ -94,7 +97,7 @@ func newFixture(t *testing.T, s setup) *fixture {
 	}
 	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
 		FlushInterval: s.FlushInterval, RetryBase: time.Millisecond, Agents: s.Agents, Context: s.Context, Logger: s.Logger,
-		Limits: s.Limits, Now: s.Now})
+		Limits: s.Limits, Now: s.Now, TitleModel: titleModel(s.TitleModel)})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
@@ -103,6 +106,14 @@ func newFixture(t *testing.T, s setup) *fixture {
 		}
 	})
 	return &fixture{svc: svc, db: db, up: up}
+}
+
+// titleModel is a fixture's title model: none unless the test names one.
+func titleModel(m string) string {
+	if m == "" {
+		return chat.TitleNone
+	}
+	return m
 }
 
 // newClient is chatd's adapter for protocol, talking to up, as the provider named "x" (the fixture's
@@ -518,7 +529,7 @@ func (panicky) Stream(context.Context, *llm.Request) iter.Seq2[llm.Event, error]
 // events — and the process and the service go on.
 func TestPanicEndsOnlyTheRun(t *testing.T) {
 	db := openStore(t, "")
-	svc := chat.New(chat.Options{Store: db, Models: oneModel{panicky{}}, DefaultModel: "x/m"})
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{panicky{}}, DefaultModel: "x/m"})
 	defer svc.Close(t.Context())
 	run, err := svc.Start(t.Context(), "local", chat.Request{Message: "hi"}, chat.StartOptions{})
 	if err != nil {

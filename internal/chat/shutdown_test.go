@@ -94,7 +94,7 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*conn).serve")}
-	svc := chat.New(chat.Options{Store: st, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m", RetryBase: time.Millisecond})
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: st, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m", RetryBase: time.Millisecond})
 	f := &fixture{svc: svc, db: db, up: up}
 	enqueue := chat.StartOptions{OnActiveRun: chat.OnActiveEnqueue}
 

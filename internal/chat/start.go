@@ -52,6 +52,9 @@ type plan struct {
 	parser *answerParser
 	// actionArgs are, for a server action, its tool's arguments as checked.
 	actionArgs json.RawMessage
+	// hadTitle says the run's session had a title before the run: one the user gave it, which a
+	// generated title never replaces.
+	hadTitle bool
 	// parent is the trace of the request that sent the run (its HTTP request's span), which the run's
 	// span continues; invalid when untraced.
 	parent trace.SpanContext
@@ -301,6 +304,7 @@ func (s *Service) plan(ctx context.Context, user string, req Request, acct Accou
 			return nil, err
 		default:
 			p.session = sess
+			p.hadTitle = sess.Title != ""
 		}
 	} else {
 		p.newSession = &store.Session{ID: newID()}
@@ -499,6 +503,7 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 func (s *Service) newRun(id, user string, p *plan) *Run {
 	run := newRun(id, user, p, s.events)
 	run.maxEvents = int64(s.opts.Limits.RunEvents)
+	run.calls = newCallLog(run, p, s.opts.Limits.DiagnosticsBytes, s.log)
 	return run
 }
 
@@ -680,6 +685,9 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 	p.tools = p.tools.withPayloads(p.agent, p.req.SelectedTools, sessionPayloads(store.Current(records)))
 	system := systemPrompt(p, records)
 	obs.conv = s.newConversation(p, run, records, system, obs)
+	if job := s.titleFor(p, run, records); job != nil {
+		obs.completed = func(answer string) { s.startTitle(job, answer) }
+	}
 	cfg := agent.Config{
 		Models:        append([]agent.Model{{Provider: p.provider, Name: p.upstream, ProviderName: p.provName}}, p.fallbacks...),
 		Reasoning:     p.agent.Reasoning,
@@ -694,7 +702,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		Context:       obs.conv,
 		Cache:         true,
 		Logger:        obs.log,
-		Sending:       s.diag.sending(s.diag.track(run, p, system)),
+		Sending:       run.calls.sending,
 		Calls:         obs,
 	}
 	defer func() {

@@ -59,8 +59,12 @@ type Config struct {
 	LeaseTTL      time.Duration
 	SweepInterval time.Duration
 	Model         string // the default model, provider/model
-	File          string // the YAML file read, if any
-	LogLevel      slog.Level
+	// TitleModel titles a session after its first answer (CHATD_TITLE_MODEL or title_model):
+	// provider/model, "none" to keep the title cut from the first message, or "" for the session's own
+	// model.
+	TitleModel string
+	File       string // the YAML file read, if any
+	LogLevel   slog.Level
 	// LogFormat is "text" (slog's key=value lines, the default) or "json" (one JSON object a line).
 	LogFormat   string
 	ToolTimeout time.Duration
@@ -251,7 +255,7 @@ type Limits struct {
 	RunTime           time.Duration `yaml:"run_time"`           // a run's wall time (15m)
 	IdleTime          time.Duration `yaml:"idle_time"`          // between two events of a model stream (5m)
 	RunEvents         int           `yaml:"run_events"`         // events of one run (500000)
-	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // memory kept for diagnostics (32 MiB)
+	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // what one run stores for its diagnostics (8 MiB)
 	QueuedRuns        int           `yaml:"queued_runs"`        // runs queued behind a session's running one (32)
 	HistoryBytes      int           `yaml:"history_bytes"`      // records kept in memory between runs (256 MiB; negative: none)
 	MarkerBytes       int           `yaml:"marker_bytes"`       // one marked block of an answer (256 KiB)
@@ -299,7 +303,8 @@ type Context struct {
 
 // fileAgent is a named profile as the config file writes it; agent converts it.
 type fileAgent struct {
-	Model string `yaml:"model"`
+	Description string `yaml:"description"`
+	Model       string `yaml:"model"`
 	// Fallbacks are provider/model names tried in order when the model fails before any output.
 	Fallbacks     []string `yaml:"fallbacks"`
 	SystemPrompt  string   `yaml:"system_prompt"`
@@ -322,6 +327,8 @@ type fileAgent struct {
 	// tells the model about SUGGESTED_VALUES and SUGGESTED_ACTIONS.
 	Payloads    []filePayload `yaml:"payloads"`
 	Suggestions bool          `yaml:"suggestions"`
+	// TitleModel titles the agent's sessions; absent: the top-level title_model.
+	TitleModel string `yaml:"title_model"`
 }
 
 // filePayload is a payload type as the config file writes it.
@@ -357,10 +364,10 @@ type fileReasoning struct {
 // agent is the one place the file's agent becomes chat's: TestAgentConversion fails when a field of
 // either is left out.
 func (a fileAgent) agent() chat.Agent {
-	out := chat.Agent{Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
+	out := chat.Agent{Description: a.Description, Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
 		Scopes: a.ToolScopes, MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens,
 		Instructions: a.Instructions, Guidelines: a.Guidelines, ToolHistoryRounds: a.ToolHistoryRounds,
-		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Suggestions: a.Suggestions}
+		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Suggestions: a.Suggestions, TitleModel: a.TitleModel}
 	for _, p := range a.Payloads {
 		out.Payloads = append(out.Payloads, p.payloadType())
 	}
@@ -389,6 +396,7 @@ type file struct {
 	LeaseTTL     time.Duration           `yaml:"lease_ttl"`
 	SweepEvery   time.Duration           `yaml:"sweep_interval"`
 	Model        string                  `yaml:"model"`
+	TitleModel   string                  `yaml:"title_model"`
 	LogLevel     string                  `yaml:"log_level"`
 	LogFormat    string                  `yaml:"log_format"`
 	MetricsAddr  string                  `yaml:"metrics_addr"`
@@ -519,6 +527,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		return nil, err
 	}
 	c.Model = cmp.Or(*model, getenv("CHATD_MODEL"), f.Model, c.defaultModel())
+	c.TitleModel = cmp.Or(getenv("CHATD_TITLE_MODEL"), f.TitleModel)
 	if err := c.accounts(&f); err != nil {
 		return nil, err
 	}
@@ -780,7 +789,13 @@ func (c *Config) Validate() error {
 	if err := c.Limits.check(); err != nil {
 		return err
 	}
+	if err := checkTitleModel(c.TitleModel); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	for name, a := range c.Agents {
+		if err := checkTitleModel(a.TitleModel); err != nil {
+			return fmt.Errorf("config: agent %q: %w", name, err)
+		}
 		for _, p := range a.Tools {
 			if err := tool.CheckPattern(p); err != nil {
 				return fmt.Errorf("config: agent %q: tools: %w", name, err)
@@ -805,6 +820,14 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// checkTitleModel checks a title_model: provider/model, none, or empty.
+func checkTitleModel(m string) error {
+	if m == "" || m == "none" || strings.Contains(strings.Trim(m, "/"), "/") {
+		return nil
+	}
+	return fmt.Errorf("title_model %q: name a model as provider/model, or none to keep the title cut from the first message", m)
 }
 
 func isLoopback(host string) bool {

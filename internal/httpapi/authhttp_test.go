@@ -39,6 +39,12 @@ type keyedEnv struct {
 // respond says otherwise.
 func newKeyedEnv(t *testing.T, api httpapi.Options, authOpts auth.Options) *keyedEnv {
 	t.Helper()
+	return newKeyedEnvWith(t, api, authOpts, chat.Options{Agents: map[string]chat.Agent{"support": {}}})
+}
+
+// newKeyedEnvWith is newKeyedEnv with the chat service's options (its agents) given.
+func newKeyedEnvWith(t *testing.T, api httpapi.Options, authOpts auth.Options, chatOpts chat.Options) *keyedEnv {
+	t.Helper()
 	e := &keyedEnv{upstream: llmtest.NewServer(t), clock: &stepClock{now: time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)}}
 	e.upstream.Respond = func(int, llmtest.Request) llmtest.Turn { return llmtest.Turn{Text: "ok"} }
 	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
@@ -47,7 +53,7 @@ func newKeyedEnv(t *testing.T, api httpapi.Options, authOpts auth.Options) *keye
 	}
 	e.db = db
 	var tools *tool.Registry
-	e.chat, tools = newChat(t, db, e.upstream, fixedNow, chat.Options{Agents: map[string]chat.Agent{"support": {}}})
+	e.chat, tools = newChat(t, db, e.upstream, fixedNow, chatOpts)
 	authOpts.Store, authOpts.Now, authOpts.Loopback = db, e.clock.Now, true
 	if e.auth, err = auth.New(t.Context(), authOpts); err != nil {
 		t.Fatal(err)

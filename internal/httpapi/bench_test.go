@@ -120,8 +120,8 @@ func benchmarkStream(b *testing.B, flush time.Duration, m *metrics.Metrics, tr *
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini", FlushInterval: flush,
-		Metrics: m, Tracing: tr})
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini",
+		FlushInterval: flush, Metrics: m, Tracing: tr})
 	defer svc.Close(b.Context())
 	h := httpapi.New(httpapi.Options{Chat: svc, Store: db, Metrics: m, Tracing: tr})
 	w := &discard{h: http.Header{}}
@@ -146,7 +146,7 @@ func TestBenchmarkStreamsEveryChunk(t *testing.T) {
 	}
 	defer db.Close()
 	client, _ := openai.New(openai.Options{BaseURL: "http://upstream.invalid/v1", HTTPClient: &http.Client{Transport: upstream{n: 100}}})
-	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini"})
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini"})
 	defer svc.Close(t.Context())
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequestWithContext(t.Context(), "POST", "http://localhost/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))

@@ -154,6 +154,7 @@ func (s *server) routeTable() []route {
 		{"GET /v1/ui/chat/{id}/stream", s.uiResume},
 		{"GET /v1/ui/chat/{id}", s.uiHistory},
 		{"GET /v1/models", s.listModels},
+		{"GET /v1/agents", s.listAgents},
 		{"GET " + authSessionPath, s.getAuthSession},
 		{"POST " + authSessionPath, s.signIn},
 		{"DELETE " + authSessionPath, s.signOut},

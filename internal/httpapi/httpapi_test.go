@@ -80,6 +80,9 @@ func newChat(t *testing.T, db store.Store, upstream *llmtest.Server, now func() 
 		t.Fatal(err)
 	}
 	opts.Store, opts.Models, opts.Tools, opts.DefaultModel, opts.RetryBase = db, provs, tools, "openai/gpt-4o-mini", time.Millisecond
+	if opts.TitleModel == "" {
+		opts.TitleModel = chat.TitleNone // the scripted upstream's answers are the runs'
+	}
 	return chat.New(opts), tools
 }
 

@@ -112,6 +112,7 @@ func isolationCases() map[string]isoCase {
 			byID("GET", "/v1/ui/chat/{live_session}", ``, 404, 200),
 		}},
 		"GET /v1/models":          {check: sameForEveryone("/v1/models")},
+		"GET /v1/agents":          {check: sameForEveryone("/v1/agents")},
 		"GET /v1/auth/session":    {check: (*isoFixture).whoAmI},
 		"POST /v1/auth/session":   {check: (*isoFixture).signIn},
 		"DELETE /v1/auth/session": {check: (*isoFixture).signOut},

@@ -44,3 +44,14 @@ func (s *server) listModels(w http.ResponseWriter, r *http.Request) error {
 		"object": "list", "data": data, "default": s.DefaultModel, "providers": providers,
 	})
 }
+
+// listAgents answers GET /v1/agents: the agents the caller may use (a key limited to some agents sees
+// those), for a frontend's agent picker.
+func (s *server) listAgents(w http.ResponseWriter, r *http.Request) error {
+	infos := s.Chat.Agents(principal(r.Context()).AllowsAgent)
+	out := make([]agentJSON, len(infos))
+	for i := range infos {
+		out[i] = agentOf(&infos[i])
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"agents": out})
+}

@@ -56,9 +56,19 @@ func (s *server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, status, cancelOf(res))
 }
 
-// runDiagnostics answers GET /v1/runs/{id}/diagnostics.
+// runDiagnostics answers GET /v1/runs/{id}/diagnostics?call=N: model call N of the run (default: the
+// latest), with the run's calls listed.
 func (s *server) runDiagnostics(w http.ResponseWriter, r *http.Request) error {
-	d, err := s.Chat.Diagnostics(r.Context(), user(r.Context()), r.PathValue("id"))
+	call := 0
+	if v := r.URL.Query().Get("call"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return &apiError{status: http.StatusBadRequest, code: "invalid_call",
+				message: "call is the number of one of the run's model calls: 1, 2, 3 …"}
+		}
+		call = n
+	}
+	d, err := s.Chat.Diagnostics(r.Context(), user(r.Context()), r.PathValue("id"), call)
 	if err != nil {
 		return err
 	}

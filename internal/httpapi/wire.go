@@ -7,6 +7,7 @@ import (
 	"chatd/internal/chat"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
+	"chatd/internal/tool"
 )
 
 // The API's JSON shapes of sessions, runs, cancels, diagnostics and MCP servers, each with the one
@@ -63,7 +64,7 @@ func cancelOf(c *chat.CancelResult) cancelJSON {
 	return cancelJSON{RunID: c.RunID, Status: c.Status, AlreadyEnded: c.AlreadyEnded, Message: c.Message}
 }
 
-// diagnosticsJSON answers GET /v1/runs/{id}/diagnostics.
+// diagnosticsJSON answers GET /v1/runs/{id}/diagnostics: one model call of the run, and its calls.
 type diagnosticsJSON struct {
 	RunID          string          `json:"run_id"`
 	SessionID      string          `json:"session_id"`
@@ -76,15 +77,34 @@ type diagnosticsJSON struct {
 	MaxIterations  int             `json:"max_iterations,omitempty"`
 	Context        map[string]any  `json:"context,omitempty"`
 	ModelCalls     int             `json:"model_calls"`
+	Call           int             `json:"call"`
 	Request        json.RawMessage `json:"request"`
 	RequestOmitted string          `json:"request_omitted,omitempty"`
+	Output         json.RawMessage `json:"output"`
+	Calls          []callJSON      `json:"calls"`
+}
+
+// callJSON is one model call of a run, listed in its diagnostics.
+type callJSON struct {
+	Call           int       `json:"call"`
+	Model          string    `json:"model"`
+	CreatedAt      time.Time `json:"created_at"`
+	RequestOmitted string    `json:"request_omitted,omitempty"`
+	Output         bool      `json:"output"`
 }
 
 func diagnosticsOf(d *chat.Diagnostics) diagnosticsJSON {
-	return diagnosticsJSON{RunID: d.RunID, SessionID: d.SessionID, Agent: d.Agent, Model: d.Model,
+	out := diagnosticsJSON{RunID: d.RunID, SessionID: d.SessionID, Agent: d.Agent, Model: d.Model,
 		SystemPrompt: d.SystemPrompt, Tools: d.Tools, Temperature: d.Temperature, MaxTokens: d.MaxTokens,
-		MaxIterations: d.MaxIterations, Context: d.Context, ModelCalls: d.ModelCalls, Request: d.Request,
-		RequestOmitted: d.RequestOmitted}
+		MaxIterations: d.MaxIterations, Context: d.Context, ModelCalls: d.ModelCalls, Call: d.Call, Request: d.Request,
+		RequestOmitted: d.RequestOmitted, Output: d.Output, Calls: make([]callJSON, len(d.Calls))}
+	if out.Tools == nil {
+		out.Tools = []string{}
+	}
+	for i, c := range d.Calls {
+		out.Calls[i] = callJSON{Call: c.N, Model: c.Model, CreatedAt: c.At, RequestOmitted: c.RequestOmitted, Output: c.Output}
+	}
+	return out
 }
 
 // MCPServer is one MCP server's state for GET /v1/mcp/servers. It holds no secret: LastError is
@@ -100,4 +120,58 @@ type MCPServer struct {
 	Attempts    int        `json:"attempts"`
 	PID         int        `json:"pid,omitempty"`
 	Protocol    string     `json:"protocol_version,omitempty"`
+}
+
+// agentJSON is one agent of GET /v1/agents.
+type agentJSON struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Model       string `json:"model"`
+	// Tools are names and server__* patterns as configured; null allows every tool not bound to a scope.
+	Tools         []string          `json:"tools"`
+	PayloadTypes  []payloadTypeJSON `json:"payload_types"`
+	Suggestions   bool              `json:"suggestions"`
+	ContextScopes *tool.Scopes      `json:"context_scopes"`
+	Limits        agentLimitsJSON   `json:"limits"`
+}
+
+// payloadTypeJSON is a payload type an agent's answers may carry after its marker.
+type payloadTypeJSON struct {
+	Name         string          `json:"name"`
+	Marker       string          `json:"marker"`
+	Schema       json.RawMessage `json:"schema"` // null: any JSON object or array
+	Instructions string          `json:"instructions,omitempty"`
+	// Scope binds the type to a request context's page (and tab, subtab); null: everywhere.
+	Scope *payloadScopeJSON `json:"scope"`
+}
+
+type payloadScopeJSON struct {
+	Page   string `json:"page"`
+	Tab    string `json:"tab,omitempty"`
+	Subtab string `json:"subtab,omitempty"`
+}
+
+type agentLimitsJSON struct {
+	MaxIterations     int      `json:"max_iterations"`
+	MaxTokens         int      `json:"max_tokens,omitempty"`
+	Temperature       *float64 `json:"temperature,omitempty"`
+	ToolHistoryRounds int      `json:"tool_history_rounds"`
+	ContextWindow     int      `json:"context_window,omitempty"`
+	CompactAt         float64  `json:"compact_at"`
+}
+
+func agentOf(a *chat.AgentInfo) agentJSON {
+	l := a.Limits
+	types := make([]payloadTypeJSON, 0, len(a.PayloadTypes))
+	for _, t := range a.PayloadTypes {
+		pt := payloadTypeJSON{Name: t.Name, Marker: t.Marker, Schema: t.Schema, Instructions: t.Instructions}
+		if t.Page != "" || t.Tab != "" || t.Subtab != "" {
+			pt.Scope = &payloadScopeJSON{Page: t.Page, Tab: t.Tab, Subtab: t.Subtab}
+		}
+		types = append(types, pt)
+	}
+	return agentJSON{Name: a.Name, Description: a.Description, Model: a.Model, Tools: a.Tools,
+		PayloadTypes: types, Suggestions: a.Suggestions, ContextScopes: a.Scopes,
+		Limits: agentLimitsJSON{MaxIterations: l.MaxIterations, MaxTokens: l.MaxTokens, Temperature: l.Temperature,
+			ToolHistoryRounds: l.ToolHistoryRounds, ContextWindow: l.ContextWindow, CompactAt: l.CompactAt}}
 }

@@ -299,6 +299,8 @@ type RunEnd struct {
 	Events []Event
 	// RecoveredFrom is stored as the run's RecoveredFrom.
 	RecoveredFrom int64
+	// Calls are the diagnostics of model calls whose turn was not stored, stored in the same transaction.
+	Calls []ModelCall
 }
 
 // Reservation raises a run's ReservedSeq to Seq (never lowers it).
@@ -331,6 +333,31 @@ type UsageEntry struct {
 	CreatedAt time.Time // zero: now
 }
 
+// ModelCall is one model call of a run as its diagnostics show it: what it was sent and what the model
+// answered before chatd parsed it. It is stored with the turn the call made (AppendTurn), or with the
+// run's end (FinishRun) for a call that made none, and deleted with its run's session.
+type ModelCall struct {
+	RunID     string
+	SessionID string
+	// N numbers the run's calls: 1, 2, 3 … in the order they were sent (retries and continuations are
+	// calls of their own).
+	N     int
+	Model string // provider/model
+	// System is the system prompt; SameSystem says it is the one of the call before, not stored again.
+	System     string
+	SameSystem bool
+	Tools      []string        // the names of the tools offered
+	Settings   json.RawMessage // the call's settings as a JSON object (opaque to the store); nil: {}
+	// Request is the request body as the provider encoded it, compressed (opaque to the store); nil
+	// when it was not kept, and RequestOmitted says why.
+	Request        []byte
+	RequestOmitted string
+	// Output is the model's raw answer of the turn the call ended, as a JSON object (opaque to the
+	// store); nil for a call that ended no turn (it failed, or a continuation followed it).
+	Output    json.RawMessage
+	CreatedAt time.Time // zero: now
+}
+
 // Store is the persistence contract. Implementations are safe for concurrent use.
 type Store interface {
 	// CreateSession stores s, assigning ID (when empty), CreatedAt and UpdatedAt.
@@ -360,9 +387,17 @@ type Store interface {
 	// holds and has not answered; any other record is refused while a tool call of the session is open.
 	// Both refusals are ErrConflict.
 	AppendRecord(ctx context.Context, user string, r *Record) error
-	// AppendTurn is AppendRecord and AddUsage of each of usage in one transaction: a model's turn with
-	// the usage of the calls that made it. Refused, it stores neither.
-	AppendTurn(ctx context.Context, user string, r *Record, usage []UsageEntry) error
+	// AppendTurn is AppendRecord and AddUsage of each of usage in one transaction, with calls, the
+	// diagnostics of the calls that made the turn: a model's turn with what it cost and what it was
+	// sent. Refused, it stores none of them.
+	AppendTurn(ctx context.Context, user string, r *Record, usage []UsageEntry, calls []ModelCall) error
+	// ModelCalls returns the stored model calls of one of the user's runs, by N; ErrNotFound when the
+	// run is not the user's.
+	ModelCalls(ctx context.Context, user, runID string) ([]ModelCall, error)
+	// TitleSession sets a title chatd made for one of the user's sessions, unless the user set its
+	// title (by creating it with one, or UpdateSession), checked in the update itself. It reports
+	// whether it set it; a session that is not the user's is ErrNotFound. UpdatedAt is not changed.
+	TitleSession(ctx context.Context, user, id, title string) (bool, error)
 
 	// CreateRun stores r in one of the user's sessions, assigning ID (when empty) and CreatedAt. r.Status
 	// is RunRunning (also when empty) or RunQueued. A running run is refused with ErrBusy while the

@@ -10,7 +10,7 @@ package store
 // same in every store.
 var TransferParts = []string{
 	PartSessions, PartRecords, PartToolCalls, PartToolRecords, PartRuns, PartRunEvents, PartUsage,
-	PartAPIKeys, PartAuthSessions,
+	PartAPIKeys, PartAuthSessions, PartModelCalls,
 }
 
 // Names of TransferParts.
@@ -24,4 +24,5 @@ const (
 	PartUsage        = "usage"
 	PartAPIKeys      = "api_keys"
 	PartAuthSessions = "auth_sessions"
+	PartModelCalls   = "model_calls"
 )

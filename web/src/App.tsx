@@ -1,7 +1,7 @@
 // The app: routes (`/` a new chat, `/c/<id>` a session), the sessions sidebar, the model and tool
 // choices, and the theme.
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react'
-import { api, errorText, newChatId, type Model, type Session, type Tool, type Whoami } from './api'
+import { api, errorText, newChatId, type Agent, type Model, type Session, type Tool, type Whoami } from './api'
 import { ChatView } from './components/ChatView'
 import { MenuIcon, PlusIcon } from './components/icons'
 import { Sidebar } from './components/Sidebar'
@@ -40,6 +40,7 @@ function write(key: string, value: string) {
 type Theme = 'light' | 'dark'
 const themeKey = 'chatd.theme'
 const modelKey = 'chatd.model'
+const agentKey = 'chatd.agent'
 
 function useTheme(): [Theme, () => void] {
   const media = useMemo(() => window.matchMedia('(prefers-color-scheme: dark)'), [])
@@ -137,6 +138,30 @@ export function App({ who, onSignOut }: Props) {
     )
   }, [cursor])
 
+  // A new chat's title: chatd titles a session from its first exchange after the answer has ended, with a
+  // model call of its own (title_model), so the list is asked again a few times, backing off, until the
+  // title changes (or ~20 s have passed: titling is off, failed, or the user renamed the chat first).
+  const titleWatch = useRef(0)
+  useEffect(() => () => window.clearTimeout(titleWatch.current), [])
+  const watchTitle = useCallback((id: string) => {
+    window.clearTimeout(titleWatch.current)
+    const delays = [500, 1000, 2000, 3000, 5000, 8000]
+    let seen: string | undefined
+    let i = 0
+    const tick = () => {
+      api.session(id).then(
+        (s) => {
+          seen ??= s.title
+          setSessions((cur) => cur?.map((x) => (x.id === id ? { ...x, title: s.title } : x)) ?? cur)
+          if (s.title !== seen) return
+          if (++i < delays.length) titleWatch.current = window.setTimeout(tick, delays[i])
+        },
+        () => undefined,
+      )
+    }
+    titleWatch.current = window.setTimeout(tick, delays[0])
+  }, [])
+
   const onRename = useCallback((id: string, title: string) => {
     setSessions((cur) => cur?.map((s) => (s.id === id ? { ...s, title } : s)) ?? cur)
     setActionError('')
@@ -189,9 +214,37 @@ export function App({ who, onSignOut }: Props) {
     [models, defaultModel],
   )
 
-  // Tools of the session's agent (the default agent for a new chat); unchecked ones are remembered by name.
+  // Agents the caller may use (GET /v1/agents): a new chat starts with the one picked (remembered in the
+  // browser); a session keeps the agent it started with.
+  const [agents, setAgents] = useState<Agent[]>([])
+  const [newAgent, setNewAgent] = useState('')
+  useEffect(() => {
+    api.agents().then(
+      (r) => {
+        const list = Array.isArray(r.agents) ? r.agents : []
+        setAgents(list)
+        const stored = read(agentKey)
+        const pick = list.find((a) => a.name === stored) ?? list.find((a) => a.name === 'default') ?? list[0]
+        setNewAgent(pick?.name ?? '')
+      },
+      () => setAgents([]),
+    )
+  }, [])
+  const onAgent = useCallback(
+    (name: string) => {
+      setNewAgent(name)
+      write(agentKey, name)
+      // The agent's own model, unless the user picks another: the model picker's choice overrides it.
+      const m = agents.find((a) => a.name === name)?.model
+      if (m) onModel(m)
+    },
+    [agents, onModel],
+  )
+
+  // Tools of the session's agent (the picked agent for a new chat); unchecked ones are remembered by name.
   const current = sessions?.find((s) => s.id === route.id)
-  const agent = current?.agent && current.agent !== 'default' ? current.agent : ''
+  const sessionAgent = current?.agent ?? (route.fresh ? newAgent : '')
+  const agent = sessionAgent && sessionAgent !== 'default' ? sessionAgent : ''
   const [tools, setTools] = useState<Tool[] | null>(null)
   const [disabledTools, setDisabledTools] = useState<Set<string>>(() => new Set())
   useEffect(() => {
@@ -277,8 +330,12 @@ export function App({ who, onSignOut }: Props) {
           fresh={route.fresh}
           onStarted={onStarted}
           onActivity={refresh}
+          onFirstAnswer={watchTitle}
           onTitle={onTitle}
           model={model}
+          agent={route.fresh ? newAgent : ''}
+          agents={route.fresh ? agents : []}
+          onAgent={onAgent}
           selectedTools={selectedTools}
           models={modelList}
           onModel={onModel}

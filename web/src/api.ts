@@ -58,6 +58,14 @@ export type Tool = {
   read_only?: boolean
 }
 
+/** An agent the caller may use (GET /v1/agents): a session belongs to the agent it started with. */
+export type Agent = {
+  name: string
+  description?: string
+  model?: string
+  tools?: string[] | null
+}
+
 export type StoredChat = {
   id: string
   title: string
@@ -75,7 +83,14 @@ export type Diagnostics = {
   max_tokens?: number | null
   max_iterations?: number | null
   context?: unknown
+  model_calls?: number
+  /** the call shown (1 …) */
+  call?: number
   request?: unknown
+  request_omitted?: string
+  /** the model's raw answer of the turn the call ended */
+  output?: { text?: string; reasoning?: string; tool_calls?: unknown[]; finish_reason?: string; omitted?: string } | null
+  calls?: { call: number; model?: string; created_at?: string; request_omitted?: string; output?: boolean }[] | null
 }
 
 /** An error chatd answered, with its code and status. */
@@ -203,9 +218,11 @@ export const api = {
       'GET',
       `/v1/sessions?limit=${limit}${cursor ? `&cursor=${enc(cursor)}` : ''}`,
     ),
+  session: (id: string) => request<Session>('GET', `/v1/sessions/${enc(id)}`),
   renameSession: (id: string, title: string) => request<Session>('PATCH', `/v1/sessions/${enc(id)}`, { title }),
   deleteSession: (id: string) => request<void>('DELETE', `/v1/sessions/${enc(id)}`),
   models: () => request<ModelList>('GET', '/v1/models'),
+  agents: () => request<{ agents: Agent[] | null }>('GET', '/v1/agents'),
   tools: (agent?: string) =>
     request<{ tools: Tool[] | null }>('GET', `/v1/tools${agent ? `?agent=${enc(agent)}` : ''}`),
   chat: (id: string, signal?: AbortSignal) => request<StoredChat>('GET', `/v1/ui/chat/${enc(id)}`, undefined, signal),
@@ -227,8 +244,8 @@ export const api = {
     void res.body?.cancel().catch(() => undefined) // the run goes on without this reader
     return id
   },
-  diagnostics: (runId: string, signal?: AbortSignal) =>
-    request<Diagnostics>('GET', `/v1/runs/${enc(runId)}/diagnostics`, undefined, signal),
+  diagnostics: (runId: string, signal?: AbortSignal, call?: number) =>
+    request<Diagnostics>('GET', `/v1/runs/${enc(runId)}/diagnostics${call ? `?call=${call}` : ''}`, undefined, signal),
 }
 
 /** newChatId makes a chat id; crypto.randomUUID needs a secure context, which a reverse proxy over plain

@@ -29,6 +29,7 @@ var loadParts = map[string]loadPart{
 	store.PartUsage:        {"usage", []string{"id"}, false},
 	store.PartAPIKeys:      {"api_keys", []string{"id"}, true},
 	store.PartAuthSessions: {"auth_sessions", []string{"hash"}, true},
+	store.PartModelCalls:   {"model_calls", []string{"run_id", "n"}, false},
 }
 
 // countSQL counts the rows of each part of store.TransferParts.
@@ -42,6 +43,7 @@ var countSQL = map[string]string{
 	store.PartUsage:        `SELECT COUNT(*) FROM usage`,
 	store.PartAPIKeys:      `SELECT COUNT(*) FROM api_keys`,
 	store.PartAuthSessions: `SELECT COUNT(*) FROM auth_sessions`,
+	store.PartModelCalls:   `SELECT COUNT(*) FROM model_calls`,
 }
 
 // Loader writes the rows of one part of store.TransferParts in one transaction: a row already there is

@@ -173,7 +173,8 @@ func prepareRun(ctx context.Context, tx *sql.Tx, user string, run *store.Run, se
 		if sess.Title == "" {
 			sess.Title = run.Title
 		}
-		if _, err := tx.ExecContext(ctx, insertSessionSQL, sessionArgs(user, sess)...); err != nil {
+		// A new session's title is the one the run gives it, from the message: not the user's choice.
+		if _, err := tx.ExecContext(ctx, insertSessionSQL, sessionArgs(user, sess, false)...); err != nil {
 			return err
 		}
 	} else if err := lockSession(ctx, tx, user, run.SessionID); err != nil {
@@ -387,6 +388,9 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 			return err
 		}
 		if err := insertEvents(ctx, tx, end.Events, nil); err != nil {
+			return err
+		}
+		if err := insertCalls(ctx, tx, user, end.Calls, now); err != nil {
 			return err
 		}
 		u := end.Usage

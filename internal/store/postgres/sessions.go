@@ -18,8 +18,9 @@ const (
 )
 
 const (
-	insertSessionSQL = `INSERT INTO sessions (id, user_id, title, agent, metadata, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $6)`
+	// insertSessionSQL inserts a session; $7 says whether the user chose its title (TitleSession).
+	insertSessionSQL = `INSERT INTO sessions (id, user_id, title, agent, metadata, created_at, updated_at, title_set)
+VALUES ($1, $2, $3, $4, $5, $6, $6, $7)`
 
 	sessionColumns = `id, title, agent, metadata, created_at, updated_at`
 
@@ -33,7 +34,8 @@ WHERE user_id = $1 AND (updated_at, id) < ($3, $4)
 ORDER BY updated_at DESC, id DESC LIMIT $2`
 
 	updateSessionSQL = `UPDATE sessions
-SET title = COALESCE($3, title), metadata = COALESCE($4::json, metadata), updated_at = $5
+SET title = COALESCE($3, title), title_set = (title_set OR $3::text IS NOT NULL),
+    metadata = COALESCE($4::json, metadata), updated_at = $5
 WHERE id = $1 AND user_id = $2
 RETURNING ` + sessionColumns
 
@@ -51,16 +53,17 @@ func (db *DB) CreateSession(ctx context.Context, user string, s *store.Session) 
 	if err != nil {
 		return fmt.Errorf("postgres: create session: %w", err)
 	}
-	if _, err := db.exec(ctx, "create session", insertSessionSQL, sessionArgs(user, &created)...); err != nil {
+	if _, err := db.exec(ctx, "create session", insertSessionSQL, sessionArgs(user, &created, created.Title != "")...); err != nil {
 		return err
 	}
 	*s = created
 	return nil
 }
 
-// sessionArgs are insertSessionSQL's arguments. An id taken (by any user) is ErrConflict.
-func sessionArgs(user string, s *store.Session) []any {
-	return []any{s.ID, user, s.Title, s.Agent, string(s.Metadata), s.CreatedAt}
+// sessionArgs are insertSessionSQL's arguments; titleSet says the user chose the title. An id taken (by
+// any user) is ErrConflict.
+func sessionArgs(user string, s *store.Session, titleSet bool) []any {
+	return []any{s.ID, user, s.Title, s.Agent, string(s.Metadata), s.CreatedAt, titleSet}
 }
 
 // Session returns one of the user's sessions.

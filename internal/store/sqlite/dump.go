@@ -11,7 +11,7 @@ import (
 
 // dumpQueries read each part of store.TransferParts in a stable order.
 var dumpQueries = map[string]string{
-	store.PartSessions: `SELECT id, user_id, title, agent, metadata, last_seq, created_at, updated_at FROM sessions ORDER BY id`,
+	store.PartSessions: `SELECT id, user_id, title, agent, metadata, last_seq, created_at, updated_at, title_set FROM sessions ORDER BY id`,
 	store.PartRecords: `SELECT id, session_id, user_id, seq, run_id, role, content, attachments, reasoning, parent_id,
 tool_call_id, name, success, duration_ms, payload, model, finish_reason, usage, replay, summary_through, retracts, parsed, created_at
 FROM records WHERE role <> 'tool' ORDER BY session_id, seq`,
@@ -29,6 +29,8 @@ cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_nanousd, estimated
 	store.PartAPIKeys: `SELECT id, user_id, name, prefix, hash, admin, agents, limits, created_at, expires_at, revoked_at
 FROM api_keys ORDER BY id`,
 	store.PartAuthSessions: `SELECT hash, key_id, created_at, expires_at FROM auth_sessions ORDER BY hash`,
+	store.PartModelCalls: `SELECT run_id, n, session_id, user_id, model, system, tools, settings, request, request_omitted,
+output, created_at FROM model_calls ORDER BY run_id, n`,
 }
 
 // countQueries count the rows of each part.
@@ -42,13 +44,14 @@ var countQueries = map[string]string{
 	store.PartUsage:        `SELECT COUNT(*) FROM usage`,
 	store.PartAPIKeys:      `SELECT COUNT(*) FROM api_keys`,
 	store.PartAuthSessions: `SELECT COUNT(*) FROM auth_sessions`,
+	store.PartModelCalls:   `SELECT COUNT(*) FROM model_calls`,
 }
 
 // Columns SQLite keeps as microseconds since the epoch, and as 0 or 1.
 var (
 	timeColumns = map[string]bool{"created_at": true, "updated_at": true, "started_at": true, "ended_at": true,
 		"expires_at": true, "revoked_at": true}
-	boolColumns = map[string]bool{"success": true, "admin": true, "estimated": true}
+	boolColumns = map[string]bool{"success": true, "admin": true, "estimated": true, "title_set": true}
 )
 
 // Dump calls fn for each row of one part of store.TransferParts, in a stable order, with the part's

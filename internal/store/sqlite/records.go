@@ -58,11 +58,12 @@ ORDER BY r.seq, c.idx`
 // AppendRecord stores r at the end of its session in one transaction, enforcing the pairing invariant,
 // and assigns r's ID (when empty), Seq and CreatedAt.
 func (db *DB) AppendRecord(ctx context.Context, user string, r *store.Record) error {
-	return db.AppendTurn(ctx, user, r, nil)
+	return db.AppendTurn(ctx, user, r, nil, nil)
 }
 
-// AppendTurn is AppendRecord and AddUsage of each of usage in one transaction.
-func (db *DB) AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry) error {
+// AppendTurn is AppendRecord and AddUsage of each of usage in one transaction, with the calls'
+// diagnostics.
+func (db *DB) AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry, calls []store.ModelCall) error {
 	rec, err := store.NewRecord(r, newID)
 	if err != nil {
 		return fmt.Errorf("sqlite: append record: %w", err)
@@ -77,7 +78,7 @@ func (db *DB) AppendTurn(ctx context.Context, user string, r *store.Record, usag
 				return err
 			}
 		}
-		return nil
+		return insertCalls(ctx, tx, user, calls, now)
 	})
 	if err != nil {
 		return err

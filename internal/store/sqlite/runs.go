@@ -91,7 +91,8 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 			return createInNewSession(ctx, tx, user, &sess, &run, first, &rec, started)
 		}
 		if run.NewSession != nil {
-			if err := insertSession(ctx, tx, user, &sess); err != nil {
+			// A new session's title is the one the run gives it, from the message: not the user's choice.
+			if err := insertSession(ctx, tx, user, &sess, false); err != nil {
 				return err
 			}
 		}
@@ -399,6 +400,9 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 			return err
 		}
 		if err := insertEvents(ctx, tx, end.Events); err != nil {
+			return err
+		}
+		if err := insertCalls(ctx, tx, user, end.Calls, now); err != nil {
 			return err
 		}
 		u := end.Usage

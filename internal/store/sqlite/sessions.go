@@ -17,8 +17,9 @@ const (
 )
 
 const (
-	insertSessionSQL = `INSERT INTO sessions (id, user_id, title, agent, metadata, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $6)`
+	// insertSessionSQL inserts a session; $7 says whether the user chose its title (TitleSession).
+	insertSessionSQL = `INSERT INTO sessions (id, user_id, title, agent, metadata, created_at, updated_at, title_set)
+VALUES ($1, $2, $3, $4, $5, $6, $6, $7)`
 
 	// insertNewSessionSQL inserts a session with its first record's Seq: CreateRun's new session.
 	insertNewSessionSQL = `INSERT INTO sessions (id, user_id, title, agent, metadata, created_at, updated_at, last_seq)
@@ -36,7 +37,7 @@ WHERE user_id = $1 AND (updated_at, id) < ($3, $4)
 ORDER BY updated_at DESC, id DESC LIMIT $2`
 
 	updateSessionSQL = `UPDATE sessions
-SET title = COALESCE($3, title), metadata = COALESCE($4, metadata), updated_at = $5
+SET title = COALESCE($3, title), title_set = (title_set OR $3 IS NOT NULL), metadata = COALESCE($4, metadata), updated_at = $5
 WHERE id = $1 AND user_id = $2
 RETURNING ` + sessionColumns
 
@@ -51,7 +52,7 @@ func (db *DB) CreateSession(ctx context.Context, user string, s *store.Session) 
 		return fmt.Errorf("sqlite: create session: %w", err)
 	}
 	err = db.write(ctx, "create session", func(tx txn) error {
-		return insertSession(ctx, tx, user, &created)
+		return insertSession(ctx, tx, user, &created, created.Title != "")
 	})
 	if err != nil {
 		return err
@@ -60,9 +61,10 @@ func (db *DB) CreateSession(ctx context.Context, user string, s *store.Session) 
 	return nil
 }
 
-// insertSession inserts a session newSession made. An id taken (by any user) is ErrConflict.
-func insertSession(ctx context.Context, tx txn, user string, s *store.Session) error {
-	_, err := tx.ExecContext(ctx, insertSessionSQL, s.ID, user, s.Title, s.Agent, string(s.Metadata), s.CreatedAt.UnixMicro())
+// insertSession inserts a session newSession made; titleSet says the user chose its title. An id taken
+// (by any user) is ErrConflict.
+func insertSession(ctx context.Context, tx txn, user string, s *store.Session, titleSet bool) error {
+	_, err := tx.ExecContext(ctx, insertSessionSQL, s.ID, user, s.Title, s.Agent, string(s.Metadata), s.CreatedAt.UnixMicro(), titleSet)
 	return err
 }
 

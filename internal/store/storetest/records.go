@@ -313,7 +313,7 @@ func testAppendTurn(t *testing.T, s store.Store) {
 		{RunID: run.ID, SessionID: sess.ID, Agent: "default", Model: "x/m", Usage: store.Usage{InputTokens: 5, OutputTokens: 2}},
 	}
 	turn := runAssistant(run, "call_1")
-	if err := s.AppendTurn(ctx, alice, &turn, usage); err != nil {
+	if err := s.AppendTurn(ctx, alice, &turn, usage, nil); err != nil {
 		t.Fatalf("AppendTurn: %v", err)
 	}
 	if turn.Seq != 2 || turn.ID == "" {
@@ -332,7 +332,7 @@ func testAppendTurn(t *testing.T, s store.Store) {
 	}
 	// A user record while the turn's call is open is refused: its usage is not stored either.
 	refused := userRecord(sess.ID, "too soon")
-	wantErr(t, "AppendTurn while a call is open", s.AppendTurn(ctx, alice, &refused, usage), store.ErrConflict)
+	wantErr(t, "AppendTurn while a call is open", s.AppendTurn(ctx, alice, &refused, usage, nil), store.ErrConflict)
 	if diff := cmp.Diff(want, totals()); diff != "" {
 		t.Errorf("usage after a refused turn (-want +got):\n%s", diff)
 	}

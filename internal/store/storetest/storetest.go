@@ -40,6 +40,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RoundTrip", testRoundTrip},
 		{"RecordsAfter", testRecordsAfter},
 		{"AppendTurn", testAppendTurn},
+		{"ModelCalls", testModelCalls},
+		{"TitleSession", testTitleSession},
 		{"Pairing", testPairing},
 		{"ToolCallIDReusedAcrossTurns", testToolCallIDReuse},
 		{"ToolCallValidation", testToolCallValidation},

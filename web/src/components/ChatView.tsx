@@ -3,7 +3,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState, type DragEvent } from 'react'
 import { useChat } from '@ai-sdk/react'
 import { DefaultChatTransport, type FileUIPart } from 'ai'
-import { api, apiFetch, errorText, type ApiError, type ChatMessage, type Model, type SuggestedAction, type Tool, type ToolProgress } from '../api'
+import { api, apiFetch, errorText, type Agent, type ApiError, type ChatMessage, type Model, type SuggestedAction, type Tool, type ToolProgress } from '../api'
 import { Composer, type ComposerHandle } from './Composer'
 import { DiagnosticsDialog } from './Diagnostics'
 import { AlertIcon, CloseIcon, RetryIcon, SendIcon, Spinner } from './icons'
@@ -11,6 +11,11 @@ import { Message, TypingDots } from './Message'
 
 export type ChatSettings = {
   model: string
+  /** the agent a new chat starts with ('' for a stored chat: it keeps its own) */
+  agent: string
+  /** the agents to pick from for a new chat; empty: no picker */
+  agents: Agent[]
+  onAgent: (name: string) => void
   selectedTools: string[] | undefined
   models: Model[]
   onModel: (id: string) => void
@@ -27,6 +32,8 @@ type Props = ChatSettings & {
   onStarted: (id: string) => void
   /** a run started or ended: the session list may have changed */
   onActivity: () => void
+  /** the first answer of a chat made here has ended: chatd titles the session from it */
+  onFirstAnswer: (id: string) => void
   onTitle: (title: string) => void
 }
 
@@ -111,6 +118,9 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
   const started = useRef(!fresh)
   // resumeRun is the run a resume streams: the one the history left out, or a server action's.
   const resumeRun = useRef(activeRun ?? '')
+  const firstAnswer = useRef(fresh)
+  // The agent the chat started with, sent with each of its messages (a session keeps its agent).
+  const agent = useRef('')
 
   const transport = useMemo(
     () =>
@@ -120,6 +130,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
           const s = settings.current
           const b: Record<string, unknown> = {}
           if (s.model) b.model = s.model
+          if (agent.current) b.agent = agent.current
           if (s.selectedTools) b.selected_tools = s.selectedTools
           return b
         },
@@ -162,8 +173,12 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
         if (id) setProgress((p) => ({ ...p, [id]: part.data as ToolProgress }))
       }
     },
-    onFinish: () => {
+    onFinish: ({ isError, isAbort }) => {
       settings.current.onActivity()
+      if (firstAnswer.current && !isError && !isAbort) {
+        firstAnswer.current = false
+        settings.current.onFirstAnswer(chatId)
+      }
     },
   })
 
@@ -180,6 +195,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
     (text: string, files: FileUIPart[] = []) => {
       if (!started.current) {
         started.current = true
+        agent.current = settings.current.agent
         onStarted(chatId)
       }
       runId.current = ''
@@ -392,6 +408,9 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
           models={props.models}
           model={props.model}
           onModel={props.onModel}
+          agents={props.agents}
+          agent={props.agent}
+          onAgent={props.onAgent}
           tools={props.tools}
           disabledTools={props.disabledTools}
           onDisabledTools={props.onDisabledTools}

@@ -1,7 +1,7 @@
 // The message box: text, image attachments (picker, paste, drop), model and tool pickers, send and stop.
 import { forwardRef, useEffect, useImperativeHandle, useRef, useState, type KeyboardEvent } from 'react'
 import type { FileUIPart } from 'ai'
-import type { Model, Tool } from '../api'
+import type { Agent, Model, Tool } from '../api'
 import { CloseIcon, PaperclipIcon, SendIcon, StopIcon } from './icons'
 import { ToolPicker } from './ToolPicker'
 
@@ -21,6 +21,10 @@ type Props = {
   models: Model[]
   model: string
   onModel: (id: string) => void
+  /** agents a new chat may start with; fewer than two: no picker */
+  agents: Agent[]
+  agent: string
+  onAgent: (name: string) => void
   tools: Tool[] | null
   disabledTools: ReadonlySet<string>
   onDisabledTools: (s: Set<string>) => void
@@ -39,7 +43,7 @@ function readDataURL(f: File): Promise<string> {
 let nextId = 1
 
 export const Composer = forwardRef<ComposerHandle, Props>(function Composer(props, ref) {
-  const { busy, onSend, onStop, models, model, onModel, tools, disabledTools, onDisabledTools, placeholder } = props
+  const { busy, onSend, onStop, models, model, onModel, agents, agent, onAgent, tools, disabledTools, onDisabledTools, placeholder } = props
   const [text, setText] = useState('')
   const [files, setFiles] = useState<Pending[]>([])
   const [fileError, setFileError] = useState('')
@@ -202,6 +206,27 @@ export const Composer = forwardRef<ComposerHandle, Props>(function Composer(prop
         <button type="button" className="icon-btn" title="Attach images" aria-label="Attach images" onClick={() => input.current?.click()}>
           <PaperclipIcon />
         </button>
+        {agents.length > 1 ? (
+          <>
+            <label className="visually-hidden" htmlFor="agent-picker">
+              Agent
+            </label>
+            <select
+              id="agent-picker"
+              className="model-picker"
+              data-testid="agent-picker"
+              value={agent}
+              onChange={(e) => onAgent(e.target.value)}
+              title={agents.find((a) => a.name === agent)?.description || 'Agent'}
+            >
+              {agents.map((a) => (
+                <option key={a.name} value={a.name} title={a.description || undefined}>
+                  {a.name}
+                </option>
+              ))}
+            </select>
+          </>
+        ) : null}
         <label className="visually-hidden" htmlFor="model-picker">
           Model
         </label>

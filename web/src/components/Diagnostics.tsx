@@ -1,4 +1,5 @@
-// What a run sent the model: its model, system prompt, tools and the provider request, in a dialog.
+// What a run sent the model, call by call: its model, system prompt, tools, the provider request and the
+// model's raw answer, in a dialog.
 import { useEffect, useRef, useState } from 'react'
 import { api, errorText, type ApiError, type Diagnostics as Diag } from '../api'
 import { CloseIcon, Spinner } from './icons'
@@ -20,6 +21,7 @@ function Row({ label, value }: { label: string; value: unknown }) {
 export function DiagnosticsDialog({ runId, onClose }: { runId: string; onClose: () => void }) {
   const ref = useRef<HTMLDialogElement>(null)
   const [state, setState] = useState<State>({ status: 'loading' })
+  const [call, setCall] = useState(0) // 0: the latest
 
   useEffect(() => {
     const d = ref.current
@@ -29,7 +31,7 @@ export function DiagnosticsDialog({ runId, onClose }: { runId: string; onClose: 
   useEffect(() => {
     const ac = new AbortController()
     setState({ status: 'loading' })
-    api.diagnostics(runId, ac.signal).then(
+    api.diagnostics(runId, ac.signal, call || undefined).then(
       (d) => setState({ status: 'ok', d }),
       (e: unknown) => {
         if (ac.signal.aborted) return
@@ -41,7 +43,7 @@ export function DiagnosticsDialog({ runId, onClose }: { runId: string; onClose: 
       },
     )
     return () => ac.abort()
-  }, [runId])
+  }, [runId, call])
 
   return (
     <dialog
@@ -78,18 +80,32 @@ export function DiagnosticsDialog({ runId, onClose }: { runId: string; onClose: 
               {state.message}
             </p>
           ) : null}
-          {state.status === 'ok' ? <DiagBody d={state.d} /> : null}
+          {state.status === 'ok' ? <DiagBody d={state.d} onCall={setCall} /> : null}
         </div>
       </div>
     </dialog>
   )
 }
 
-function DiagBody({ d }: { d: Diag }) {
+function DiagBody({ d, onCall }: { d: Diag; onCall: (n: number) => void }) {
   const tools = Array.isArray(d.tools) ? d.tools : []
+  const calls = Array.isArray(d.calls) ? d.calls : []
   const hasContext = d.context !== undefined && d.context !== null && !(typeof d.context === 'object' && Object.keys(d.context as object).length === 0)
   return (
     <>
+      {calls.length > 1 ? (
+        <div className="diag-calls">
+          <label htmlFor="diag-call">Model call</label>{' '}
+          <select id="diag-call" data-testid="diagnostics-call" className="model-picker" value={d.call ?? calls.length} onChange={(e) => onCall(Number(e.target.value))}>
+            {calls.map((c) => (
+              <option key={c.call} value={c.call}>
+                {c.call} of {calls.length}
+                {c.output ? ' · answered' : ''}
+              </option>
+            ))}
+          </select>
+        </div>
+      ) : null}
       <dl className="diag-grid">
         <Row label="Model" value={d.model} />
         <Row label="Agent" value={d.agent} />
@@ -138,9 +154,20 @@ function DiagBody({ d }: { d: Diag }) {
             <pre className="json">{pretty(d.request, 600)}</pre>
           </>
         ) : (
-          <p className="muted small">The request was not kept.</p>
+          <p className="muted small">{d.request_omitted || 'The request was not kept.'}</p>
         )}
       </details>
+      {d.output ? (
+        <details className="diag-section" data-testid="diagnostics-output">
+          <summary>
+            <h3>Raw answer of the model</h3>
+          </summary>
+          {d.output.omitted ? <p className="muted small">{d.output.omitted}</p> : null}
+          {d.output.reasoning ? <pre className="pre-wrap">{d.output.reasoning}</pre> : null}
+          {d.output.text ? <pre className="pre-wrap">{d.output.text}</pre> : null}
+          {d.output.tool_calls?.length ? <pre className="json">{pretty(d.output.tool_calls, 600)}</pre> : null}
+        </details>
+      ) : null}
     </>
   )
 }

@@ -1,0 +1,104 @@
+package chat_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"chatd/internal/chat"
+	"chatd/internal/llm/llmtest"
+	"chatd/internal/store"
+	"chatd/internal/tool"
+)
+
+// TestDiagnosticsStored: a run's diagnostics are read from the store — by a service that did not run
+// it, as after a restart — call by call, each request the bytes the upstream received, each answer as
+// the model wrote it; another user's run and a deleted session's are not found.
+func TestDiagnosticsStored(t *testing.T) {
+	f := newFixture(t, setup{Tools: []tool.Tool{tool.CurrentTime(nil)}, Turns: []llmtest.Turn{
+		{Text: "Let me look.", ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "current_time", Arguments: `{}`}}},
+		{Text: "It is noon."},
+	}, Context: chat.ContextOptions{}})
+	st := f.send(t, chat.Request{Message: "What time is it?", Context: map[string]any{"page": "clock"}}, chat.StartOptions{})
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Fatalf("run %s", o.Status)
+	}
+	// A second service on the same store: nothing of the run in its memory.
+	fresh := chat.New(chat.Options{Store: f.db, Models: oneModel{nil}, DefaultModel: "x/m", FlushInterval: -1})
+	t.Cleanup(func() { fresh.Close(context.Background()) })
+
+	upstream := f.up.Requests()
+	if len(upstream) != 2 {
+		t.Fatalf("%d upstream requests", len(upstream))
+	}
+	for n, want := range []struct{ text string }{{"Let me look."}, {"It is noon."}} {
+		d, err := fresh.Diagnostics(t.Context(), user, st.RunID, n+1)
+		if err != nil {
+			t.Fatalf("call %d: %v", n+1, err)
+		}
+		if d.Call != n+1 || d.ModelCalls != 2 || len(d.Calls) != 2 || d.Model != "x/m" || d.Agent != "default" {
+			t.Errorf("call %d: %+v", n+1, d)
+		}
+		if string(d.Request) != string(upstream[n].Raw) {
+			t.Errorf("call %d: the stored request differs from what the upstream received:\n%s\n%s", n+1, d.Request, upstream[n].Raw)
+		}
+		var out struct {
+			Text      string
+			ToolCalls []struct{ Name string } `json:"tool_calls"`
+		}
+		if err := json.Unmarshal(d.Output, &out); err != nil || out.Text != want.text {
+			t.Errorf("call %d: output %s", n+1, d.Output)
+		}
+		if n == 0 && !strings.Contains(string(d.Output), `"tool_calls":[{"id":"call_1","name":"current_time","arguments":{}}]`) {
+			t.Errorf("call 1: output %s, want its tool call", d.Output)
+		}
+		if d.Context["page"] != "clock" || d.SystemPrompt == "" || !cmp.Equal(d.Tools, []string{"current_time"}) || d.MaxIterations != 10 {
+			t.Errorf("call %d: context %v, tools %v, system %q, max_iterations %d", n+1, d.Context, d.Tools, d.SystemPrompt, d.MaxIterations)
+		}
+	}
+	latest, err := fresh.Diagnostics(t.Context(), user, st.RunID, 0)
+	if err != nil || latest.Call != 2 {
+		t.Errorf("the latest call: %+v, %v", latest, err)
+	}
+	notFound := func(what string, err error) {
+		t.Helper()
+		var e *chat.Error
+		if !errors.As(err, &e) || !errors.Is(e.Kind, store.ErrNotFound) {
+			t.Errorf("%s: %v, want not found", what, err)
+		}
+	}
+	_, err = fresh.Diagnostics(t.Context(), "mallory", st.RunID, 0)
+	notFound("another user's run", err)
+	_, err = fresh.Diagnostics(t.Context(), user, st.RunID, 3)
+	notFound("a call the run did not make", err)
+	if err := fresh.DeleteSession(t.Context(), user, st.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fresh.Diagnostics(t.Context(), user, st.RunID, 0)
+	notFound("a deleted session's run", err)
+}
+
+// TestDiagnosticsOfARunningRun: a run's call is shown while the model still answers it, before the
+// run has stored it.
+func TestDiagnosticsOfARunningRun(t *testing.T) {
+	g := newGate(t)
+	f := newFixture(t, setup{Turns: []llmtest.Turn{{Text: "Slowly.", BeforeFinish: g.hold}}})
+	st := f.send(t, chat.Request{Message: "Take your time"}, chat.StartOptions{})
+	g.wait(t)
+	d, err := f.svc.Diagnostics(t.Context(), user, st.RunID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Call != 1 || d.Request == nil || d.Output != nil || len(d.Calls) != 1 {
+		t.Errorf("the running call: %+v", d)
+	}
+	g.open()
+	f.wait(t, st.RunID)
+	if d, err = f.svc.Diagnostics(t.Context(), user, st.RunID, 0); err != nil || d.Output == nil || len(d.Calls) != 1 {
+		t.Errorf("the call once stored: %+v, %v", d, err)
+	}
+}

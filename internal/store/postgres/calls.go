@@ -1,0 +1,126 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"chatd/internal/store"
+)
+
+const (
+	// insertCallSQL stores a model call of one of the user's runs; a run of another user stores nothing.
+	insertCallSQL = `INSERT INTO model_calls (run_id, n, session_id, user_id, model, system, tools, settings,
+request, request_omitted, output, created_at)
+SELECT id, $3, session_id, user_id, $4, $5, $6, $7, $8, $9, $10, $11 FROM runs WHERE id = $1 AND user_id = $2`
+
+	selectCallsSQL = `SELECT n, session_id, model, system, tools, settings, request, request_omitted, output, created_at
+FROM model_calls WHERE run_id = $1 AND user_id = $2 ORDER BY n`
+
+	// titleGeneratedSQL sets a generated title unless the user set one: the check is the update's own.
+	titleGeneratedSQL = `UPDATE sessions SET title = $3 WHERE id = $1 AND user_id = $2 AND NOT title_set`
+	sessionOwnedSQL   = `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND user_id = $2)`
+)
+
+// insertCalls stores the diagnostics of model calls in a write's transaction.
+func insertCalls(ctx context.Context, tx *sql.Tx, user string, calls []store.ModelCall, now time.Time) error {
+	for _, c := range calls {
+		at := now
+		if !c.CreatedAt.IsZero() {
+			at = c.CreatedAt.UTC().Truncate(time.Microsecond)
+		}
+		var system any
+		if !c.SameSystem {
+			system = c.System
+		}
+		tools := []byte("[]")
+		if c.Tools != nil {
+			var err error
+			if tools, err = json.Marshal(c.Tools); err != nil {
+				return err
+			}
+		}
+		settings := "{}"
+		if c.Settings != nil {
+			settings = string(c.Settings)
+		}
+		var output any
+		if c.Output != nil {
+			output = string(c.Output)
+		}
+		var request any
+		if c.Request != nil {
+			request = c.Request
+		}
+		if _, err := tx.ExecContext(ctx, insertCallSQL, c.RunID, user, c.N, c.Model, system, string(tools), settings,
+			request, c.RequestOmitted, output, at); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ModelCalls returns the stored model calls of one of the user's runs, by N.
+func (db *DB) ModelCalls(ctx context.Context, user, runID string) ([]store.ModelCall, error) {
+	var owned bool
+	if err := db.pool.QueryRowContext(ctx, runOwnedSQL, runID, user).Scan(&owned); err != nil {
+		return nil, fmt.Errorf("postgres: model calls: %w", err)
+	}
+	if !owned {
+		return nil, fmt.Errorf("postgres: model calls: %w", notFound("run", runID))
+	}
+	rows, err := db.pool.QueryContext(ctx, selectCallsSQL, runID, user)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: model calls: %w", err)
+	}
+	defer rows.Close()
+	out := []store.ModelCall{}
+	for rows.Next() {
+		c := store.ModelCall{RunID: runID}
+		var system, output sql.NullString
+		var tools, settings string
+		if err := rows.Scan(&c.N, &c.SessionID, &c.Model, &system, &tools, &settings, &c.Request, &c.RequestOmitted,
+			&output, &c.CreatedAt); err != nil {
+			return nil, fmt.Errorf("postgres: model calls: %w", err)
+		}
+		c.System, c.SameSystem = system.String, !system.Valid
+		if err := json.Unmarshal([]byte(tools), &c.Tools); err != nil {
+			return nil, fmt.Errorf("postgres: model calls: tools: %w", err)
+		}
+		c.Settings = json.RawMessage(settings)
+		if output.Valid {
+			c.Output = json.RawMessage(output.String)
+		}
+		c.CreatedAt = c.CreatedAt.UTC()
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: model calls: %w", err)
+	}
+	return out, nil
+}
+
+// TitleSession sets a generated title, unless the user set the session's title.
+func (db *DB) TitleSession(ctx context.Context, user, id, title string) (bool, error) {
+	res, err := db.exec(ctx, "title session", titleGeneratedSQL, id, user, title)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("postgres: title session: %w", err)
+	}
+	if n > 0 {
+		return true, nil
+	}
+	var owned bool
+	if err := db.pool.QueryRowContext(ctx, sessionOwnedSQL, id, user).Scan(&owned); err != nil {
+		return false, fmt.Errorf("postgres: title session: %w", err)
+	}
+	if !owned {
+		return false, fmt.Errorf("postgres: title session: %w", notFound("session", id))
+	}
+	return false, nil
+}
