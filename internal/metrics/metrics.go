@@ -13,7 +13,6 @@ package metrics
 
 import (
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -72,7 +71,7 @@ func New() *Metrics {
 	f := factory{m.reg}
 	m.httpRequests = f.counter("chatd_http_requests_total", "HTTP requests answered, by route pattern and status class.", "route", "status")
 	m.httpDuration = f.histogram("chatd_http_request_duration_seconds",
-		"Time to answer an HTTP request, by route pattern and status class; for a stream, how long it lasted.", latency, "route", "status")
+		"Time to answer an HTTP request, by route pattern; for a stream, how long it lasted.", latency, "route")
 	m.streamsOpen = f.gauge("chatd_sse_streams_open", "SSE streams being sent to clients.")
 	m.slowDropped = f.counter("chatd_sse_slow_disconnects_total",
 		"Stream readers disconnected because they could not take a batch of events within the write timeout.").WithLabelValues()
@@ -139,10 +138,14 @@ func (m *Metrics) Func(name, help string, f func() float64) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 }
 
-// Route is the metrics of one route, resolved once so that a request only adds to them.
+// Route is the metrics of one route, resolved once so that a request only adds to them: its latency and
+// its counts of 2xx to 5xx answers (a 1xx or an odd status, never sent by chatd's handlers, is resolved
+// when it comes).
 type Route struct {
-	requests [6]prometheus.Counter
-	duration [6]prometheus.Observer
+	pattern  string
+	requests *prometheus.CounterVec
+	classes  [6]prometheus.Counter // by status/100, 2 to 5
+	duration prometheus.Observer
 }
 
 // statusClasses are the label values of status/100.
@@ -153,10 +156,9 @@ func (m *Metrics) Route(pattern string) *Route {
 	if m == nil {
 		return nil
 	}
-	r := &Route{}
-	for i, class := range statusClasses {
-		r.requests[i] = m.httpRequests.WithLabelValues(pattern, class)
-		r.duration[i] = m.httpDuration.WithLabelValues(pattern, class)
+	r := &Route{pattern: pattern, requests: m.httpRequests, duration: m.httpDuration.WithLabelValues(pattern)}
+	for i := 2; i <= 5; i++ {
+		r.classes[i] = m.httpRequests.WithLabelValues(pattern, statusClasses[i])
 	}
 	return r
 }
@@ -166,12 +168,12 @@ func (r *Route) Observe(status int, d time.Duration) {
 	if r == nil {
 		return
 	}
-	i := status / 100
-	if i < 1 || i > 5 {
-		i = 0
+	if i := status / 100; i >= 2 && i <= 5 {
+		r.classes[i].Inc()
+	} else {
+		r.requests.WithLabelValues(r.pattern, StatusClass(status)).Inc()
 	}
-	r.requests[i].Inc()
-	r.duration[i].Observe(d.Seconds())
+	r.duration.Observe(d.Seconds())
 }
 
 // StreamOpened and StreamClosed count the SSE streams being sent.
@@ -379,10 +381,10 @@ func (b *bounded) value(v string) string {
 	return v
 }
 
-// StatusClass is the label of an HTTP status: "2xx" …
+// StatusClass is the label of an HTTP status: "2xx" …, or "other".
 func StatusClass(status int) string {
 	if i := status / 100; i >= 1 && i <= 5 {
 		return statusClasses[i]
 	}
-	return strconv.Itoa(status)
+	return statusClasses[0]
 }
