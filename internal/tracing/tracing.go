@@ -4,7 +4,7 @@
 // a run (invoke_agent), each model call (chat) and each tool call (execute_tool), and MCP client spans
 // (semantic conventions v1.43: gen_ai.*, mcp.*).
 //
-// Message content (prompts, answers, tool arguments and results) is recorded only when
+// No message content is recorded: prompts and answers never, tool calls' arguments and results only when
 // OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is true.
 //
 // It imports llm (to hand the trace context to the adapters), the OpenTelemetry API, SDK and OTLP HTTP
@@ -120,8 +120,6 @@ const (
 	ToolType          = attribute.Key("gen_ai.tool.type")
 	ToolCallArguments = attribute.Key("gen_ai.tool.call.arguments")
 	ToolCallResult    = attribute.Key("gen_ai.tool.call.result")
-	InputMessages     = attribute.Key("gen_ai.input.messages")
-	OutputMessages    = attribute.Key("gen_ai.output.messages")
 	ErrorType         = attribute.Key("error.type")
 	MCPMethodName     = attribute.Key("mcp.method.name")
 	MCPSessionID      = attribute.Key("mcp.session.id")
@@ -244,7 +242,6 @@ type ChatEnd struct {
 	CacheReadTokens, CacheWriteTokens int64
 	FinishReason                      string
 	ErrKind                           string // "" when the call succeeded
-	Output                            string // the answer's text, recorded only with capture on
 }
 
 // EndChat ends a model call's span.
@@ -264,9 +261,6 @@ func (t *Tracing) EndChat(span trace.Span, e ChatEnd) {
 	}
 	if e.FinishReason != "" {
 		attrs = append(attrs, FinishReasons.StringSlice([]string{e.FinishReason}))
-	}
-	if t.Capture() && e.Output != "" {
-		attrs = append(attrs, OutputMessages.String(e.Output))
 	}
 	if e.ErrKind != "" {
 		attrs = append(attrs, ErrorType.String(e.ErrKind))
