@@ -70,7 +70,11 @@ func TestDependencies(t *testing.T) {
 		"chatd/internal/prompt":        {"chatd/internal/llm", "chatd/internal/store"},
 		"chatd/internal/marker":        nil,
 		"chatd/internal/chat": {"chatd/internal/agent", "chatd/internal/llm", "chatd/internal/marker", "chatd/internal/prompt", "chatd/internal/runevent",
-			"chatd/internal/store", "chatd/internal/tool"},
+			"chatd/internal/store", "chatd/internal/tool", "chatd/internal/metrics", "chatd/internal/tracing", "chatd/internal/logging"},
+		// The telemetry packages know nothing of chatd but what tracing hands the adapters.
+		"chatd/internal/metrics": nil,
+		"chatd/internal/logging": nil,
+		"chatd/internal/tracing": {"chatd/internal/llm"},
 		// auth knows keys, sign-ins and limits: it reads the store's accounts, nothing else of chatd.
 		"chatd/internal/auth": {"chatd/internal/store"},
 		// A store driver implements the store's contract and knows nothing else of chatd.
@@ -78,8 +82,8 @@ func TestDependencies(t *testing.T) {
 		"chatd/internal/store/postgres": {"chatd/internal/store"},
 		"chatd/internal/httpapi": {"chatd/internal/auth", "chatd/internal/chat", "chatd/internal/agent", "chatd/internal/prompt", "chatd/internal/llm",
 			"chatd/internal/marker", "chatd/internal/runevent", "chatd/internal/store",
-			"chatd/internal/tool", "chatd/internal/sse"},
-		"chatd/internal/mcpclient": {"chatd/internal/tool"},
+			"chatd/internal/tool", "chatd/internal/sse", "chatd/internal/metrics", "chatd/internal/tracing", "chatd/internal/logging"},
+		"chatd/internal/mcpclient": {"chatd/internal/tool", "chatd/internal/tracing", "chatd/internal/llm"},
 		"chatd/internal/fetchurl":  {"chatd/internal/tool"},
 		"chatd/internal/webui":     nil,
 		// provider is the one package that knows every adapter.

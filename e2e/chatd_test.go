@@ -293,7 +293,7 @@ func startChatdAt(t testing.TB, name, bin, db, addr string, env ...string) *proc
 }
 
 // listeningRE finds the address chatd listens on in its log.
-var listeningRE = regexp.MustCompile(`msg="chatd listening" url=(http://\S+)`)
+var listeningRE = regexp.MustCompile(`(?:msg="chatd listening" url=|"msg":"chatd listening","url":")(http://[^\s"]+)`)
 
 func (p *process) waitHealthy(t testing.TB) {
 	t.Helper()

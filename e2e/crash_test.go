@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -686,6 +687,16 @@ func testDrain(t *testing.T, up *llmtest.Server, bin, db string) string {
 	}
 	if r := p.chat(t, map[string]any{"message": "Are you there?"}, ""); r.status != 503 || r.errorCode() != "shutting_down" {
 		t.Errorf("a send during the drain was answered %d %s %v; want 503 with code shutting_down", r.status, r.body, r.last())
+	}
+	// Refusing sends, chatd is not ready: a load balancer takes it out while its runs finish.
+	if resp, err := http.Get(p.base + "/readyz"); err != nil {
+		t.Errorf("GET /readyz during the drain: %v", err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || !strings.Contains(string(body), `"draining"`) {
+			t.Errorf("GET /readyz during the drain: %d %s, want 503 draining", resp.StatusCode, body)
+		}
 	}
 	if r := p.run(t, runID); r.Status != "running" {
 		t.Errorf("during the drain, run %s is %s, want running", runID, r.Status)

@@ -32,6 +32,9 @@ type options struct {
 	keep        bool
 	json        bool
 	reprint     string // -report: print a saved report's table, run nothing
+	// traced adds a target: chatd on new sessions with its traces exported (OTLP/HTTP) to the mock,
+	// which takes and drops them.
+	traced bool
 }
 
 // bench is one benchmark run: its temporary folder, the chatd binary and database, and the processes.
@@ -139,10 +142,11 @@ func (b *bench) startServe(ctx context.Context, name string, args []string) (*ch
 // startChatd starts chatd on the benchmark's database with upstream as its OpenAI base URL. It keeps
 // the info log level, since the line that says where chatd listens is an info line, and keeps only the
 // lines above info.
-func (b *bench) startChatd(ctx context.Context, upstream string) (*child, string, error) {
+func (b *bench) startChatd(ctx context.Context, upstream string, extraEnv ...string) (*child, string, error) {
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir(),
 		"OPENAI_API_KEY=x", "OPENAI_BASE_URL=" + upstream, "CHATD_MODEL=openai/m", "CHATD_LOG_LEVEL=info",
 		"CHATD_DRAIN_TIMEOUT=2s"}
+	env = append(env, extraEnv...)
 	if addr := os.Getenv("CHATD_PPROF_ADDR"); addr != "" {
 		env = append(env, "CHATD_PPROF_ADDR="+addr) // to profile chatd while it is measured
 	}
@@ -281,6 +285,12 @@ func (b *bench) roundAt(ctx context.Context, r, c int) error {
 	if err := b.measureChatd(ctx, runRow{Round: r, C: c, Target: "chatd"}, mockURL, chatBody, b.load(c)); err != nil {
 		return err
 	}
+	if b.opt.traced {
+		if err := b.measureChatd(ctx, runRow{Round: r, C: c, Target: "chatd+otel"}, mockURL, chatBody, b.load(c),
+			"OTEL_EXPORTER_OTLP_ENDPOINT="+mockURL); err != nil {
+			return err
+		}
+	}
 	for _, h := range b.opt.history {
 		sessions := b.history[h]
 		l := b.load(min(c, len(sessions)))
@@ -292,8 +302,8 @@ func (b *bench) roundAt(ctx context.Context, r, c int) error {
 	return nil
 }
 
-func (b *bench) measureChatd(ctx context.Context, row runRow, mockURL string, body func(int, int) []byte, l load) error {
-	c, url, err := b.startChatd(ctx, mockURL+"/v1")
+func (b *bench) measureChatd(ctx context.Context, row runRow, mockURL string, body func(int, int) []byte, l load, env ...string) error {
+	c, url, err := b.startChatd(ctx, mockURL+"/v1", env...)
 	if err != nil {
 		return err
 	}

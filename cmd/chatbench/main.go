@@ -99,6 +99,7 @@ with concurrent SSE clients in interleaved rounds. The table goes to stdout; pro
 	fs.BoolVar(&opt.keep, "keep", false, "keep the temporary folder (the database)")
 	fs.BoolVar(&opt.json, "json", false, "print the results as JSON on stdout (the table then goes to stderr)")
 	fs.StringVar(&opt.reprint, "report", "", "run nothing: print the table of a report saved with -json in this file")
+	fs.BoolVar(&opt.traced, "traced", false, "also measure chatd on new sessions with tracing on (target chatd+otel: OTLP/HTTP to the mock, which drops the spans)")
 	if err := fs.Parse(args); err != nil {
 		return opt, err
 	}

@@ -30,6 +30,12 @@ func (m *mock) routes() http.Handler {
 		io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model","created":0,"owned_by":"chatbench"}]}`+"\n")
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	// An OTLP/HTTP trace receiver that drops what it gets (chatbench -traced): an empty protobuf
+	// ExportTraceServiceResponse is zero bytes.
+	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	})
 	return mux
 }
 

@@ -28,12 +28,15 @@ import (
 	"chatd/internal/config"
 	"chatd/internal/fetchurl"
 	"chatd/internal/httpapi"
+	"chatd/internal/logging"
 	"chatd/internal/mcpclient"
+	"chatd/internal/metrics"
 	"chatd/internal/provider"
 	"chatd/internal/store"
 	"chatd/internal/store/postgres"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
+	"chatd/internal/tracing"
 	"chatd/internal/webui"
 )
 
@@ -114,8 +117,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	log, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
 	raiseFileLimit(log)
+	traces, err := tracing.Setup(ctx, getenv, version)
+	if err != nil {
+		return err
+	}
+	if traces != nil {
+		defer shutdownTracing(traces, log)
+		log.Info("exporting traces with OTLP over HTTP", "message_content", traces.Capture())
+	}
+	meters := metrics.New()
 	// Listen first: a process that cannot have its port fails before it touches the database, and the
 	// database's lock names the address really listened on (--addr may say port 0). Nothing is served
 	// until the recovery below is done; connections wait in the listen queue.
@@ -157,7 +172,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			return err
 		}
 	}
-	mcps, err := startMCP(ctx, cfg.MCPConfig, cfg.MCPConnectTimeout, tools, getenv, log)
+	mcps, err := startMCP(ctx, cfg.MCPConfig, cfg.MCPConnectTimeout, tools, getenv, log, traces)
 	if err != nil {
 		return err
 	}
@@ -165,7 +180,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: cfg.Agents, Scopes: cfg.ToolScopes,
 		DefaultModel: cfg.Model, TitleModel: cfg.TitleModel, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
 			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows},
-		Limits: chatLimits(lim), Prices: cfg.Prices, SweepInterval: cfg.SweepInterval})
+		Limits: chatLimits(lim), Prices: cfg.Prices, SweepInterval: cfg.SweepInterval, Metrics: meters, Tracing: traces})
+	meters.MCP(mcpclient.States, mcpStates(mcps))
 	if pdb, ok := db.(*postgres.DB); ok {
 		// Other instances' notifications: their runs' new events, cancels asked of ours, sessions freed.
 		listener := pdb.Listen(cmp.Or(cfg.DBListen, cfg.DB), chats.Wake, log)
@@ -187,7 +203,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			AllowedHosts: cfg.AllowedHosts, Models: catalog(providers), DefaultModel: cfg.Model, UI: ui,
 			MaxBodyBytes: lim.BodyBytes, MaxChatBodyBytes: lim.ChatBodyBytes, Auth: authn,
 			// On PostgreSQL, requests per minute are counted in the database, shared by every instance.
-			Limiter: auth.NewLimiter(db, log)}),
+			Limiter: auth.NewLimiter(db, log),
+			Metrics: meters, ServeMetrics: cfg.MetricsAddr == "", MetricsToken: cfg.MetricsToken, Tracing: traces}),
 		// No ReadTimeout: it would end every stream that outlives it. The API bounds the reading of each
 		// request body itself.
 		ReadHeaderTimeout: 10 * time.Second,
@@ -201,6 +218,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	log.Info("chatd listening", "url", scheme+"://"+ln.Addr().String(), "config", cfg, "auth", authn.Describe())
 	if !cfg.Loopback() && cfg.TLSCert == "" {
 		log.Warn("chatd listens beyond loopback without TLS: API keys and sign-in cookies cross the network in clear text unless a TLS proxy is in front; use --tls-cert and --tls-key otherwise")
+	}
+	if cfg.MetricsAddr != "" {
+		stop, err := serveMetrics(cfg, meters, authn, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if cfg.PprofAddr != "" {
 		stop, err := servePprof(cfg.PprofAddr, log)
@@ -244,6 +268,44 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 	go srv.Serve(ln)
 	log.Info("serving Go's profiles", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 	return func() { srv.Close() }, nil
+}
+
+// serveMetrics serves /metrics on --metrics-addr, on a listener of its own, with the same rule as on
+// the API's: while chatd requires auth, the metrics token or an admin's key. It returns what stops it.
+func serveMetrics(cfg *config.Config, meters *metrics.Metrics, authn *auth.Authenticator, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", httpapi.MetricsHandler(httpapi.Options{Metrics: meters, MetricsToken: cfg.MetricsToken, Auth: authn, Logger: log}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() { srv.Close() }, nil
+}
+
+// shutdownTracing sends the spans not yet exported, waiting at most 5 seconds.
+func shutdownTracing(t *tracing.Tracing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("tracing: the last spans were not exported", "err", err)
+	}
+}
+
+// mcpStates reports the MCP servers' states to the metrics.
+func mcpStates(m *mcpclient.Manager) func() []metrics.MCPServer {
+	return func() []metrics.MCPServer {
+		if m == nil {
+			return nil
+		}
+		var out []metrics.MCPServer
+		for _, s := range m.Servers() {
+			out = append(out, metrics.MCPServer{Name: s.Name, State: s.State, Attempts: s.Attempts})
+		}
+		return out
+	}
 }
 
 // authenticator checks that chatd may listen where it was asked to, and returns what authenticates
@@ -302,7 +364,8 @@ func mcpServers(m *mcpclient.Manager) func() []httpapi.MCPServer {
 // startMCP starts the MCP servers of the mcpServers file at path ("": none). Servers connect in
 // parallel; start-up waits for them at most the connect timeout, and a server that fails is retried in
 // the background.
-func startMCP(ctx context.Context, path string, connectTimeout time.Duration, tools *tool.Registry, getenv func(string) string, log *slog.Logger) (*mcpclient.Manager, error) {
+func startMCP(ctx context.Context, path string, connectTimeout time.Duration, tools *tool.Registry, getenv func(string) string, log *slog.Logger,
+	traces *tracing.Tracing) (*mcpclient.Manager, error) {
 	var servers []mcpclient.ServerConfig
 	if path != "" {
 		var err error
@@ -311,7 +374,7 @@ func startMCP(ctx context.Context, path string, connectTimeout time.Duration, to
 		}
 	}
 	m := mcpclient.New(servers, mcpclient.Options{Registry: tools, Logger: log, Getenv: getenv, Version: version,
-		ConnectTimeout: connectTimeout})
+		ConnectTimeout: connectTimeout, Tracing: traces})
 	if len(servers) > 0 {
 		log.Info("starting MCP servers", "count", len(servers), "file", path)
 		m.Start(ctx)

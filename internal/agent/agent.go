@@ -123,6 +123,24 @@ type Config struct {
 	// Sending, when set, is told of every model call before it is sent: the model and the request. It
 	// must not change req; it may keep it (the loop never changes a request it has sent).
 	Sending func(m Model, req *llm.Request)
+	// Calls, when set, is told of every model call attempt as it starts and ends: metrics, traces.
+	Calls Calls
+}
+
+// Calls observes model calls. CallStart is called before each attempt — a retry of the one before
+// (retry), or the first on a fallback model (fallback) — with the request as it is sent; it returns the
+// context the call runs in (one carrying a span, which the adapters pass to the provider) and what is
+// called, once, when the attempt has ended.
+type Calls interface {
+	CallStart(ctx context.Context, m Model, req *llm.Request, retry, fallback bool) (context.Context, func(CallEnd))
+}
+
+// CallEnd is how a model call attempt ended: its usage and finish reason, and its error (nil when it
+// succeeded).
+type CallEnd struct {
+	Usage        llm.Usage
+	FinishReason llm.FinishReason
+	Err          error
 }
 
 // Context builds the conversation sent to the model.

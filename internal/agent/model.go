@@ -196,7 +196,7 @@ func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noT
 		if r.cfg.Sending != nil {
 			r.cfg.Sending(m, &call)
 		}
-		err = r.streamRetrying(ctx, &call, t, noTools)
+		err = r.streamRetrying(ctx, &call, t, noTools, i > 0)
 		if err == nil || t.output || ctx.Err() != nil {
 			return err
 		}
@@ -212,11 +212,11 @@ func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noT
 
 // streamRetrying runs one model call into t, retrying a call that failed before any output, a bounded
 // number of times within the retry window.
-func (r *runner) streamRetrying(ctx context.Context, req *llm.Request, t *turnState, noTools bool) error {
+func (r *runner) streamRetrying(ctx context.Context, req *llm.Request, t *turnState, noTools, fallback bool) error {
 	deadline := time.Now().Add(r.cfg.RetryWindow)
 	for attempt := 0; ; attempt++ {
 		t.finish = ""
-		output, err := r.streamOnce(ctx, req, t, noTools)
+		output, err := r.streamObserved(ctx, req, t, noTools, attempt > 0, fallback && attempt == 0)
 		if err == nil || output || ctx.Err() != nil || attempt >= r.cfg.Retries {
 			return err
 		}
@@ -232,6 +232,24 @@ func (r *runner) streamRetrying(ctx context.Context, req *llm.Request, t *turnSt
 		case <-time.After(wait):
 		}
 	}
+}
+
+// streamObserved is streamOnce told to the Calls observer, when there is one.
+func (r *runner) streamObserved(ctx context.Context, req *llm.Request, t *turnState, noTools, retry, fallback bool) (bool, error) {
+	if r.cfg.Calls == nil {
+		return r.streamOnce(ctx, req, t, noTools)
+	}
+	callCtx, end := r.cfg.Calls.CallStart(ctx, t.model, req, retry, fallback)
+	before := t.Usage
+	output, err := r.streamOnce(callCtx, req, t, noTools)
+	u := t.Usage
+	u.InputTokens -= before.InputTokens
+	u.OutputTokens -= before.OutputTokens
+	u.CacheReadTokens -= before.CacheReadTokens
+	u.CacheWriteTokens -= before.CacheWriteTokens
+	u.ReasoningTokens -= before.ReasoningTokens
+	end(CallEnd{Usage: u, FinishReason: t.finish, Err: err})
+	return output, err
 }
 
 // streamOnce consumes one stream. output reports whether any event reached the sink.

@@ -23,8 +23,10 @@ import (
 	"chatd/internal/agent"
 	"chatd/internal/llm"
 	"chatd/internal/marker"
+	"chatd/internal/metrics"
 	"chatd/internal/store"
 	"chatd/internal/tool"
+	"chatd/internal/tracing"
 )
 
 // Errors the caller caused. *Error wraps one of them with a code and a message for the client.
@@ -122,6 +124,11 @@ type Options struct {
 	// SweepInterval is how often, on a store several instances share (lease.go), this one looks for
 	// runs whose owner's lease ended (default DefaultSweepInterval).
 	SweepInterval time.Duration
+	// Metrics count runs, model and tool calls, tokens, the event log's writes; nil counts nothing. One
+	// service per Metrics: the service registers its gauges of live runs on it.
+	Metrics *metrics.Metrics
+	// Tracing traces runs, model and tool calls; nil traces nothing.
+	Tracing *tracing.Tracing
 	// TitleModel is the model that titles a session after its first answer, for agents that name
 	// none: provider/model, TitleNone to keep the title cut from the first message, or "" for the
 	// session's own model.
@@ -262,7 +269,10 @@ func New(opts Options) *Service {
 	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)
+		s.events.metrics = opts.Metrics
 	}
+	opts.Metrics.Func("chatd_runs_active", "Runs running in this process.", func() float64 { return float64(s.count(store.RunRunning)) })
+	opts.Metrics.Func("chatd_runs_queued", "Runs of this process waiting for their session's running run.", func() float64 { return float64(s.count(store.RunQueued)) })
 	s.base, s.cancel = context.WithCancel(context.Background())
 	if ls := sharedStore(opts.Store); ls != nil {
 		s.startLeases(ls)

@@ -67,7 +67,7 @@ type recordStore interface {
 func (s *Service) newConversation(p *plan, run *Run, records []store.Record, system string, obs *observer) *conversation {
 	a, d := p.agent, s.opts.Context
 	c := &conversation{est: s.est, store: s.opts.Store, p: p, run: run, records: records, model: p.model,
-		logged: map[string]bool{}, log: s.log.With("run", run.ID, "session", run.SessionID)}
+		logged: map[string]bool{}, log: obs.log}
 	c.opts = prompt.Options{
 		ToolHistoryRounds: cmp.Or(a.ToolHistoryRounds, d.ToolHistoryRounds),
 		ResultMaxBytes:    d.ResultMaxBytes,

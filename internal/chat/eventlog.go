@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"chatd/internal/metrics"
 	"chatd/internal/store"
 )
 
@@ -38,6 +39,8 @@ type eventLog struct {
 	grants   []int64 // the reservation each locked run asks for; 0: none
 
 	lastErr time.Time // when a failed write was last logged
+
+	metrics *metrics.Metrics // batch sizes and write latency; nil counts nothing
 }
 
 func newEventLog(st store.Store, interval time.Duration, log *slog.Logger) *eventLog {
@@ -137,7 +140,9 @@ func (l *eventLog) flush() {
 		}
 		locked, ends, grants = append(locked, r), append(ends, end), append(grants, grant)
 	}
+	t0 := time.Now()
 	err := l.store.AppendEvents(context.Background(), batch, reserved)
+	l.metrics.EventLogBatch(len(batch), time.Since(t0))
 	for i, r := range locked {
 		if err == nil {
 			r.mu.Lock()

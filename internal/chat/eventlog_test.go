@@ -4,9 +4,13 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
+	"chatd/internal/metrics"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
@@ -86,6 +90,8 @@ func TestEventLogWritesEveryEventOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newEventLog(db, time.Millisecond, slog.New(slog.DiscardHandler))
+	m := metrics.New()
+	l.metrics = m
 	r := newRun(sr.ID, "u", &plan{agentNm: "default", model: "m", session: sess}, l)
 	const n = 3000
 	for i := range n {
@@ -106,6 +112,22 @@ func TestEventLogWritesEveryEventOnce(t *testing.T) {
 		if e.Seq != int64(i+1) || string(e.Data) != string(runevent.EncodeText(strconv.Itoa(i))) {
 			t.Fatalf("event %d: seq %d data %s", i, e.Seq, e.Data)
 		}
+	}
+	// The metrics saw every batch: their sizes add up to the events, and each write was timed.
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist := map[string]*dto.Histogram{}
+	for _, f := range fams {
+		if strings.HasPrefix(f.GetName(), "chatd_eventlog_") {
+			hist[f.GetName()] = f.GetMetric()[0].GetHistogram()
+		}
+	}
+	sizes, writes := hist["chatd_eventlog_batch_events"], hist["chatd_eventlog_write_duration_seconds"]
+	if sizes.GetSampleSum() != n || sizes.GetSampleCount() < 6 || writes.GetSampleCount() != sizes.GetSampleCount() {
+		t.Errorf("event-log metrics: %d batches of %v events, %d writes timed; want %d events in at least 6 batches, each timed",
+			sizes.GetSampleCount(), sizes.GetSampleSum(), writes.GetSampleCount(), n)
 	}
 }
 

@@ -10,10 +10,15 @@ import (
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
+	"chatd/internal/logging"
 	"chatd/internal/marker"
+	"chatd/internal/metrics"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
 	"chatd/internal/tool"
+	"chatd/internal/tracing"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // observer stores what the agent loop produces (it is the loop's agent.Recorder) and turns the loop's
@@ -54,6 +59,16 @@ type observer struct {
 	split  *marker.Splitter
 	// payloads are the run's payloads so far, for complete: tool payloads and answers' marker payloads.
 	payloads []runevent.Payload
+
+	// What the run's end reports (metrics, its span, its log line): when it started, the time to its
+	// first token (0 until then), and the model last called (a fallback is counted against it).
+	metrics   *metrics.Run
+	tracing   *tracing.Tracing
+	span      trace.Span
+	started   time.Time
+	ttft      time.Duration
+	lastModel agent.Model
+	meter     *metrics.Metrics
 	// unstored are the diagnostics of calls whose turn could not be stored: they go with the run's end.
 	unstored []store.ModelCall
 	// completed, when set, is called with the answer of a run that completed, once its end is stored
@@ -81,8 +96,12 @@ func (s *Service) newObserver(p *plan, run *Run) *observer {
 	if parser == nil {
 		parser = newAnswerParser(nil, s.opts.Limits.MarkerBytes)
 	}
-	return &observer{store: s.opts.Store, log: s.log, prices: s.opts.Prices, retire: s.retire, closing: s.base.Done(), p: p, run: run,
-		ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{}, parser: parser, split: parser.splitter()}
+	// The run's lines carry its ids; start adds its trace's.
+	log := s.log.With(logging.RunAttrs(logging.WithRun(context.Background(), logging.RunIdentity{RunID: run.ID, SessionID: run.SessionID, User: run.user}))...)
+	return &observer{store: timedStore{runStore: s.opts.Store, m: s.opts.Metrics}, log: log, prices: s.opts.Prices, retire: s.retire,
+		closing: s.base.Done(), p: p, run: run, ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{},
+		parser: parser, split: parser.splitter(),
+		tracing: s.opts.Tracing, meter: s.opts.Metrics, span: trace.SpanFromContext(context.Background()), started: time.Now()}
 }
 
 // ready waits, for a run started early, until its commit is known, and reports whether the run may
@@ -142,7 +161,7 @@ func (o *observer) Emit(e agent.Event) {
 	case agent.Usage:
 		o.Usage(e.Model, e.Usage)
 	default:
-		o.log.Error("unknown agent event", "run", o.run.ID, "type", fmt.Sprintf("%T", e))
+		o.log.Error("unknown agent event", "type", fmt.Sprintf("%T", e))
 	}
 }
 
@@ -153,6 +172,9 @@ func (o *observer) Status(message string) {
 // TextDelta sends the part of a piece of the answer that is not a marked block, as soon as it is known
 // not to be one.
 func (o *observer) TextDelta(text string) {
+	if o.ttft == 0 {
+		o.firstToken()
+	}
 	if text = o.split.Write(text); text != "" {
 		o.run.emit(runevent.TypeTextDelta, runevent.EncodeText(text))
 	}
@@ -167,10 +189,22 @@ func (o *observer) endText() {
 }
 
 func (o *observer) ReasoningDelta(text string) {
+	if o.ttft == 0 {
+		o.firstToken()
+	}
 	o.run.emit(runevent.TypeReasoningDelta, runevent.EncodeText(text))
 }
 
+// firstToken records the run's time to its first token: text, reasoning or a tool call.
+func (o *observer) firstToken() {
+	o.ttft = max(time.Since(o.started), 1)
+	o.metrics.FirstToken(o.ttft)
+}
+
 func (o *observer) ToolCallDelta(index int, id, name, args string) {
+	if o.ttft == 0 {
+		o.firstToken()
+	}
 	o.run.emit(runevent.TypeToolCallDelta, runevent.Encode(runevent.ToolCallDelta{Index: index, ID: id, Name: name, ArgumentsDelta: args}))
 }
 
@@ -205,6 +239,8 @@ func (o *observer) recordUsage(model string, u llm.Usage) {
 	}
 	su := storeUsage(u)
 	o.run.emit(runevent.TypeUsage, runevent.Encode(runevent.UsageEvent{Model: model, Usage: runevent.UsageOf(su)}))
+	o.meter.Tokens(model, metrics.Usage{Input: su.InputTokens, Output: su.OutputTokens, CacheRead: su.CacheReadTokens,
+		CacheWrite: su.CacheWriteTokens, Reasoning: su.ReasoningTokens, CostUSD: float64(o.prices[model].cost(su)) / 1e9})
 	o.account(model, su, false)
 }
 
@@ -218,7 +254,7 @@ func (o *observer) account(model string, u store.Usage, estimated bool) {
 		return
 	}
 	if err := o.store.AddUsage(o.ctx, o.p.user, entry); err != nil {
-		o.log.Error("store usage", "run", o.run.ID, "estimated", estimated, "err", err)
+		o.log.Error("store usage", "estimated", estimated, "err", err)
 		return
 	}
 	if err := o.overBudget(); err != nil {
@@ -231,7 +267,7 @@ func (o *observer) account(model string, u store.Usage, estimated bool) {
 func (o *observer) overBudget() error {
 	e, err := budgetReached(o.ctx, o.store, o.p.user, o.p.account.Quota)
 	if err != nil {
-		o.log.Error("read usage for the run's budget", "run", o.run.ID, "err", err)
+		o.log.Error("read usage for the run's budget", "err", err)
 		return nil
 	}
 	if e == nil {
@@ -340,6 +376,7 @@ func (o *observer) finish(res agent.Result) {
 	if !o.ready() {
 		// The run was never stored: the sender reports the failure, and nothing of the run is kept.
 		o.retire(o.run)
+		o.ended(Outcome{Status: store.RunFailed, Error: &runevent.Error{Code: "internal"}})
 		return
 	}
 	o.endText() // a turn that was not stored may have left text held
@@ -359,13 +396,13 @@ func (o *observer) finish(res agent.Result) {
 	if res.Err != nil {
 		out.Error = errorInfo(res.Err)
 		end.Error = out.Error.Message
-		o.log.Warn("run failed", "run", run.ID, "session", run.SessionID, "err", res.Err)
+		o.log.Warn("run failed", "err", res.Err)
 	}
 	if run.Status() == store.RunRunning && o.open > 0 {
 		// The loop closes the calls it made; this catches a call whose result could not be stored.
 		closed, err := o.store.CloseCalls(o.ctx, o.p.user, run.ID, end.Reason)
 		if err != nil {
-			o.log.Error("close open calls", "run", run.ID, "err", err)
+			o.log.Error("close open calls", "err", err)
 		}
 		for i := range closed {
 			run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(&closed[i])}))
@@ -385,18 +422,19 @@ func (o *observer) finish(res agent.Result) {
 	if err != nil && run.Status() == store.RunRunning {
 		// A run the store still says is running keeps its session busy: try again, until the store
 		// takes it or chatd stops.
-		o.log.Error("finish run; trying again", "run", run.ID, "err", err)
+		o.log.Error("finish run; trying again", "err", err)
 		err = o.finishRetrying(end)
 	}
 	if err != nil {
 		// The store still says running (or queued): the next start of chatd recovers the run.
-		o.log.Error("finish run", "run", run.ID, "err", err)
+		o.log.Error("finish run", "err", err)
 		stored = false
 		if out.Error == nil {
 			out.Status, out.Error = store.RunFailed, &runevent.Error{Code: "internal", Message: "chatd could not store the end of the run; see the server log"}
 			last = o.lastEvents(res, &out, seq)
 		}
 	}
+	o.ended(out) // before the readers learn of the end: a client that saw done finds the run counted
 	run.end(last, stored, out)
 	run.flushMu.Unlock()
 	o.retire(run)
@@ -405,12 +443,105 @@ func (o *observer) finish(res agent.Result) {
 	}
 }
 
+// ended reports the run's end: its metrics, its span, and one log line with what an operator looks
+// for first (never what was said).
+func (o *observer) ended(out Outcome) {
+	d := time.Since(o.started)
+	o.metrics.Ended(out.Status, d)
+	code := ""
+	if out.Error != nil {
+		code = out.Error.Code
+	}
+	tracing.EndRun(o.span, out.Status, code)
+	attrs := []any{"status", out.Status, "agent", o.run.Agent, "model", o.run.Model,
+		"input_tokens", out.Usage.InputTokens, "output_tokens", out.Usage.OutputTokens,
+		"duration_ms", d.Milliseconds(), "tool_calls", len(out.ToolHistory)}
+	if o.ttft > 0 {
+		attrs = append(attrs, "ttft_ms", o.ttft.Milliseconds())
+	}
+	if code != "" {
+		attrs = append(attrs, "error", code)
+	}
+	o.log.Info("run ended", attrs...)
+}
+
+// CallStart is told of every model call attempt (agent.Calls): it counts retries and fallbacks, starts
+// the call's span, and returns what counts and ends it.
+func (o *observer) CallStart(ctx context.Context, m agent.Model, req *llm.Request, retry, fallback bool) (context.Context, func(agent.CallEnd)) {
+	model := llm.Origin(m.ProviderName, m.Name)
+	if retry {
+		o.meter.ModelRetry(m.ProviderName, model)
+	}
+	if fallback && o.lastModel.Name != "" {
+		o.meter.ModelFallback(o.lastModel.ProviderName, llm.Origin(o.lastModel.ProviderName, o.lastModel.Name))
+	}
+	o.lastModel = m
+	ctx, span := o.tracing.Chat(ctx, tracing.ModelCall{Provider: m.ProviderName, Model: m.Name, MaxTokens: req.MaxTokens,
+		Temp: req.Temperature, Retry: retry, Fallback: fallback})
+	t0 := time.Now()
+	return ctx, func(e agent.CallEnd) {
+		kind := errorKind(e.Err)
+		o.meter.ModelCall(m.ProviderName, model, time.Since(t0), kind)
+		o.tracing.EndChat(span, tracing.ChatEnd{Model: m.Name, InputTokens: e.Usage.InputTokens, OutputTokens: e.Usage.OutputTokens,
+			CacheReadTokens: e.Usage.CacheReadTokens, CacheWriteTokens: e.Usage.CacheWriteTokens,
+			FinishReason: string(e.FinishReason), ErrKind: kind})
+	}
+}
+
+// errorKind names a model call's failure for metrics and traces: the provider error's kind, a limit's
+// code, timeout or cancelled; "" when it succeeded.
+func errorKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	}
+	if e, ok := errors.AsType[*llm.Error](err); ok {
+		return string(e.Kind)
+	}
+	if e, ok := errors.AsType[*agent.LimitError](err); ok {
+		return e.Code
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	return "other"
+}
+
+// timedStore is the run's store with the latency of each write measured.
+type timedStore struct {
+	runStore
+	m *metrics.Metrics
+}
+
+func (s timedStore) AppendTurn(ctx context.Context, user string, r *store.Record, usage []store.UsageEntry, calls []store.ModelCall) error {
+	t0 := time.Now()
+	err := s.runStore.AppendTurn(ctx, user, r, usage, calls)
+	s.m.StoreOp("append_turn", time.Since(t0))
+	return err
+}
+
+func (s timedStore) AppendRecord(ctx context.Context, user string, r *store.Record) error {
+	t0 := time.Now()
+	err := s.runStore.AppendRecord(ctx, user, r)
+	s.m.StoreOp("append_record", time.Since(t0))
+	return err
+}
+
+func (s timedStore) FinishRun(ctx context.Context, user, runID string, end store.RunEnd) ([]store.Record, error) {
+	t0 := time.Now()
+	recs, err := s.runStore.FinishRun(ctx, user, runID, end)
+	s.m.StoreOp("finish_run", time.Since(t0))
+	return recs, err
+}
+
 // storePending stores the usage of model calls whose turn was not stored (the call failed, or storing
 // the turn did).
 func (o *observer) storePending() {
 	for _, e := range o.pending {
 		if err := o.store.AddUsage(o.ctx, o.p.user, e); err != nil {
-			o.log.Error("store usage", "run", o.run.ID, "err", err)
+			o.log.Error("store usage", "err", err)
 		}
 	}
 	o.pending = nil
@@ -433,11 +564,11 @@ func (o *observer) finishRetrying(end store.RunEnd) error {
 		_, err := o.store.FinishRun(o.ctx, o.p.user, o.run.ID, end)
 		if errors.Is(err, store.ErrConflict) {
 			// It has ended: an earlier attempt was stored after all.
-			o.log.Warn("finish run: the store had taken an earlier attempt", "run", o.run.ID)
+			o.log.Warn("finish run: the store had taken an earlier attempt")
 			return nil
 		}
 		if err == nil {
-			o.log.Info("finish run: stored after retrying", "run", o.run.ID)
+			o.log.Info("finish run: stored after retrying")
 			return nil
 		}
 		wait = min(2*wait, 5*time.Second)

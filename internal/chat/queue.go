@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"chatd/internal/agent"
 	"chatd/internal/runevent"
@@ -159,9 +160,11 @@ func (s *Service) enqueue(ctx context.Context, p *plan, key, hash, activeID stri
 		return nil, err
 	}
 	// A queued run reserves no Seq: its first events show once the event log has stored them.
+	t0 := time.Now()
 	err = s.opts.Store.CreateRun(ctx, p.user, &store.Run{ID: run.ID, SessionID: run.SessionID, Agent: run.Agent,
 		Model: run.Model, Status: store.RunQueued, IdempotencyKey: key, RequestHash: hash, Request: req, Title: p.title(),
 		KeyID: p.account.KeyID, Quota: p.account.Quota}, nil)
+	s.opts.Metrics.StoreOp("create_run", time.Since(t0))
 	if err != nil {
 		s.retire(run)
 		return nil, err

@@ -17,8 +17,11 @@ import (
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
+	"chatd/internal/logging"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrClosed is the Kind of the *Error Start returns once the service is shutting down.
@@ -52,6 +55,9 @@ type plan struct {
 	// hadTitle says the run's session had a title before the run: one the user gave it, which a
 	// generated title never replaces.
 	hadTitle bool
+	// parent is the trace of the request that sent the run (its HTTP request's span), which the run's
+	// span continues; invalid when untraced.
+	parent trace.SpanContext
 }
 
 // sessionID is the id of the plan's session, existing or to be created.
@@ -276,7 +282,7 @@ func (s *Service) plan(ctx context.Context, user string, req Request, acct Accou
 	if err := req.validate(&s.opts.Limits); err != nil {
 		return nil, err
 	}
-	p := &plan{user: user, req: req, account: acct}
+	p := &plan{user: user, req: req, account: acct, parent: trace.SpanContextFromContext(ctx)}
 	if req.Context != nil {
 		b, err := json.Marshal(req.Context)
 		if err != nil {
@@ -461,7 +467,9 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 		history := []store.Record{*first}
 		s.start(run, g, func(context.Context) ([]store.Record, error) { return history, nil })
 	}
+	t0 := time.Now()
 	err := s.opts.Store.CreateRun(ctx, p.user, sr, first)
+	s.opts.Metrics.StoreOp("create_run", time.Since(t0))
 	if err != nil {
 		if g != nil {
 			g.fail(err) // the run's goroutine forgets it, and is counted until it has
@@ -567,6 +575,15 @@ func (s *Service) start(run *Run, g *gate, history func(context.Context) ([]stor
 	run.setRunning(runCtx, cancel)
 	obs := s.newObserver(run.plan, run)
 	obs.gate = g
+	// The run's span continues the trace of the request that sent it, and the run's log lines carry
+	// its ids and the trace's.
+	runCtx = logging.WithRun(runCtx, logging.RunIdentity{RunID: run.ID, SessionID: run.SessionID, User: run.user})
+	if run.plan.parent.IsValid() {
+		runCtx = trace.ContextWithSpanContext(runCtx, run.plan.parent)
+	}
+	runCtx, obs.span = s.opts.Tracing.Run(runCtx, run.ID, run.SessionID, run.Agent, run.Model)
+	obs.log = s.log.With(logging.RunAttrs(runCtx)...)
+	obs.metrics = s.opts.Metrics.RunStarted(run.Agent, run.Model)
 	go func() { // counted by admit or startQueued
 		defer s.wg.Done()
 		// The session is free once the run has ended: its next queued run starts here, still counted,
@@ -606,6 +623,27 @@ func (s *Service) live(user, id string) *Run {
 	}
 	return nil
 }
+
+// count returns how many live runs have the status (queued or running), for the metrics.
+func (s *Service) count(status string) int {
+	s.mu.Lock()
+	runs := make([]*Run, 0, len(s.runs))
+	for _, r := range s.runs {
+		runs = append(runs, r)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, r := range runs {
+		if r.Status() == status {
+			n++
+		}
+	}
+	return n
+}
+
+// Draining reports whether the service has stopped accepting runs: it drains for a shutdown, or is
+// closed. A readiness probe says so, so that a load balancer sends new chats elsewhere.
+func (s *Service) Draining() bool { return s.isClosing() }
 
 func (s *Service) isClosing() bool {
 	s.mu.Lock()
@@ -663,8 +701,9 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		Limits:        s.opts.Limits.Model,
 		Context:       obs.conv,
 		Cache:         true,
-		Logger:        s.log.With("run", run.ID),
+		Logger:        obs.log,
 		Sending:       run.calls.sending,
+		Calls:         obs,
 	}
 	defer func() {
 		// A bug must cost one run, not the process and every other run with it; the run still ends,

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"chatd/internal/llm"
+	"chatd/internal/metrics"
 	"chatd/internal/store"
 )
 
@@ -110,6 +111,7 @@ func (s *Service) title(ctx context.Context, job *titleJob, answer string) error
 	var text strings.Builder
 	var usage llm.Usage
 	var streamErr error
+	t0 := time.Now()
 	for ev, err := range job.provider.Stream(ctx, req) {
 		if err != nil {
 			streamErr = err
@@ -124,6 +126,7 @@ func (s *Service) title(ctx context.Context, job *titleJob, answer string) error
 			usage = ev.Usage
 		}
 	}
+	s.opts.Metrics.ModelCall(providerName(job.model), job.model, time.Since(t0), errorKind(streamErr))
 	// The title is stored before the call's usage: once the ledger has the call, the session has its
 	// title, or keeps the one it had.
 	defer s.accountTitle(job, usage, text.Len())
@@ -156,6 +159,10 @@ func (s *Service) accountTitle(job *titleJob, u llm.Usage, streamed int) {
 	}
 	entry := store.UsageEntry{RunID: job.runID, SessionID: job.sessionID, KeyID: job.account.KeyID, Agent: job.agentNm,
 		Model: job.model, Usage: su, CostNanoUSD: s.opts.Prices[job.model].cost(su), Estimated: estimated}
+	if !estimated { // the metrics count tokens as providers report them
+		s.opts.Metrics.Tokens(job.model, metrics.Usage{Input: su.InputTokens, Output: su.OutputTokens, CacheRead: su.CacheReadTokens,
+			CacheWrite: su.CacheWriteTokens, Reasoning: su.ReasoningTokens, CostUSD: float64(entry.CostNanoUSD) / 1e9})
+	}
 	if err := s.opts.Store.AddUsage(context.WithoutCancel(s.base), job.user, entry); err != nil {
 		s.log.Error("store the usage of a title call", "session", job.sessionID, "err", err)
 	}

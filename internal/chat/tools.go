@@ -10,8 +10,10 @@ import (
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
+	"chatd/internal/metrics"
 	"chatd/internal/store"
 	"chatd/internal/tool"
+	"chatd/internal/tracing"
 )
 
 // toolSet is the tools one run offers the model: those the agent offers in the request's context (see
@@ -23,6 +25,8 @@ type toolSet struct {
 	// progress receives the progress reports of running calls; nil drops them.
 	progress func(callID string, p tool.Progress)
 	now      func() time.Time // paces progress reports
+	metrics  *metrics.Metrics
+	tracing  *tracing.Tracing
 	// payloads are what get_payload reads, when the run offers it (withPayloads).
 	payloads []store.Payload
 }
@@ -46,7 +50,8 @@ func (s *Service) toolsFor(name string, a Agent, reqCtx map[string]any, selected
 	if selected != nil {
 		infos = slices.DeleteFunc(infos, func(info tool.Info) bool { return !slices.Contains(selected, info.Name) })
 	}
-	ts := &toolSet{reg: s.opts.Tools, allowed: make(map[string]bool, len(infos)), now: s.opts.Now}
+	ts := &toolSet{reg: s.opts.Tools, allowed: make(map[string]bool, len(infos)), now: s.opts.Now,
+		metrics: s.opts.Metrics, tracing: s.opts.Tracing}
 	if len(infos) > 0 {
 		ts.specs = make([]llm.ToolSpec, 0, len(infos))
 	}
@@ -119,7 +124,29 @@ func (ts *toolSet) ReadOnly(name string) bool {
 	return ok && info.ReadOnly
 }
 
+// unknownTool is the metrics' name of calls of tools the run does not offer: the model named it.
+const unknownTool = "unknown"
+
+// Call runs one call in its execute_tool span, and counts it.
 func (ts *toolSet) Call(ctx context.Context, call llm.ToolCall) agent.ToolResult {
+	mcp := false
+	if ts.tracing != nil && ts.reg != nil {
+		info, _ := ts.reg.Info(call.Name)
+		mcp = strings.HasPrefix(info.Source, "mcp:")
+	}
+	ctx, span := ts.tracing.Tool(ctx, call.Name, call.ID, mcp, call.Arguments)
+	t0 := time.Now()
+	res := ts.call(ctx, call)
+	name := call.Name
+	if !ts.allowed[name] {
+		name = unknownTool
+	}
+	ts.metrics.ToolCall(name, res.Success, time.Since(t0))
+	ts.tracing.EndTool(span, res.Success, res.Content)
+	return res
+}
+
+func (ts *toolSet) call(ctx context.Context, call llm.ToolCall) agent.ToolResult {
 	if !ts.allowed[call.Name] {
 		names := make([]string, 0, len(ts.allowed))
 		for n := range ts.allowed {

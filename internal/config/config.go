@@ -62,9 +62,11 @@ type Config struct {
 	// TitleModel titles a session after its first answer (CHATD_TITLE_MODEL or title_model):
 	// provider/model, "none" to keep the title cut from the first message, or "" for the session's own
 	// model.
-	TitleModel  string
-	File        string // the YAML file read, if any
-	LogLevel    slog.Level
+	TitleModel string
+	File       string // the YAML file read, if any
+	LogLevel   slog.Level
+	// LogFormat is "text" (slog's key=value lines, the default) or "json" (one JSON object a line).
+	LogFormat   string
 	ToolTimeout time.Duration
 	// DrainTimeout is how long SIGTERM lets running runs finish before cancelling them (default 20s).
 	DrainTimeout time.Duration
@@ -96,6 +98,12 @@ type Config struct {
 	TLSCert, TLSKey string
 	// PprofAddr, when set, is a loopback address where Go's profiles are served (--pprof-addr).
 	PprofAddr string
+	// MetricsAddr, when set, serves /metrics on a listener of its own instead of the API's
+	// (--metrics-addr, CHATD_METRICS_ADDR or metrics_addr).
+	MetricsAddr string
+	// MetricsToken, when set, is a bearer token that may read /metrics besides an admin's API key
+	// (--metrics-token, CHATD_METRICS_TOKEN or metrics_token). Never logged.
+	MetricsToken string
 }
 
 // Auth is the auth: section.
@@ -215,6 +223,12 @@ func (c *Config) Loopback() bool {
 // CheckExposure refuses to serve beyond loopback without auth: with no API key (hasKeys) and no
 // trusted proxy, every caller would be the local user.
 func (c *Config) CheckExposure(hasKeys bool) error {
+	if c.MetricsAddr != "" && !hasKeys && c.MetricsToken == "" {
+		if host, _, err := net.SplitHostPort(c.MetricsAddr); err != nil || !isLoopback(host) {
+			return fmt.Errorf("refusing to serve metrics on %s: beyond loopback they need a scrape token (metrics_token, "+
+				"CHATD_METRICS_TOKEN) or API keys; or serve them on 127.0.0.1", c.MetricsAddr)
+		}
+	}
 	if c.Loopback() || hasKeys || c.Auth.TrustedHeader != "" {
 		return nil
 	}
@@ -384,6 +398,9 @@ type file struct {
 	Model        string                  `yaml:"model"`
 	TitleModel   string                  `yaml:"title_model"`
 	LogLevel     string                  `yaml:"log_level"`
+	LogFormat    string                  `yaml:"log_format"`
+	MetricsAddr  string                  `yaml:"metrics_addr"`
+	MetricsToken string                  `yaml:"metrics_token"`
 	ToolTimeout  time.Duration           `yaml:"tool_timeout"`
 	DrainTimeout time.Duration           `yaml:"drain_timeout"`
 	AllowedHosts []string                `yaml:"allowed_hosts"`
@@ -431,6 +448,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	cfgFile := fs.String("config", "", "YAML configuration file (env CHATD_CONFIG)")
 	mcpConfig := fs.String("mcp-config", "", "MCP servers JSON file, {\"mcpServers\":{…}} (env CHATD_MCP_CONFIG)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (env CHATD_LOG_LEVEL; default info)")
+	logFormat := fs.String("log-format", "", "text or json (env CHATD_LOG_FORMAT; default text)")
+	metricsAddr := fs.String("metrics-addr", "", "serve /metrics on this address instead of --addr (env CHATD_METRICS_ADDR)")
+	metricsToken := fs.String("metrics-token", "", "a bearer token that may read /metrics, besides an admin's API key (env CHATD_METRICS_TOKEN)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; env CHATD_TLS_CERT), with --tls-key")
 	tlsKey := fs.String("tls-key", "", "the private key of --tls-cert (PEM; env CHATD_TLS_KEY)")
 	pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles (/debug/pprof/) on this loopback address (env CHATD_PPROF_ADDR); off by default")
@@ -465,6 +485,16 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	}
 	if err := c.parseLevel(cmp.Or(*logLevel, getenv("CHATD_LOG_LEVEL"), f.LogLevel, "info")); err != nil {
 		return nil, err
+	}
+	switch c.LogFormat = cmp.Or(*logFormat, getenv("CHATD_LOG_FORMAT"), f.LogFormat, "text"); c.LogFormat {
+	case "text", "json":
+	default:
+		return nil, fmt.Errorf("log format %q: use text or json", c.LogFormat)
+	}
+	c.MetricsAddr = cmp.Or(*metricsAddr, getenv("CHATD_METRICS_ADDR"), f.MetricsAddr)
+	c.MetricsToken = cmp.Or(*metricsToken, getenv("CHATD_METRICS_TOKEN"), f.MetricsToken)
+	if c.MetricsToken != "" && len(c.MetricsToken) < 16 {
+		return nil, errors.New("metrics_token: use at least 16 characters (a random one: openssl rand -hex 24)")
 	}
 	if c.ToolTimeout, err = duration("CHATD_TOOL_TIMEOUT", getenv("CHATD_TOOL_TIMEOUT"), f.ToolTimeout, 0); err != nil {
 		return nil, err

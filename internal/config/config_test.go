@@ -434,3 +434,49 @@ func TestPprofAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestObservability: log_format, metrics_addr and metrics_token from flags, environment and file, with
+// the flag winning; a bad format, a short token and metrics beyond loopback without a token are refused.
+func TestObservability(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "chatd.yaml")
+	os.WriteFile(file, []byte("log_format: json\nmetrics_addr: 127.0.0.1:9100\nmetrics_token: from-the-file-0123456789\n"), 0o600)
+	c, err := Load(nil, env(map[string]string{"CHATD_CONFIG": file}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LogFormat != "json" || c.MetricsAddr != "127.0.0.1:9100" || c.MetricsToken != "from-the-file-0123456789" {
+		t.Errorf("from the file: %q %q %q", c.LogFormat, c.MetricsAddr, c.MetricsToken)
+	}
+	c, err = Load([]string{"--log-format", "text", "--metrics-token", "from-the-flag-0123456789"},
+		env(map[string]string{"CHATD_CONFIG": file, "CHATD_LOG_FORMAT": "json", "CHATD_METRICS_ADDR": "127.0.0.1:9200"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LogFormat != "text" || c.MetricsAddr != "127.0.0.1:9200" || c.MetricsToken != "from-the-flag-0123456789" {
+		t.Errorf("flag > env > file: %q %q %q", c.LogFormat, c.MetricsAddr, c.MetricsToken)
+	}
+	if strings.Contains(fmtValue(c), "from-the-flag") {
+		t.Error("the metrics token is in the config's log value")
+	}
+	for _, args := range [][]string{{"--log-format", "xml"}, {"--metrics-token", "short"}} {
+		if _, err := Load(args, env(nil), io.Discard); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+	c, err = Load([]string{"--metrics-addr", "0.0.0.0:9100"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckExposure(false); err == nil || !strings.Contains(err.Error(), "metrics") {
+		t.Errorf("metrics beyond loopback without a token or keys: %v", err)
+	}
+	if err := c.CheckExposure(true); err != nil {
+		t.Errorf("metrics beyond loopback with keys: %v", err)
+	}
+	c.MetricsToken = "a-token-of-enough-length"
+	if err := c.CheckExposure(false); err != nil {
+		t.Errorf("metrics beyond loopback with a token: %v", err)
+	}
+}
+
+func fmtValue(c *Config) string { return c.LogValue().String() }

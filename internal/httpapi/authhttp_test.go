@@ -445,7 +445,7 @@ func TestAuthPublicRoutes(t *testing.T) {
 	})
 	e := newKeyedEnv(t, httpapi.Options{UI: ui}, auth.Options{})
 	e.key(t, auth.KeySpec{User: "alice"})
-	for _, path := range []string{"/", "/chat/some-session", "/healthz"} {
+	for _, path := range []string{"/", "/chat/some-session", "/healthz", "/readyz"} {
 		if resp, raw := e.call(t, "GET", path, "", nil); resp.StatusCode != http.StatusOK {
 			t.Errorf("GET %s without a key: %d %s", path, resp.StatusCode, raw)
 		}
@@ -647,7 +647,7 @@ func TestAuthHostCheck(t *testing.T) {
 func TestAuthEveryRouteNeedsACaller(t *testing.T) {
 	e := newKeyedEnv(t, httpapi.Options{}, auth.Options{})
 	e.key(t, auth.KeySpec{User: "alice"})
-	public := []string{"GET /healthz", "POST /v1/auth/session", "DELETE /v1/auth/session"}
+	public := []string{"GET /healthz", "GET /readyz", "POST /v1/auth/session", "DELETE /v1/auth/session"}
 	wildcard := strings.NewReplacer("{id}", "x", "{record}", "y", "{n}", "0")
 	for _, pattern := range httpapi.RoutePatterns() {
 		method, path, _ := strings.Cut(pattern, " ")

@@ -10,11 +10,16 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"chatd/internal/chat"
 	"chatd/internal/httpapi"
 	"chatd/internal/llm"
 	"chatd/internal/llm/openai"
+	"chatd/internal/metrics"
 	"chatd/internal/store/sqlite"
+	"chatd/internal/tracing"
 )
 
 // A text chunk as OpenAI sends it, byte for byte in shape.
@@ -81,16 +86,31 @@ func (d *discard) SetWriteDeadline(time.Time) error { return nil }
 // through one run; the run's fixed cost (storing the message and the answer) is spread over them. The
 // durable event log is on (log=on, a SQLite file with synchronous=FULL, as chatd runs) or off (log=off):
 // the difference is what writing every event to disk costs a token.
+//
+// The observed variants count into metrics, and trace into spans kept in memory (a run's span, a model
+// call's, the request's: none per token), with the log off to keep the disk's noise out.
 func BenchmarkStreamTextChunk(b *testing.B) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(b.Context())
 	for _, bc := range []struct {
-		name  string
-		flush time.Duration
-	}{{"log=on", 0}, {"log=off", -1}} {
-		b.Run(bc.name, func(b *testing.B) { benchmarkStream(b, bc.flush) })
+		name    string
+		flush   time.Duration
+		metrics bool
+		tracing *tracing.Tracing
+	}{{"log=on", 0, false, nil}, {"log=off", -1, false, nil}, {"log=off/metrics", -1, true, nil},
+		{"log=off/metrics+tracing", -1, true, tracing.New(tp, false)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var m *metrics.Metrics
+			if bc.metrics {
+				m = metrics.New()
+			}
+			benchmarkStream(b, bc.flush, m, bc.tracing)
+		})
 	}
 }
 
-func benchmarkStream(b *testing.B, flush time.Duration) {
+func benchmarkStream(b *testing.B, flush time.Duration, m *metrics.Metrics, tr *tracing.Tracing) {
 	db, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "chatd.db"), sqlite.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -100,9 +120,10 @@ func benchmarkStream(b *testing.B, flush time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini", FlushInterval: flush})
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini",
+		FlushInterval: flush, Metrics: m, Tracing: tr})
 	defer svc.Close(b.Context())
-	h := httpapi.New(httpapi.Options{Chat: svc, Store: db})
+	h := httpapi.New(httpapi.Options{Chat: svc, Store: db, Metrics: m, Tracing: tr})
 	w := &discard{h: http.Header{}}
 	req := httptest.NewRequestWithContext(b.Context(), "POST", "http://localhost/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))
 	req.Header.Set("Content-Type", "application/json")

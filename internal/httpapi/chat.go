@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -147,6 +149,8 @@ func (s *server) follow(w http.ResponseWriter, r *http.Request, runID string, af
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	h.Set("X-Run-Id", runID)
 	w.WriteHeader(http.StatusOK)
+	s.Metrics.StreamOpened()
+	defer s.Metrics.StreamClosed()
 	rc := http.NewResponseController(w)
 	out := sse.NewWriter(w)
 	// Per batch, no timer is touched: the write deadline is moved on only once half of it has passed
@@ -173,6 +177,9 @@ func (s *server) follow(w http.ResponseWriter, r *http.Request, runID string, af
 				deadlineSet = now
 			}
 			if err := write(out, batch); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					s.Metrics.SlowReader()
+				}
 				s.log.Debug("stream client gone or too slow", "run", runID, "path", r.URL.Path, "seq", batch[0].Seq, "err", err)
 				return nil
 			}

@@ -48,7 +48,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.FormatInt(e.retryAfter, 10))
 	}
 	if e.status >= 500 {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	body := map[string]any{"code": e.code, "message": e.message}
 	for k, v := range e.extra {

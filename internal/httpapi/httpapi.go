@@ -6,6 +6,7 @@
 package httpapi
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,8 +17,10 @@ import (
 
 	"chatd/internal/auth"
 	"chatd/internal/chat"
+	"chatd/internal/metrics"
 	"chatd/internal/store"
 	"chatd/internal/tool"
+	"chatd/internal/tracing"
 )
 
 // Options configure the API. Zero values are the defaults.
@@ -56,6 +59,13 @@ type Options struct {
 	// Limiter counts requests per minute; nil: one in this process's memory (auth.NewLimiter picks the
 	// store's count when the store keeps one, for several instances on one database).
 	Limiter auth.Limiter
+	// Metrics counts requests and streams; with ServeMetrics, GET /metrics serves them. nil: none.
+	Metrics      *metrics.Metrics
+	ServeMetrics bool
+	// MetricsToken, when set, is a bearer token that may read /metrics besides an admin's API key.
+	MetricsToken string
+	// Tracing traces every request; nil: none.
+	Tracing *tracing.Tracing
 }
 
 // LocalUser is the identity of every caller while chatd runs without API keys.
@@ -94,7 +104,7 @@ func New(opts Options) http.Handler {
 	// sends.
 	csrf := http.NewCrossOriginProtection()
 	csrf.SetDenyHandler(s.handle(s.crossOrigin))
-	return s.checkHost(s.authenticate(s.unlessKey(csrf.Handler, s.routes())))
+	return s.observe(s.checkHost(s.authenticate(s.unlessKey(csrf.Handler, s.routes()))))
 }
 
 // unlessKey routes requests whose caller authenticated with an API key straight to next, and the
@@ -153,13 +163,17 @@ func (s *server) routeTable() []route {
 		{"DELETE /v1/keys/{id}", s.revokeKey},
 		{"GET /v1/usage", s.usage},
 		{"GET /healthz", s.health},
+		{"GET /readyz", s.ready},
 	}
 }
 
 func (s *server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	for _, rt := range s.routeTable() {
-		mux.Handle(rt.pattern, s.handle(rt.handler))
+		mux.Handle(rt.pattern, s.routed(rt.pattern, s.handle(rt.handler)))
+	}
+	if s.ServeMetrics {
+		mux.Handle("GET /metrics", s.routed("GET /metrics", s.handle(s.serveMetrics)))
 	}
 	mux.Handle(apiRoot, s.handle(func(w http.ResponseWriter, r *http.Request) error { return s.noRoute(mux, w, r) }))
 	if s.UI != nil {
@@ -204,8 +218,37 @@ func (s *server) hostAllowed(hostport string) bool {
 	return false
 }
 
+// health is liveness: the process answers. It asks nothing of the store, so that a slow database does
+// not get the process restarted.
 func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyTimeout bounds the store's answer to a readiness probe.
+const readyTimeout = 2 * time.Second
+
+// ready is readiness: 200 when the store answers and its schema is migrated and chatd takes new runs;
+// 503 otherwise, with what is wrong. The store's error goes to the log, not to the (unauthenticated)
+// caller.
+func (s *server) ready(w http.ResponseWriter, r *http.Request) error {
+	checks := map[string]string{"store": "ok", "runs": "accepting"}
+	ok := true
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if s.Store != nil {
+		if err := s.Store.Ready(ctx); err != nil {
+			s.log.Warn("readiness: the store is not ready", "err", err)
+			checks["store"], ok = "unavailable", false
+		}
+	}
+	if s.Chat != nil && s.Chat.Draining() {
+		checks["runs"], ok = "draining", false
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	if !ok {
+		return writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "checks": checks})
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": checks})
 }
 
 // crossOrigin is the refusal of a write a browser sends from a page of another origin (CSRF).

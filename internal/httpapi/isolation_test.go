@@ -124,6 +124,7 @@ func isolationCases() map[string]isoCase {
 		}},
 		"GET /v1/usage": {check: (*isoFixture).usage},
 		"GET /healthz":  {check: sameForEveryone("/healthz")},
+		"GET /readyz":   {check: sameForEveryone("/readyz")},
 	}
 }
 

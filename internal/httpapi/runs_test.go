@@ -16,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"chatd/internal/httpapi"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/metrics"
 	"chatd/internal/runevent"
 	"chatd/internal/sse"
 )
@@ -441,11 +444,15 @@ func TestSlowReaderIsDisconnected(t *testing.T) {
 		var once sync.Once
 		// The stuck reader's cut, not the sender's: the POST that started the run left at once.
 		log := slog.New(onMessage{"stream client gone or too slow", "/events", func() { once.Do(func() { close(cut) }) }})
-		e, runID, stuck, release := start(t, httpapi.Options{WriteTimeout: 200 * time.Millisecond, Logger: log})
+		m := metrics.New()
+		e, runID, stuck, release := start(t, httpapi.Options{WriteTimeout: 200 * time.Millisecond, Logger: log, Metrics: m})
 		select {
 		case <-cut:
 		case <-time.After(time.Minute):
 			t.Fatal("the stuck reader was not disconnected within a minute of a 200ms write timeout")
+		}
+		if n := testutil.ToFloat64(m.SlowReaders()); n != 1 {
+			t.Errorf("chatd_sse_slow_disconnects_total = %v, want 1", n)
 		}
 		close(release)
 		// What it got ends at some complete event or mid-event; it resumes from the last complete id.

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"chatd/internal/tool"
+	"chatd/internal/tracing"
 )
 
 // Limits on what one call returns; a server is not trusted to be reasonable.
@@ -144,7 +145,22 @@ func (s *server) call(ctx context.Context, sess *mcp.ClientSession, name string,
 	defer s.calls.Delete(token)
 	p := &mcp.CallToolParams{Name: name, Arguments: args}
 	p.SetProgressToken(token)
-	return sess.CallTool(ctx, p)
+	// The call's span, per the MCP semantic conventions; its trace context goes to the server in the
+	// request's _meta (traceparent, tracestate).
+	transport, protocol := "tcp", ""
+	if s.cfg.Transport == TransportStdio {
+		transport = "pipe"
+	}
+	if init := sess.InitializeResult(); init != nil {
+		protocol = init.ProtocolVersion
+	}
+	ctx, span, meta := s.m.opts.Tracing.MCP(ctx, "tools/call", name, transport, sess.ID(), protocol)
+	for k, v := range meta {
+		p.Meta[k] = v
+	}
+	res, err := sess.CallTool(ctx, p)
+	tracing.EndMCP(span, err, err == nil && res.IsError)
+	return res, err
 }
 
 // progressed hands a progress notification to the call it belongs to, if that call is still running.

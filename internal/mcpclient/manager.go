@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"chatd/internal/tool"
+	"chatd/internal/tracing"
 )
 
 // Server states.
@@ -28,6 +29,9 @@ const (
 	StateDisabled   = "disabled" // "enabled": false in the file
 	StateClosed     = "closed"   // chatd is shutting down
 )
+
+// States are every state a server can be in, in the order above.
+var States = []string{StateConnecting, StateConnected, StateFailed, StateDisabled, StateClosed}
 
 // Options configure a Manager.
 type Options struct {
@@ -49,6 +53,8 @@ type Options struct {
 	MaxTools int
 	// Version is chatd's version, sent in clientInfo.
 	Version string
+	// Tracing traces tool calls (tools/call spans, the trace context sent in _meta); nil: none.
+	Tracing *tracing.Tracing
 }
 
 // Manager supervises the configured servers.

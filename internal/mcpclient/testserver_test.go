@@ -119,6 +119,10 @@ func (ts *testServer) addTools() {
 	ts.raw("args", func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return text(string(req.Params.Arguments)), nil
 	})
+	ts.raw("meta", func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		b, _ := json.Marshal(req.Params.Meta)
+		return text(string(b)), nil
+	})
 	ts.raw("two_texts", func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "one"}, &mcp.TextContent{Text: "two"}}}, nil
 	})

@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -439,5 +440,15 @@ type Store interface {
 
 	Accounts
 
+	// Ready reports whether the store can serve: its database answers a query, and its schema is at the
+	// latest migration this build knows (a schema another instance moved further is fine). It is cheap
+	// enough for a readiness probe every few seconds.
+	Ready(ctx context.Context) error
+
 	Close() error
+}
+
+// SchemaBehind is Ready's error when the database's schema is older than the build's migrations.
+func SchemaBehind(have, want int64) error {
+	return fmt.Errorf("the database schema is at migration %d; this chatd needs %d (it migrates at start: restart it)", have, want)
 }

@@ -2,7 +2,8 @@
 // and embedded in the binary, so that `chatd serve` needs no Node.
 //
 // Hashed assets (dist/assets/) are cached for a year; index.html and the other files are revalidated
-// (ETag). A path with no file extension that matches no file is a client route: it gets index.html. Text
+// (ETag). The UI's own routes — / and /c/<session id> — get index.html; any other path that is not a file of
+// the build is a 404, so that a probe (/metrics on the wrong port, a typo) is not answered with a page. Text
 // files are served gzip-compressed to clients that accept it, compressed once at start-up.
 package webui
 
@@ -94,14 +95,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	name := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
 	f := h.files[name]
-	switch {
-	case f != nil:
-	case strings.HasPrefix(name, "assets/") || staticFile[path.Ext(name)]:
-		// A file the build does not have (an asset of an older build): not a page.
+	if f == nil && clientRoute(name) {
+		f = h.index
+	}
+	if f == nil {
+		// Not a file of the build (an asset of an older build, a probe) nor a page of the UI.
 		http.NotFound(w, r)
 		return
-	default:
-		f = h.index // a client route
 	}
 	hd := w.Header()
 	hd.Set("Content-Type", f.contentType)
@@ -186,11 +186,15 @@ func acceptsGzip(header string) bool {
 	return star
 }
 
-// staticFile are the extensions of files a build holds: a path with one that the build does not have is
-// a 404, not a client route.
-var staticFile = map[string]bool{".js": true, ".mjs": true, ".css": true, ".map": true, ".html": true,
-	".svg": true, ".png": true, ".jpg": true, ".ico": true, ".webp": true, ".woff": true, ".woff2": true,
-	".json": true, ".webmanifest": true, ".txt": true}
+// clientRoute reports whether name (a cleaned path without its leading slash) is one of the UI's pages:
+// "" (a new chat) or "c/<session id>" (one chat; web/src/App.tsx routes the same two).
+func clientRoute(name string) bool {
+	if name == "" {
+		return true
+	}
+	id, ok := strings.CutPrefix(name, "c/")
+	return ok && id != "" && !strings.Contains(id, "/")
+}
 
 // etagMatch reports whether an If-None-Match value names etag.
 func etagMatch(header, etag string) bool {

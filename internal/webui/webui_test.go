@@ -49,7 +49,12 @@ func TestServe(t *testing.T) {
 		{"/", "200", "text/html; charset=utf-8", "no-cache", true},
 		{"/index.html", "200", "text/html; charset=utf-8", "no-cache", true},
 		{"/c/0b7f8d2e-chat", "200", "text/html; charset=utf-8", "no-cache", true}, // a client route
-		{"/settings", "200", "text/html; charset=utf-8", "no-cache", true},
+		{"/c/0b7f8d2e-chat/", "200", "text/html; charset=utf-8", "no-cache", true},
+		{"/settings", "404", "", "", false}, // not a page of the UI
+		{"/metrics", "404", "", "", false},
+		{"/c/", "404", "", "", false},
+		{"/c/a/b", "404", "", "", false},
+		{"/favicon.ico", "404", "", "", false},
 		{"/assets/index-AbC123.js", "200", "text/javascript; charset=utf-8", "public, max-age=31536000, immutable", false},
 		{"/assets/index-Zz9.css", "200", "text/css; charset=utf-8", "public, max-age=31536000, immutable", false},
 		{"/favicon.svg", "200", "image/svg+xml", "no-cache", false},
@@ -57,7 +62,8 @@ func TestServe(t *testing.T) {
 		{"/assets/logo-Q2.unknownext", "200", "application/octet-stream", "public, max-age=31536000, immutable", false},
 		{"/assets/index-old.js", "404", "", "", false}, // a stale asset is not the index page
 		{"/robots.txt", "404", "", "", false},
-		{"/../../etc/passwd", "200", "text/html; charset=utf-8", "no-cache", true}, // cleaned: a client route
+		{"/../../etc/passwd", "404", "", "", false},                      // cleaned: /etc/passwd, no page
+		{"/../c/x", "200", "text/html; charset=utf-8", "no-cache", true}, // cleaned: a client route
 		{"/../../etc/hosts.txt", "404", "", "", false},
 		{"/c/my.chat", "200", "text/html; charset=utf-8", "no-cache", true}, // a chat id with a dot
 		{"/assets/chunk-x", "404", "", "", false},

@@ -89,6 +89,9 @@ type Turn struct {
 	// with the finish reason, response.completed): a test can hold the stream open there, for instance
 	// until a tool has started.
 	BeforeFinish func()
+	// BeforeChunk is called with each event's data before it is sent: a test can hold the stream until
+	// its client has seen what was sent before (a proxy's buffering shows as a wait that never ends).
+	BeforeChunk func(data string)
 	// WholeArguments sends each call in one delta with the arguments as a JSON object, as a few
 	// compatible servers do (OpenAI only).
 	WholeArguments bool
@@ -314,6 +317,9 @@ func writeEvents(w http.ResponseWriter, r *http.Request, turn Turn, events []str
 			if turn.BeforeFinish != nil {
 				turn.BeforeFinish()
 			}
+		}
+		if turn.BeforeChunk != nil {
+			turn.BeforeChunk(ev.data)
 		}
 		if turn.Delay > 0 {
 			select {

@@ -111,6 +111,7 @@ func (e *Endpoint) Post(ctx context.Context, url string, body []byte) (*Body, er
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
+	llm.AddHeaders(ctx, req.Header) // the trace context, when the call is traced
 	resp, err := e.HTTP.Do(req)
 	if err != nil {
 		cancel(nil)

@@ -55,6 +55,8 @@ type DB struct {
 	pool *sql.DB
 	log  *slog.Logger
 	now  func() time.Time // replaced by tests that need equal timestamps
+	// schema is the latest migration's version, which Ready expects the database at.
+	schema int64
 
 	instance string        // Options.Instance
 	leaseTTL time.Duration // Options.LeaseTTL
@@ -144,6 +146,9 @@ func (db *DB) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if srcs := p.ListSources(); len(srcs) > 0 {
+		db.schema = srcs[len(srcs)-1].Version
+	}
 	// Not p.Close: it would close the pool.
 	results, err := p.Up(ctx)
 	if err != nil {
@@ -151,6 +156,18 @@ func (db *DB) migrate(ctx context.Context) error {
 	}
 	for _, r := range results {
 		db.log.Info("postgres: applied migration", "file", r.Source.Path, "duration", r.Duration)
+	}
+	return nil
+}
+
+// Ready reads the schema's version: one cheap query that needs the database to answer.
+func (db *DB) Ready(ctx context.Context) error {
+	var have int64
+	if err := db.pool.QueryRowContext(ctx, `SELECT COALESCE(MAX(version_id), 0) FROM goose_db_version`).Scan(&have); err != nil {
+		return fmt.Errorf("postgres: ready: %w", err)
+	}
+	if have < db.schema {
+		return fmt.Errorf("postgres: ready: %w", store.SchemaBehind(have, db.schema))
 	}
 	return nil
 }

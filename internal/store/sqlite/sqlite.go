@@ -48,6 +48,7 @@ type DB struct {
 	lock   *os.File // holds the lock on the lock file; nil for ":memory:"
 	log    *slog.Logger
 	now    func() time.Time // replaced by tests that need equal timestamps
+	schema int64            // the latest migration's version, which Ready expects the database at
 
 	// The committer (commit.go): writes wait in writes; quit stops it; committerDone is closed when it
 	// has stopped.
@@ -201,6 +202,9 @@ func (db *DB) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if srcs := p.ListSources(); len(srcs) > 0 {
+		db.schema = srcs[len(srcs)-1].Version
+	}
 	// Not p.Close: it would close the writer pool.
 	results, err := p.Up(ctx)
 	if err != nil {
@@ -208,6 +212,18 @@ func (db *DB) migrate(ctx context.Context) error {
 	}
 	for _, r := range results {
 		db.log.Info("sqlite: applied migration", "file", r.Source.Path, "duration", r.Duration)
+	}
+	return nil
+}
+
+// Ready reads the schema's version: one cheap query that needs the database to answer.
+func (db *DB) Ready(ctx context.Context) error {
+	var have int64
+	if err := db.reader.QueryRowContext(ctx, `SELECT COALESCE(MAX(version_id), 0) FROM goose_db_version`).Scan(&have); err != nil {
+		return fmt.Errorf("sqlite: ready: %w", err)
+	}
+	if have < db.schema {
+		return fmt.Errorf("sqlite: ready: %w", store.SchemaBehind(have, db.schema))
 	}
 	return nil
 }

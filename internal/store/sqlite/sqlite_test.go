@@ -409,3 +409,21 @@ func queryPlan(t *testing.T, db *DB, query string, args ...any) string {
 	}
 	return b.String()
 }
+
+// TestReadySchemaBehind: a database whose schema lacks the build's latest migration is not ready.
+func TestReadySchemaBehind(t *testing.T) {
+	db, err := Open(t.Context(), tempPath(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Ready(t.Context()); err != nil {
+		t.Fatalf("Ready = %v", err)
+	}
+	if _, err := db.writer.ExecContext(t.Context(), `DELETE FROM goose_db_version WHERE version_id = (SELECT MAX(version_id) FROM goose_db_version)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ready(t.Context()); err == nil || !strings.Contains(err.Error(), "schema") {
+		t.Errorf("Ready with the last migration undone = %v, want a schema error", err)
+	}
+}

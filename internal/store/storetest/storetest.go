@@ -11,6 +11,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -81,9 +82,23 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"QuotaUsage", testQuotaUsage},
 		{"UsageTotals", testUsageTotals},
 		{"RunKeyID", testRunKeyID},
+		{"Ready", testReady},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+	}
+}
+
+// testReady: a store that is open and migrated is ready; asked with a context that has ended, it is not
+// (the check does go to the database).
+func testReady(t *testing.T, s store.Store) {
+	if err := s.Ready(t.Context()); err != nil {
+		t.Fatalf("Ready = %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := s.Ready(ctx); err == nil {
+		t.Error("Ready with an ended context = nil, want an error")
 	}
 }
 
