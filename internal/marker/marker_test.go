@@ -383,8 +383,13 @@ func TestParseValues(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatal(d)
 	}
-	for _, bad := range []string{`{"label":"a"}`, `[1]`, `[{"label":"a","value":"b","x":1}]`, `[""]`, `[{"label":""}]`,
-		`["` + strings.Repeat("x", MaxLabelBytes+1) + `"]`, `[` + strings.Repeat(`"a",`, MaxSuggestions) + `"a"]`} {
+	// Fields of their own are the model's business; more than MaxSuggestions are the caller's to cut.
+	got, err = ParseValues(json.RawMessage(`[{"label":"a","value":"b","description":"x"},` + strings.Repeat(`"c",`, MaxSuggestions) + `"d"]`))
+	if err != nil || len(got) != MaxSuggestions+2 || got[0] != (Value{"a", "b"}) {
+		t.Fatalf("ParseValues with extra fields and values: %v, %v", got, err)
+	}
+	for _, bad := range []string{`{"label":"a"}`, `[1]`, `[""]`, `[{"label":""}]`, `[{"description":"x"}]`,
+		`["` + strings.Repeat("x", MaxLabelBytes+1) + `"]`} {
 		if _, err := ParseValues(json.RawMessage(bad)); err == nil {
 			t.Errorf("ParseValues(%.40s) took a wrong shape", bad)
 		}
@@ -401,7 +406,11 @@ func TestParseActions(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatal(d)
 	}
-	for _, bad := range []string{`[{"label":"a"}]`, `[{"action":"a","handler":"browser"}]`, `["a"]`,
+	got, err = ParseActions(json.RawMessage(`[{"label":"Go","action":"go","description":"x","prompt":"y"},` + strings.Repeat(`{"action":"a"},`, MaxSuggestions) + `{"action":"b"}]`))
+	if err != nil || len(got) != MaxSuggestions+2 || cmp.Diff(Action{"Go", "go", HandlerClient, nil}, got[0]) != "" {
+		t.Fatalf("ParseActions with extra fields and actions: %v, %v", got, err)
+	}
+	for _, bad := range []string{`[{"label":"a"}]`, `[{"action":"a","handler":"browser"}]`, `["a"]`, `[{"action":1}]`,
 		`[{"action":"a","handler":"server","data":[1]}]`, `{}`} {
 		if _, err := ParseActions(json.RawMessage(bad)); err == nil {
 			t.Errorf("ParseActions(%s) took a wrong shape", bad)
