@@ -138,8 +138,13 @@ func newAnswerParser(types []payloadType, maxBlock int) *answerParser {
 
 func (p *answerParser) splitter() *marker.Splitter { return marker.New(p.markers, p.maxBlock) }
 
+// maxAnswerPayloads is how many marker payloads one answer keeps, as it keeps marker.MaxSuggestions
+// values and actions.
+const maxAnswerPayloads = 20
+
 // parse sets rec's content from text: the text without its marked blocks, and what they held. A block
-// that is not valid is dropped, and a note logged.
+// that is not valid is dropped, and a note logged; so are the values, actions and payload blocks past
+// the first 20 of each.
 func (p *answerParser) parse(text string, rec *store.Record, note func(marker, reason string)) {
 	clean, blocks, notes := marker.Split(text, p.markers, p.maxBlock)
 	rec.Content = clean
@@ -151,6 +156,7 @@ func (p *answerParser) parse(text string, rec *store.Record, note func(marker, r
 	}
 	var values []marker.Value
 	var actions []marker.Action
+	extra := 0 // payload blocks past the first maxAnswerPayloads
 	for _, b := range blocks {
 		switch b.Marker {
 		case marker.SuggestedValues:
@@ -168,6 +174,10 @@ func (p *answerParser) parse(text string, rec *store.Record, note func(marker, r
 			}
 			actions = append(actions, as...)
 		default:
+			if len(rec.Payloads) == maxAnswerPayloads {
+				extra++
+				continue
+			}
 			pl, err := p.payload(b)
 			if err != nil {
 				note(b.Marker, err.Error())
@@ -176,8 +186,17 @@ func (p *answerParser) parse(text string, rec *store.Record, note func(marker, r
 			rec.Payloads = append(rec.Payloads, pl)
 		}
 	}
-	values = values[:min(len(values), marker.MaxSuggestions)]
-	actions = actions[:min(len(actions), marker.MaxSuggestions)]
+	if len(values) > marker.MaxSuggestions {
+		note(marker.SuggestedValues, fmt.Sprintf("gave %d values; the first %d are kept", len(values), marker.MaxSuggestions))
+		values = values[:marker.MaxSuggestions]
+	}
+	if len(actions) > marker.MaxSuggestions {
+		note(marker.SuggestedActions, fmt.Sprintf("gave %d actions; the first %d are kept", len(actions), marker.MaxSuggestions))
+		actions = actions[:marker.MaxSuggestions]
+	}
+	if extra > 0 {
+		note("payload markers", fmt.Sprintf("gave %d more payload blocks; the first %d are kept", extra, maxAnswerPayloads))
+	}
 	if len(values) > 0 {
 		rec.SuggestedValues, _ = json.Marshal(values)
 	}

@@ -92,6 +92,64 @@ var answers = []struct {
 		clean: "A.\nSUGGESTED_VAL",
 	},
 	{
+		name:  "text after a fenced block's JSON belongs to the block, later markers are still markers",
+		in:    "Pick one.\nSUGGESTED_VALUES:\n```json\n[\"Paris\", \"Tokyo\"]\n// the two cities\n```\nSUGGESTED_ACTIONS: [{\"label\":\"Go\",\"action\":\"x\",\"handler\":\"client\"}]\n",
+		clean: "Pick one.\n",
+		blocks: []Block{
+			{SuggestedValues, json.RawMessage(`["Paris", "Tokyo"]`)},
+			{SuggestedActions, json.RawMessage(`[{"label":"Go","action":"x","handler":"client"}]`)},
+		},
+		notes: []Note{{SuggestedValues, "has text after its JSON in the fence, which is dropped"}},
+	},
+	{
+		name:  "a fence on one line is inline code: only that line goes",
+		in:    "Here you go.\nSUGGESTED_VALUES: ```json [\"a\"]```\nThanks…\nAnd another paragraph.\n",
+		clean: "Here you go.\nThanks…\nAnd another paragraph.\n",
+		notes: []Note{{SuggestedValues, "is followed by inline code, not a fenced block"}},
+	},
+	{
+		name:   "unfinished JSON ends at a blank line",
+		in:     "Answer.\nSUGGESTED_VALUES: [\"a\", \"b\"\n \r\nP.S. …\nSUGGESTED_VALUES: [\"c\"]\n",
+		clean:  "Answer.\n \r\nP.S. …\n",
+		blocks: []Block{{SuggestedValues, json.RawMessage(`["c"]`)}},
+		notes:  []Note{{SuggestedValues, "has JSON that does not end"}},
+	},
+	{
+		name:  "the fence closes before the JSON ends",
+		in:    "A.\nSUGGESTED_VALUES:\n```\n[\"a\",\n```\nB.\n",
+		clean: "A.\nB.\n",
+		notes: []Note{{SuggestedValues, "has JSON that does not end"}},
+	},
+	{
+		name:   "a ~~~ fence around the JSON, and ``` right after it",
+		in:     "A.\nSCHEMA_PROPOSAL:\n~~~\n{\"a\": 1}\n~~~\nB.\nSUGGESTED_VALUES:\n```\n[\"a\"]```\nC.\n",
+		clean:  "A.\nB.\nC.\n",
+		blocks: []Block{{"SCHEMA_PROPOSAL:", json.RawMessage(`{"a": 1}`)}, {SuggestedValues, json.RawMessage(`["a"]`)}},
+	},
+	{
+		name: "code blocks of the prose: ~~~, longer fences, indented code, inline code",
+		in: "~~~\nSUGGESTED_VALUES: [1]\n~~~\n" +
+			"````md\n```\nSUGGESTED_VALUES: [2]\n````\n" +
+			"~~~\n```\nSUGGESTED_VALUES: [3]\n~~~\n" +
+			"```\ncode\n``` not a close\nSUGGESTED_VALUES: [4]\n  ```\n" +
+			"Code:\n\n    SUGGESTED_VALUES: [5]\n\tSUGGESTED_VALUES: [6]\n" +
+			"```x``` is inline code.\nSUGGESTED_VALUES: [\"b\"]\n",
+		clean: "~~~\nSUGGESTED_VALUES: [1]\n~~~\n" +
+			"````md\n```\nSUGGESTED_VALUES: [2]\n````\n" +
+			"~~~\n```\nSUGGESTED_VALUES: [3]\n~~~\n" +
+			"```\ncode\n``` not a close\nSUGGESTED_VALUES: [4]\n  ```\n" +
+			"Code:\n\n    SUGGESTED_VALUES: [5]\n\tSUGGESTED_VALUES: [6]\n" +
+			"```x``` is inline code.\n",
+		blocks: []Block{{SuggestedValues, json.RawMessage(`["b"]`)}},
+	},
+	{
+		name:   "blank lines after a marker without JSON stay",
+		in:     "a\nSUGGESTED_VALUES:\n\n\nNext paragraph.\nSUGGESTED_VALUES:\n\n  SUGGESTED_VALUES:\n\n[\"x\"]\nb\n",
+		clean:  "a\n\n\nNext paragraph.\n\nb\n",
+		blocks: []Block{{SuggestedValues, json.RawMessage(`["x"]`)}},
+		notes:  []Note{{SuggestedValues, "is not followed by a JSON array or object"}, {SuggestedValues, "is not followed by a JSON array or object"}},
+	},
+	{
 		name:   "windows newlines",
 		in:     "A.\r\nSUGGESTED_VALUES: [\"a\"]\r\nB.\r\n",
 		clean:  "A.\r\nB.\r\n",
@@ -149,7 +207,7 @@ func TestEveryByteSplit(t *testing.T) {
 				check(t, "split at "+itoa(i), want, c, b, n)
 			}
 			bytes := make([]string, len(a.in))
-			for i := range a.in {
+			for i := range len(a.in) {
 				bytes[i] = a.in[i : i+1]
 			}
 			c, b, n = split(t, a.in, bytes)
@@ -217,6 +275,29 @@ func TestOversizedBlock(t *testing.T) {
 	}
 }
 
+// TestFenceThatDoesNotClose: what follows a fenced block's JSON is the block's up to the closing fence,
+// but no further than the limit: past it, the answer stands again from the next line.
+func TestFenceThatDoesNotClose(t *testing.T) {
+	in := "A.\nSUGGESTED_VALUES:\n```\n[\"a\"]\n" + strings.Repeat("note\n", 30) + "B.\n"
+	want := struct {
+		clean  string
+		blocks []Block
+		notes  []Note
+	}{
+		"A.\n" + strings.Repeat("note\n", 10) + "B.\n",
+		[]Block{{SuggestedValues, json.RawMessage(`["a"]`)}},
+		[]Note{{SuggestedValues, "has text after its JSON in the fence, which is dropped"}, {SuggestedValues, "has a fence that does not close within 100 bytes"}},
+	}
+	for i := 0; i <= len(in); i++ {
+		s := New(nil, 100)
+		out := s.Write(in[:i])
+		out += s.Write(in[i:])
+		out += s.Flush()
+		b, n := s.Take()
+		check(t, "split at "+itoa(i), want, out, b, n)
+	}
+}
+
 // TestPlainTextIsNotCopied: ordinary text comes back as the delta itself, without an allocation.
 func TestPlainTextIsNotCopied(t *testing.T) {
 	s := New(payloadMarkers, 0)
@@ -230,6 +311,23 @@ func TestPlainTextIsNotCopied(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per run of plain text, want 0", allocs)
+	}
+}
+
+// TestHeldLineIsNotCopied: a held line that is released in the delta it came in with is a part of that
+// delta too, without an allocation.
+func TestHeldLineIsNotCopied(t *testing.T) {
+	s := New(payloadMarkers, 0)
+	deltas := []string{"Sure.\nSo: Some Sugar.\n", "SUGGEST nothing\n  indented\n", "SUGGESTED_VALUES is a word\n", "Sure."}
+	allocs := testing.AllocsPerRun(100, func() {
+		for _, d := range deltas {
+			if got := s.Write(d); got != d {
+				t.Fatalf("Write(%q) = %q", d, got)
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per run of held lines, want 0", allocs)
 	}
 }
 
@@ -285,8 +383,13 @@ func TestParseValues(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatal(d)
 	}
-	for _, bad := range []string{`{"label":"a"}`, `[1]`, `[{"label":"a","value":"b","x":1}]`, `[""]`, `[{"label":""}]`,
-		`["` + strings.Repeat("x", MaxLabelBytes+1) + `"]`, `[` + strings.Repeat(`"a",`, MaxSuggestions) + `"a"]`} {
+	// Fields of their own are the model's business; more than MaxSuggestions are the caller's to cut.
+	got, err = ParseValues(json.RawMessage(`[{"label":"a","value":"b","description":"x"},` + strings.Repeat(`"c",`, MaxSuggestions) + `"d"]`))
+	if err != nil || len(got) != MaxSuggestions+2 || got[0] != (Value{"a", "b"}) {
+		t.Fatalf("ParseValues with extra fields and values: %v, %v", got, err)
+	}
+	for _, bad := range []string{`{"label":"a"}`, `[1]`, `[""]`, `[{"label":""}]`, `[{"description":"x"}]`,
+		`["` + strings.Repeat("x", MaxLabelBytes+1) + `"]`} {
 		if _, err := ParseValues(json.RawMessage(bad)); err == nil {
 			t.Errorf("ParseValues(%.40s) took a wrong shape", bad)
 		}
@@ -303,7 +406,11 @@ func TestParseActions(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatal(d)
 	}
-	for _, bad := range []string{`[{"label":"a"}]`, `[{"action":"a","handler":"browser"}]`, `["a"]`,
+	got, err = ParseActions(json.RawMessage(`[{"label":"Go","action":"go","description":"x","prompt":"y"},` + strings.Repeat(`{"action":"a"},`, MaxSuggestions) + `{"action":"b"}]`))
+	if err != nil || len(got) != MaxSuggestions+2 || cmp.Diff(Action{"Go", "go", HandlerClient, nil}, got[0]) != "" {
+		t.Fatalf("ParseActions with extra fields and actions: %v, %v", got, err)
+	}
+	for _, bad := range []string{`[{"label":"a"}]`, `[{"action":"a","handler":"browser"}]`, `["a"]`, `[{"action":1}]`,
 		`[{"action":"a","handler":"server","data":[1]}]`, `{}`} {
 		if _, err := ParseActions(json.RawMessage(bad)); err == nil {
 			t.Errorf("ParseActions(%s) took a wrong shape", bad)

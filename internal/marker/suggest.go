@@ -9,7 +9,9 @@ import (
 	"unicode/utf8"
 )
 
-// Limits of suggestions: an answer offers a few buttons, each with a short label.
+// Limits of suggestions: an answer offers a few buttons, each with a short label. ParseValues and
+// ParseActions check the lengths; the count is for their caller, which keeps the first MaxSuggestions
+// of an answer's values (and of its actions) however many blocks they came in.
 const (
 	MaxSuggestions = 20
 	MaxLabelBytes  = 200
@@ -38,22 +40,20 @@ const (
 )
 
 // ParseValues reads a SUGGESTED_VALUES block: a JSON array of {"label","value"} objects or of strings
-// (each both label and value). A value without a label is its own label, and the reverse.
+// (each both label and value). A value without a label is its own label, and the reverse. Other fields
+// of an object are ignored. One value that is not right drops the block.
 func ParseValues(raw json.RawMessage) ([]Value, error) {
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return nil, errors.New("is not a JSON array")
-	}
-	if len(items) > MaxSuggestions {
-		return nil, fmt.Errorf("has %d values; at most %d are kept", len(items), MaxSuggestions)
 	}
 	out := make([]Value, 0, len(items))
 	for i, it := range items {
 		var v Value
 		if s, ok := asString(it); ok {
 			v = Value{Label: s, Value: s}
-		} else if err := strict(it, &v); err != nil {
-			return nil, fmt.Errorf("value %d is neither a string nor {\"label\",\"value\"}", i)
+		} else if err := json.Unmarshal(it, &v); err != nil {
+			return nil, fmt.Errorf("value %d is neither a string nor an object of strings {\"label\",\"value\"}", i)
 		}
 		if v.Label == "" {
 			v.Label = v.Value
@@ -74,20 +74,18 @@ func ParseValues(raw json.RawMessage) ([]Value, error) {
 
 // ParseActions reads a SUGGESTED_ACTIONS block: a JSON array of {"label","action","handler","data"}
 // objects. Handler is "client" (the default) or "server"; a server action's data, when present, is a
-// JSON object (its tool's arguments).
+// JSON object (its tool's arguments). Other fields of an action are ignored: what a client needs beyond
+// label and action goes in data. One action that is not right drops the block.
 func ParseActions(raw json.RawMessage) ([]Action, error) {
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return nil, errors.New("is not a JSON array")
 	}
-	if len(items) > MaxSuggestions {
-		return nil, fmt.Errorf("has %d actions; at most %d are kept", len(items), MaxSuggestions)
-	}
 	out := make([]Action, 0, len(items))
 	for i, it := range items {
 		var a Action
-		if err := strict(it, &a); err != nil {
-			return nil, fmt.Errorf("action %d is not {\"label\",\"action\",\"handler\",\"data\"}", i)
+		if err := json.Unmarshal(it, &a); err != nil {
+			return nil, fmt.Errorf("action %d is not an object {\"label\",\"action\",\"handler\",\"data\"} of strings (and data)", i)
 		}
 		if a.Handler == "" {
 			a.Handler = HandlerClient
@@ -130,13 +128,6 @@ func asString(raw json.RawMessage) (string, bool) {
 		return "", false
 	}
 	return s, true
-}
-
-// strict decodes an object into v, refusing fields v does not have.
-func strict(raw json.RawMessage, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v)
 }
 
 func checkText(s string, max int) error {

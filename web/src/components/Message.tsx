@@ -100,8 +100,9 @@ function SuggestionsView(props: { data: Suggestions; disabled: boolean; onSend: 
             </button>
           )
         }
-        // A client action: this UI has no application to hand it to, so it asks for it in words.
-        const c = choice(v, ['prompt', 'label', 'action'])
+        // A client action: this UI has no application to hand it to, so it asks for it in words — its
+        // label (chatd keeps label, action, handler and data of an action, nothing else).
+        const c = choice(v, ['label', 'action'])
         if (!c) return null
         return (
           <button key={`a${i}`} type="button" className="suggestion action" data-testid="suggested-action" data-handler="client"
