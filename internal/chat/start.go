@@ -644,7 +644,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		s.executeAction(ctx, p, run, records, obs)
 		return
 	}
-	p.tools = p.tools.withPayloads(p.agent, p.req.SelectedTools, sessionPayloads(store.Current(records)))
+	p.tools = p.tools.withPayloads(p.agent, store.Current(records))
 	system := systemPrompt(p, records)
 	obs.conv = s.newConversation(p, run, records, system, obs)
 	if job := s.titleFor(p, run, records); job != nil {

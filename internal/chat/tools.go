@@ -23,8 +23,8 @@ type toolSet struct {
 	// progress receives the progress reports of running calls; nil drops them.
 	progress func(callID string, p tool.Progress)
 	now      func() time.Time // paces progress reports
-	// payloads are what get_payload reads, when the run offers it (withPayloads).
-	payloads []store.Payload
+	// payloads are the records whose payloads get_payload reads, when the run offers it (withPayloads).
+	payloads []store.Record
 }
 
 var _ agent.Tools = (*toolSet)(nil)
