@@ -342,7 +342,7 @@ func (s *Service) plan(ctx context.Context, user string, req Request, acct Accou
 	p.tools = tools
 	p.parser = newAnswerParser(activePayloadTypes(s.payloadTypes[p.agentNm], req.Context), s.opts.Limits.MarkerBytes)
 	if req.Action != nil {
-		if err := s.planAction(p); err != nil {
+		if err := s.planAction(ctx, p); err != nil {
 			return nil, err
 		}
 	}
