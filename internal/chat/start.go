@@ -349,7 +349,8 @@ func (s *Service) plan(ctx context.Context, user string, req Request, acct Accou
 	return p, nil
 }
 
-// planRegenerate finds the user message whose answer a regeneration replaces: the session's last.
+// planRegenerate finds the user message whose answer a regeneration replaces: the session's last. It
+// refuses when that answer includes a server action's run.
 func (s *Service) planRegenerate(ctx context.Context, p *plan) error {
 	recs, err := s.opts.Store.Records(ctx, p.user, p.session.ID)
 	if err != nil {
@@ -364,6 +365,11 @@ func (s *Service) planRegenerate(ctx context.Context, p *plan) error {
 		return invalid("nothing_to_regenerate", "session %s has no message to answer again", p.session.ID)
 	}
 	p.retracts = cur[i].ID
+	if slices.ContainsFunc(cur[i+1:], func(r store.Record) bool { return store.IsAction(&r) }) {
+		// Its tool has run: retracting the run would hide what it did from the conversation.
+		return &Error{Kind: ErrConflict, Code: "action_not_regenerable",
+			Message: fmt.Sprintf("the last answer in session %s includes a server action's run, whose tool has already run; send a new message instead of regenerating", p.session.ID)}
+	}
 	if run := p.req.ReplacesRun; run != "" {
 		// Every stored record from the question on answers it, the retracted answers included.
 		at := slices.IndexFunc(recs, func(r store.Record) bool { return r.ID == p.retracts })

@@ -222,6 +222,28 @@ func TestServerAction(t *testing.T) {
 	})
 }
 
+// TestRegenerateAction: the answer a server action's run belongs to is not regenerated — the action's
+// tool has run — while a newer answer is.
+func TestRegenerateAction(t *testing.T) {
+	e := newAgentEnv(t, map[string]chat.Agent{"default": {Suggestions: true}},
+		llmtest.Turn{Text: suggestingText}, llmtest.Turn{Text: "again"}, llmtest.Turn{Text: "later"}, llmtest.Turn{Text: "later, again"})
+	_, events := e.stream(t, `{"message":"hi"}`)
+	sid := sessionOf(t, events)
+	if resp, raw := e.do(t, "POST", "/v1/sessions/"+sid+"/actions", `{"action":"current_time","handler":"server","data":{"timezone":"Asia/Tokyo"}}`); resp.StatusCode != 200 {
+		t.Fatalf("action: %d %s", resp.StatusCode, raw)
+	}
+	resp, raw := e.do(t, "POST", "/v1/chat", `{"session_id":"`+sid+`","regenerate":true}`)
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(raw), `"code":"action_not_regenerable"`) {
+		t.Fatalf("regenerate after an action: %d %s", resp.StatusCode, raw)
+	}
+	if resp, raw := e.do(t, "POST", "/v1/chat", `{"session_id":"`+sid+`","message":"more"}`); resp.StatusCode != 200 {
+		t.Fatalf("next message: %d %s", resp.StatusCode, raw)
+	}
+	if resp, raw := e.do(t, "POST", "/v1/chat", `{"session_id":"`+sid+`","regenerate":true}`); resp.StatusCode != 200 {
+		t.Fatalf("regenerate the newer answer: %d %s", resp.StatusCode, raw)
+	}
+}
+
 func sessionOf(t *testing.T, events []event) string {
 	t.Helper()
 	for _, ev := range events {
