@@ -76,7 +76,11 @@ func TestMarkedAnswer(t *testing.T) {
 				c.Payloads[1].Source != "marker" || c.Payloads[1].Type != "schema_proposal" {
 				t.Fatalf("payloads: %+v", c.Payloads)
 			}
-			if got := string(c.Payloads[1].Data); got != `{"table":"articles","columns":["title","year"]}` {
+			// complete names the payloads; their data is the records'.
+			if c.Payloads[0].Data != nil || c.Payloads[1].Data != nil || c.Payloads[1].RecordID != c.Message.ID {
+				t.Errorf("complete's payloads carry data, or name no record: %+v", c.Payloads)
+			}
+			if got := string(c.Message.Payloads[0].Data); len(c.Message.Payloads) != 1 || got != `{"table":"articles","columns":["title","year"]}` {
 				t.Errorf("marker payload data %s", got)
 			}
 			if c.Message.Content != cleanAnswer || c.Message.RawContent != markedAnswer {

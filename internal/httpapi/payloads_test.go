@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"chatd/internal/chat"
 	"chatd/internal/httpapi"
 	"chatd/internal/llm/llmtest"
@@ -69,16 +71,18 @@ func TestUIPayloadParts(t *testing.T) {
 	}
 	check := func(what string, parts []map[string]any) {
 		t.Helper()
-		if len(parts) != 3 || parts[0]["type"] != "data-suggestions" || parts[1]["type"] != "data-payload" || parts[2]["type"] != "data-payload" {
+		// Each record's parts go out as it is stored: the tool's payload, then the answer's suggestions
+		// and payload.
+		if len(parts) != 3 || parts[0]["type"] != "data-payload" || parts[1]["type"] != "data-suggestions" || parts[2]["type"] != "data-payload" {
 			t.Fatalf("%s: data parts %v", what, parts)
 		}
-		b, _ := json.Marshal(parts[0]["data"])
+		b, _ := json.Marshal(parts[1]["data"])
 		if !strings.Contains(string(b), `"value":"And in Tokyo?"`) || !strings.Contains(string(b), `"handler":"server"`) {
 			t.Errorf("%s: suggestions %s", what, b)
 		}
-		tool, _ := parts[1]["data"].(map[string]any)
+		tool, _ := parts[0]["data"].(map[string]any)
 		mark, _ := parts[2]["data"].(map[string]any)
-		if tool["source"] != "tool" || tool["type"] != "current_time" || parts[1]["id"] != tool["id"] ||
+		if tool["source"] != "tool" || tool["type"] != "current_time" || parts[0]["id"] != tool["id"] || tool["data"] == nil || mark["data"] == nil ||
 			mark["source"] != "marker" || mark["type"] != "schema_proposal" || !strings.Contains(mark["summary"].(string), "schema_proposal") {
 			t.Errorf("%s: payload parts %v", what, parts[1:])
 		}
@@ -102,9 +106,72 @@ func TestUIPayloadParts(t *testing.T) {
 		}
 	}
 	check("history", reloaded)
-	if reloaded[1]["id"] != live[1]["id"] || reloaded[2]["id"] != live[2]["id"] {
-		t.Errorf("payload ids differ after a reload: %v, then %v", live, reloaded)
+	if d := cmp.Diff(live, reloaded); d != "" {
+		t.Errorf("the data parts differ after a reload (-live +reloaded):\n%s", d)
 	}
+}
+
+// TestUIPayloadPartsOfFailedRun: a run that fails after its tool returned a payload streams the payload
+// as it is stored, as the history shows it after a reload; complete (of a run that completes) names
+// its payloads without their data.
+func TestUIPayloadPartsOfFailedRun(t *testing.T) {
+	e := newAgentEnv(t, proposalAgent,
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "current_time", Arguments: `{"timezone":"Europe/Paris"}`}}},
+		llmtest.Turn{Status: http.StatusBadRequest, ErrorMessage: "no"},
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "c2", Name: "current_time", Arguments: `{"timezone":"UTC"}`}}},
+		llmtest.Turn{Text: markedText})
+	body := `{"id":"chat-fail","trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"time?"}]}]}`
+	_, chunks, done := uiChunks(t, e, "POST", "/v1/ui/chat", body)
+	if !done {
+		t.Fatal("no [DONE]")
+	}
+	var live []map[string]any
+	failed := false
+	for _, c := range chunks {
+		switch c["type"] {
+		case "data-suggestions", "data-payload":
+			live = append(live, c)
+		case "error":
+			failed = true
+		}
+	}
+	if !failed || len(live) != 1 || live[0]["type"] != "data-payload" {
+		t.Fatalf("the failed run's stream: error %v, data parts %v", failed, live)
+	}
+	_, raw := e.do(t, "GET", "/v1/ui/chat/chat-fail", "")
+	var h struct {
+		Messages []struct{ Parts []map[string]any }
+	}
+	if err := json.Unmarshal(raw, &h); err != nil || len(h.Messages) != 2 {
+		t.Fatalf("history %s (%v)", raw, err)
+	}
+	var reloaded []map[string]any
+	for _, p := range h.Messages[1].Parts {
+		if ty, _ := p["type"].(string); strings.HasPrefix(ty, "data-") {
+			reloaded = append(reloaded, p)
+		}
+	}
+	if d := cmp.Diff(live, reloaded); d != "" {
+		t.Errorf("the data parts differ after a reload (-live +reloaded):\n%s", d)
+	}
+
+	_, events := e.stream(t, `{"message":"again","session_id":"chat-fail"}`)
+	for _, ev := range events {
+		if ev.Type != runevent.TypeComplete {
+			continue
+		}
+		ps, _ := ev.Data["payloads"].([]any)
+		if len(ps) != 2 {
+			t.Fatalf("complete's payloads: %v", ev.Data["payloads"])
+		}
+		for _, p := range ps {
+			if p := p.(map[string]any); p["id"] == "" || p["summary"] == "" || p["record_id"] == "" || p["data"] != nil {
+				t.Errorf("complete names payload %v", p)
+			}
+		}
+		return
+	}
+	t.Fatalf("no complete: %v", types(events))
 }
 
 // suggestingText is an answer that suggests two server actions, one with data its tool refuses, and
