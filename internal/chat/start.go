@@ -487,7 +487,8 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 		p.session, p.newSession = sr.NewSession, nil
 	}
 	run.granted(sr.ReservedSeq)
-	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
+	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent,
+		Action: p.req.Action != nil}))
 	if g != nil {
 		run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
 		g.open(first)

@@ -296,10 +296,19 @@ func TestRegenerateAction(t *testing.T) {
 		llmtest.Turn{Text: suggestingText}, llmtest.Turn{Text: "again"}, llmtest.Turn{Text: "later"}, llmtest.Turn{Text: "later, again"})
 	_, events := e.stream(t, `{"message":"hi"}`)
 	sid := sessionOf(t, events)
-	if resp, raw := e.do(t, "POST", "/v1/sessions/"+sid+"/actions", `{"action":"current_time","handler":"server","data":{"timezone":"Asia/Tokyo"}}`); resp.StatusCode != 200 {
+	resp, raw := e.do(t, "POST", "/v1/sessions/"+sid+"/actions", `{"action":"current_time","handler":"server","data":{"timezone":"Asia/Tokyo"}}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(raw), `"agent":"default","action":true}`) {
 		t.Fatalf("action: %d %s", resp.StatusCode, raw)
 	}
-	resp, raw := e.do(t, "POST", "/v1/chat", `{"session_id":"`+sid+`","regenerate":true}`)
+	// The UI knows the action's message, live (run_start) and after a reload, and offers no regenerate.
+	_, hist := e.do(t, "GET", "/v1/ui/chat/"+sid, "")
+	var h struct {
+		Messages []struct{ Metadata map[string]any }
+	}
+	if err := json.Unmarshal(hist, &h); err != nil || len(h.Messages) != 3 || h.Messages[1].Metadata["action"] != nil || h.Messages[2].Metadata["action"] != true {
+		t.Fatalf("history %s (%v)", hist, err)
+	}
+	resp, raw = e.do(t, "POST", "/v1/chat", `{"session_id":"`+sid+`","regenerate":true}`)
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(raw), `"code":"action_not_regenerable"`) {
 		t.Fatalf("regenerate after an action: %d %s", resp.StatusCode, raw)
 	}

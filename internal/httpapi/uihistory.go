@@ -27,6 +27,8 @@ type uiMessageMeta struct {
 	SessionID string          `json:"session_id"`
 	Model     string          `json:"model,omitempty"`
 	Usage     *runevent.Usage `json:"usage,omitempty"`
+	// Action marks a server action's run, as the stream's start does: it cannot be regenerated.
+	Action bool `json:"action,omitempty"`
 }
 
 // uiHistory answers GET /v1/ui/chat/{id}.
@@ -98,6 +100,9 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 				cur = &out[len(out)-1]
 			}
 			cur.Metadata.Model = rec.Model
+			if store.IsAction(rec) {
+				cur.Metadata.Action = true
+			}
 			if rec.Usage != nil {
 				if cur.Metadata.Usage == nil {
 					cur.Metadata.Usage = &runevent.Usage{}

@@ -103,8 +103,11 @@ func on[T runevent.Data](data []byte, f func(T)) error {
 }
 
 func (c *uiConverter) runStart(d runevent.RunStart) {
-	c.chunk(map[string]any{"type": "start", "messageId": c.messageID,
-		"messageMetadata": map[string]string{"run_id": d.RunID, "session_id": d.SessionID, "model": d.Model, "agent": d.Agent}})
+	meta := map[string]any{"run_id": d.RunID, "session_id": d.SessionID, "model": d.Model, "agent": d.Agent}
+	if d.Action {
+		meta["action"] = true
+	}
+	c.chunk(map[string]any{"type": "start", "messageId": c.messageID, "messageMetadata": meta})
 }
 
 // delta writes a text or reasoning delta. Its string is copied as it is, already JSON, with no decoding

@@ -41,6 +41,9 @@ type RunStart struct {
 	SessionID string `json:"session_id"`
 	Model     string `json:"model"`
 	Agent     string `json:"agent"`
+	// Action says the run is a server action's (POST /v1/sessions/{id}/actions): it runs one tool,
+	// calls no model, and cannot be regenerated.
+	Action bool `json:"action,omitempty"`
 }
 
 // Status is a line of progress for the user ("Thinking…").
