@@ -126,6 +126,7 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 		case rec.Role == store.RoleTool:
 			p := calls[callKey{rec.ParentID, rec.ToolCallID}]
 			if p == nil || cur == nil {
+				dataParts(rec) // as the stream sends them
 				continue
 			}
 			if rec.Success != nil && *rec.Success {

@@ -94,8 +94,8 @@ func PayloadRefs(r *store.Record) []Payload {
 	return out
 }
 
-// PayloadList returns the payloads an API record carries, with their data: a tool record's payload, or an
-// answer's marker payloads.
+// PayloadList returns the payloads an API record carries, with their data: a tool record's payload,
+// or an answer's marker payloads (as PayloadsOf returns those of the stored record).
 func (r *Record) PayloadList() []Payload {
 	if r.Role == store.RoleTool && len(r.Payload) > 0 && r.PayloadID != "" {
 		return []Payload{{ID: r.PayloadID, Type: r.Name, Source: store.PayloadTool, Summary: store.ToolPayloadSummary(r.Name, r.Payload),
