@@ -48,7 +48,7 @@ func TestBrowserPayloads(t *testing.T) {
 	shown := func(when string) {
 		t.Helper()
 		tb.wait("suggestion buttons "+when, `[...document.querySelectorAll('[data-testid="suggestion"]')].map(b => b.innerText.trim()).join("|") === "Tell me more|Tokyo"`)
-		tb.wait("the server action "+when, `[...document.querySelectorAll('[data-testid="suggested-action"][data-handler="server"]')].some(b => b.innerText.includes("UTC time"))`)
+		tb.wait("the server action, naming its tool, "+when, `[...document.querySelectorAll('[data-testid="suggested-action"][data-handler="server"]')].some(b => b.innerText.includes("UTC time") && b.title.includes("current_time"))`)
 		tb.wait("the tool's payload "+when, `(() => { const p = document.querySelector('[data-testid="payload-part"][data-source="tool"]');
 			return !!p && p.querySelector('[data-testid="payload-title"]').innerText.includes("current_time returned") && p.innerText.includes("Europe/Paris"); })()`)
 		tb.wait("the marker's payload "+when, `(() => { const p = document.querySelector('[data-testid="payload-part"][data-source="marker"]');
@@ -65,7 +65,7 @@ func TestBrowserPayloads(t *testing.T) {
 	tb.wait("the action's run", `(() => { const a = [...document.querySelectorAll('[data-testid="message"][data-role="assistant"]')];
 		const last = a[a.length - 1];
 		return a.length === 2 && last.dataset.status === "done" && !!last.querySelector('[data-testid="tool-card"][data-tool-name="current_time"]')
-			&& last.innerText.includes("UTC"); })()`)
+			&& last.innerText.includes("UTC") && !last.querySelector('[data-testid="regenerate"]'); })()`)
 	recs := waitRecords(t, p, sid, func(rs []record) bool { return len(rs) == 6 })
 	if a, r := recs[4], recs[5]; a.Role != "assistant" || len(a.ToolCalls) != 1 || a.ToolCalls[0].Name != "current_time" ||
 		a.ToolCalls[0].Arguments["timezone"] != "UTC" || r.Role != "tool" || r.Success == nil || !*r.Success {

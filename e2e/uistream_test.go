@@ -85,8 +85,9 @@ func TestUIStreamWithAISDK(t *testing.T) {
 		s := runUIValidate(t, node, p.base, "tools", "ui-tools: the time in Paris and in Tokyo")
 		checkUICommon(t, s, defaultModel, "stop")
 		checkNoStreamErrors(t, s)
-		// Each call's payload (current_time returns one) ends the message as a data-payload part.
-		want := []string{"step-start", "tool-current_time", "tool-current_time", "step-start", "text", "data-payload", "data-payload"}
+		// Each call's payload (current_time returns one) is a data-payload part, sent when its result is
+		// stored: after the calls' parts, before the next step.
+		want := []string{"step-start", "tool-current_time", "tool-current_time", "data-payload", "data-payload", "step-start", "text"}
 		if diff := cmp.Diff(want, s.partTypes()); diff != "" {
 			t.Errorf("message parts (-want +got):\n%s", diff)
 		}

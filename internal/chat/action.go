@@ -1,13 +1,19 @@
 package chat
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
+	"chatd/internal/marker"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
 
@@ -19,23 +25,34 @@ type Action struct {
 	Data   json.RawMessage `json:"data,omitempty"`
 }
 
-// actionCallPrefix begins the id of an action's tool call.
-const actionCallPrefix = "action_"
-
-// planAction checks a server action of a request for its session: the tool must be one the session's
-// agent offers in the request's context (get_payload aside), and its arguments must do for the tool.
-// The run stores an assistant record with the call, runs it, and stores its result: no model is called.
-func (s *Service) planAction(p *plan) error {
+// planAction checks a server action of a request for its session. The action must be one the
+// session's latest answer suggested: its name and data (compared as canonical JSON) match a
+// handler "server" entry of the suggested actions of the last current assistant record a model wrote
+// (an earlier action's run does not count, so each button of that answer can be pressed). Its agent
+// must tell the model about suggestions, and its tool must be one the agent offers in the request's
+// context and selected_tools (get_payload aside), with data within limits.tool_argument_bytes that
+// do for the tool. The run then runs the suggested data as the model wrote it: no model is called.
+func (s *Service) planAction(ctx context.Context, p *plan) error {
 	a := p.req.Action
+	maxData := cmp.Or(s.opts.Limits.Model.ArgumentBytes, agent.DefaultArgumentBytes)
 	switch {
 	case p.session == nil:
 		return invalid("missing_session", "a server action runs in an existing session: send its session_id")
+	case !p.agent.Suggestions:
+		return invalid("suggestions_off", "agent %q does not suggest actions (suggestions is off in its config), so it has no server action to run", p.agentNm)
+	case len(a.Data) > maxData:
+		return invalid("action_data_too_large", "the action's data is %d bytes; the limit (limits.tool_argument_bytes) is %d", len(a.Data), maxData)
 	case a.Action == "" || a.Action == GetPayloadTool || !p.tools.allowed[a.Action]:
 		return invalid("unknown_tool", "action %q names no tool agent %q offers%s; GET /v1/tools lists them", a.Action, p.agentNm, where(p.req.Context))
 	}
-	data := a.Data
-	if len(data) == 0 || string(data) == "null" {
-		data = json.RawMessage(`{}`)
+	recs, err := s.opts.Store.Records(ctx, p.user, p.session.ID)
+	if err != nil {
+		return err
+	}
+	data, ok := suggestedAction(store.Current(recs), a)
+	if !ok {
+		return &Error{Kind: ErrConflict, Code: "action_not_suggested",
+			Message: fmt.Sprintf("the last answer in session %s suggests no server action %q with this data; only an action the last answer suggested runs, as it suggested it", p.session.ID, a.Action)}
 	}
 	args, err := s.opts.Tools.CheckArguments(a.Action, data)
 	if err != nil {
@@ -45,10 +62,67 @@ func (s *Service) planAction(p *plan) error {
 	return nil
 }
 
+// suggestedAction finds a among the server actions the last answer of records suggested, and returns
+// the data the answer gave it ({} for none).
+func suggestedAction(records []store.Record, a *Action) (json.RawMessage, bool) {
+	i := len(records) - 1
+	for i >= 0 && (records[i].Role != store.RoleAssistant || store.IsAction(&records[i])) {
+		i--
+	}
+	if i < 0 {
+		return nil, false
+	}
+	_, suggested := runevent.Suggestions(&records[i])
+	want, ok := canonicalData(a.Data)
+	if !ok {
+		return nil, false
+	}
+	for _, sa := range suggested {
+		if sa.Handler != marker.HandlerServer || sa.Action != a.Action {
+			continue
+		}
+		if got, ok := canonicalData(sa.Data); ok && got == want {
+			if len(sa.Data) == 0 || string(sa.Data) == "null" {
+				return json.RawMessage(`{}`), true
+			}
+			return sa.Data, true
+		}
+	}
+	return nil, false
+}
+
+// canonicalData is an action's data as canonical JSON: object keys sorted, numbers as float64 and
+// strings as encoding/json writes them, absent or null as {}. The client sends back what it decoded and
+// encoded again, so its bytes differ from the answer's.
+func canonicalData(data json.RawMessage) (string, bool) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		data = json.RawMessage(`null`)
+	}
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return "", false
+	}
+	if v == nil {
+		v = map[string]any{}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
 // actionRecord is the first record of an action's run: an assistant turn holding the action's call.
 func (p *plan) actionRecord(sessionID string) *store.Record {
 	return &store.Record{SessionID: sessionID, Role: store.RoleAssistant, FinishReason: "tool_calls",
-		ToolCalls: []store.ToolCall{{ID: actionCallPrefix + newID(), Name: p.req.Action.Action, Arguments: p.actionArgs}}}
+		ToolCalls: []store.ToolCall{{ID: newActionCallID(), Name: p.req.Action.Action, Arguments: p.actionArgs}}}
+}
+
+// newActionCallID is the id of an action's call: store.ActionCallPrefix and 20 hex digits.
+func newActionCallID() string {
+	var b [10]byte
+	rand.Read(b[:])
+	return store.ActionCallPrefix + hex.EncodeToString(b[:])
 }
 
 // executeAction runs the call of an action's run, whose first record (last among records) holds it,

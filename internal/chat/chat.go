@@ -37,11 +37,14 @@ var (
 	ErrKeyReused = errors.New("idempotency key reused")
 	// ErrForbidden: the caller may not use what the request names (an agent outside its key's).
 	ErrForbidden = errors.New("forbidden")
+	// ErrConflict: the request does not fit the conversation as it stands (an action its last answer
+	// did not suggest, a regeneration that would take back an action's run).
+	ErrConflict = errors.New("conflict with the conversation")
 )
 
 // Error is a failure of the caller's request, with a stable code and a message written for a person.
 type Error struct {
-	Kind    error // ErrInvalid, ErrBusy, ErrKeyReused, ErrForbidden, ErrClosed or store.ErrNotFound
+	Kind    error // ErrInvalid, ErrBusy, ErrKeyReused, ErrForbidden, ErrConflict, ErrClosed or store.ErrNotFound
 	Code    string
 	Message string
 	RunID   string // for ErrBusy: the active run

@@ -201,12 +201,12 @@ func systemPrompt(p *plan, records []store.Record) string {
 	sec := prompt.Sections{
 		Identity:     cmp.Or(p.agent.SystemPrompt, defaultIdentity),
 		Context:      p.req.Context,
-		Payloads:     prompt.Manifest(store.Current(records)),
 		Tools:        p.tools.specs,
 		Suggestions:  p.agent.Suggestions,
 		Instructions: p.agent.Instructions,
 		Guidelines:   p.agent.Guidelines,
 	}
+	sec.Payloads, sec.EarlierPayloads = prompt.Manifest(store.Current(records))
 	if p.tools.payloads != nil {
 		sec.PayloadTool = GetPayloadTool
 	}

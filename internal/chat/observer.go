@@ -57,7 +57,7 @@ type observer struct {
 	// each stored turn's whole text (the same result, the splitter holding for any split).
 	parser *answerParser
 	split  *marker.Splitter
-	// payloads are the run's payloads so far, for complete: tool payloads and answers' marker payloads.
+	// payloads name the run's payloads so far, for complete: tool payloads and answers' marker payloads.
 	payloads []runevent.Payload
 
 	// What the run's end reports (metrics, its span, its log line): when it started, the time to its
@@ -306,7 +306,7 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 		o.estimateUsage(t)
 	}
 	o.added(rec)
-	o.payloads = append(o.payloads, runevent.PayloadsOf(rec)...)
+	o.payloads = append(o.payloads, runevent.PayloadRefs(rec)...)
 	o.run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(rec)}))
 	return nil
 }
@@ -350,7 +350,7 @@ func (o *observer) RecordToolResult(ctx context.Context, t *agent.Turn, call llm
 	}
 	o.open--
 	o.added(rec)
-	o.payloads = append(o.payloads, runevent.PayloadsOf(rec)...)
+	o.payloads = append(o.payloads, runevent.PayloadRefs(rec)...)
 	o.run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(rec)}))
 	args := res.Arguments
 	if args == nil {

@@ -16,7 +16,6 @@ import (
 	"chatd/internal/agent"
 	"chatd/internal/llm"
 	"chatd/internal/marker"
-	"chatd/internal/prompt"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
@@ -245,13 +244,9 @@ func newPayloadID() string {
 	return "pl_" + hex.EncodeToString(b[:])
 }
 
-// sessionPayloads lists the payloads of records, oldest first.
-func sessionPayloads(records []store.Record) []store.Payload {
-	var out []store.Payload
-	for i := range records {
-		out = append(out, store.RecordPayloads(&records[i])...)
-	}
-	return out
+// hasPayloads reports whether any of records carries a payload.
+func hasPayloads(records []store.Record) bool {
+	return slices.ContainsFunc(records, func(r store.Record) bool { return store.CountPayloads(&r) > 0 })
 }
 
 // GetPayloadTool is the name of the built-in tool that reads an earlier payload of the conversation.
@@ -264,11 +259,12 @@ var getPayloadSpec = llm.ToolSpec{
 	InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string","description":"the payload's id, such as pl_1a2b3c4d5e"}},"required":["id"],"additionalProperties":false}`),
 }
 
-// withPayloads returns a copy of ts that also offers get_payload over payloads (the session's earlier
-// ones, as the run started), when there are any and the agent allows the tool.
-func (ts *toolSet) withPayloads(a Agent, selected []string, payloads []store.Payload) *toolSet {
-	if len(payloads) == 0 || (a.Tools != nil && !tool.MatchAny(a.Tools, GetPayloadTool)) ||
-		(selected != nil && !slices.Contains(selected, GetPayloadTool)) || ts.allowed[GetPayloadTool] {
+// withPayloads returns a copy of ts that also offers get_payload over records (the session's current
+// records as the run started), when they carry payloads and the agent allows the tool. The request's
+// selected_tools do not take it away: it reads only what the conversation already holds, GET /v1/tools
+// does not list it, and a client that selects tools cannot know to name it.
+func (ts *toolSet) withPayloads(a Agent, records []store.Record) *toolSet {
+	if (a.Tools != nil && !tool.MatchAny(a.Tools, GetPayloadTool)) || ts.allowed[GetPayloadTool] || !hasPayloads(records) {
 		return ts
 	}
 	c := *ts
@@ -278,11 +274,12 @@ func (ts *toolSet) withPayloads(a Agent, selected []string, payloads []store.Pay
 	}
 	c.allowed[GetPayloadTool] = true
 	c.specs = append(slices.Clip(ts.specs), getPayloadSpec)
-	c.payloads = payloads
+	c.payloads = records
 	return &c
 }
 
 // getPayload runs a get_payload call: the payload's data, as JSON, or a failed result naming the ids.
+// The payload is looked for among the session's records only when asked for, the newest first.
 func (ts *toolSet) getPayload(_ context.Context, call llm.ToolCall) agent.ToolResult {
 	var args struct {
 		ID string `json:"id"`
@@ -290,22 +287,30 @@ func (ts *toolSet) getPayload(_ context.Context, call llm.ToolCall) agent.ToolRe
 	if err := json.Unmarshal(call.Arguments, &args); err != nil || args.ID == "" {
 		return agent.ToolResult{Arguments: call.Arguments, Content: `get_payload needs {"id": "<payload id>"}`}
 	}
-	for _, p := range ts.payloads {
-		if p.ID == strings.TrimSpace(args.ID) {
-			return agent.ToolResult{Arguments: call.Arguments, Success: true,
-				Content: fmt.Sprintf("Payload %s (%s, from %s): %s\n%s", p.ID, p.Type, p.Source, p.Summary, p.Data)}
-		}
+	if p, ok := findPayload(ts.payloads, strings.TrimSpace(args.ID)); ok {
+		return agent.ToolResult{Arguments: call.Arguments, Success: true,
+			Content: fmt.Sprintf("Payload %s (%s, from %s): %s\n%s", p.ID, p.Type, p.Source, p.Summary, p.Data)}
 	}
 	return agent.ToolResult{Arguments: call.Arguments,
 		Content: fmt.Sprintf("no payload %q in this conversation; the Payloads section of the system prompt lists their ids", args.ID)}
 }
 
-// manifest is the payload manifest of the system prompt: the payloads of records.
-func manifest(records []store.Record) []prompt.Payload {
-	ps := sessionPayloads(records)
-	out := make([]prompt.Payload, len(ps))
-	for i, p := range ps {
-		out[i] = prompt.Payload{ID: p.ID, Type: p.Type, Source: p.Source, Summary: p.Summary}
+// findPayload returns the payload of records with this id.
+func findPayload(records []store.Record, id string) (store.Payload, bool) {
+	for i := len(records) - 1; i >= 0; i-- {
+		r := &records[i]
+		switch {
+		case r.Role == store.RoleTool && len(r.Payload) > 0:
+			if store.PayloadID(r.ID, 0) == id {
+				return store.RecordPayloads(r)[0], true
+			}
+		default:
+			for _, p := range r.Payloads {
+				if p.ID == id {
+					return p, true
+				}
+			}
+		}
 	}
-	return out
+	return store.Payload{}, false
 }

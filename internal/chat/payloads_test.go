@@ -76,7 +76,11 @@ func TestMarkedAnswer(t *testing.T) {
 				c.Payloads[1].Source != "marker" || c.Payloads[1].Type != "schema_proposal" {
 				t.Fatalf("payloads: %+v", c.Payloads)
 			}
-			if got := string(c.Payloads[1].Data); got != `{"table":"articles","columns":["title","year"]}` {
+			// complete names the payloads; their data is the records'.
+			if c.Payloads[0].Data != nil || c.Payloads[1].Data != nil || c.Payloads[1].RecordID != c.Message.ID {
+				t.Errorf("complete's payloads carry data, or name no record: %+v", c.Payloads)
+			}
+			if got := string(c.Message.Payloads[0].Data); len(c.Message.Payloads) != 1 || got != `{"table":"articles","columns":["title","year"]}` {
 				t.Errorf("marker payload data %s", got)
 			}
 			if c.Message.Content != cleanAnswer || c.Message.RawContent != markedAnswer {
@@ -222,5 +226,40 @@ func TestMarkerBytesLimit(t *testing.T) {
 	c := complete(t, events)
 	if got := text(t, events); got != "Text.\n" || len(c.SuggestedValues) != 0 || len(c.SuggestedActions) != 1 {
 		t.Fatalf("text %q, complete %+v", got, c)
+	}
+}
+
+// TestGetPayloadSelected: a request that selects its tools still gets get_payload when the
+// conversation has payloads — GET /v1/tools does not list it, so a client cannot know to select it —
+// and reads a payload of an earlier run with it.
+func TestGetPayloadSelected(t *testing.T) {
+	var id string
+	f := newFixture(t, setup{Tools: []tool.Tool{structuredTool{}},
+		Respond: func(n int, req llmtest.Request) llmtest.Turn {
+			switch n {
+			case 0:
+				return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "search", Arguments: `{}`}}}
+			case 2:
+				return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "c2", Name: "get_payload", Arguments: `{"id":"` + id + `"}`}}}
+			}
+			return llmtest.Turn{Text: "ok"}
+		}})
+	st := f.send(t, chat.Request{Message: "find"}, chat.StartOptions{})
+	c := complete(t, collect(t, f.svc, user, st.RunID))
+	if len(c.Payloads) != 1 {
+		t.Fatalf("payloads %+v", c.Payloads)
+	}
+	id = c.Payloads[0].ID
+	st = f.send(t, chat.Request{SessionID: st.SessionID, Message: "again", SelectedTools: []string{"search"}}, chat.StartOptions{})
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Fatalf("second run: %+v", o)
+	}
+	reqs := f.up.Requests()
+	if got := offered(t, reqs[2]); !contains(got, "get_payload") || !contains(got, "search") {
+		t.Fatalf("offered %v, want search and get_payload", got)
+	}
+	msgs := reqs[3].Messages()
+	if result, _ := msgs[len(msgs)-1]["content"].(string); !strings.Contains(result, `"year":2021`) {
+		t.Errorf("get_payload's result: %q", result)
 	}
 }

@@ -169,7 +169,8 @@ func (s *Service) enqueue(ctx context.Context, p *plan, key, hash, activeID stri
 		s.retire(run)
 		return nil, err
 	}
-	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
+	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent,
+		Action: p.req.Action != nil}))
 	run.emit(runevent.TypeStatus, runevent.EncodeStatus("Waiting for the active run "+activeID+" to end…"))
 	s.queues.push(run)
 	s.queues.kick(run.SessionID)

@@ -254,7 +254,8 @@ func (s *Service) requeue(ctx context.Context, r *store.Run) error {
 		run.reserved = run.persisted
 	}
 	if len(run.events) == 0 {
-		run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
+		run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent,
+			Action: p.req.Action != nil}))
 	}
 	run.emit(runevent.TypeStatus, runevent.EncodeStatus("chatd restarted; the queued message starts when the session is free…"))
 	if err := s.admitQueued(run, 0); err != nil { // every run the store kept queued

@@ -348,14 +348,15 @@ func (s *Service) plan(ctx context.Context, user string, req Request, acct Accou
 	p.tools = tools
 	p.parser = newAnswerParser(activePayloadTypes(s.payloadTypes[p.agentNm], req.Context), s.opts.Limits.MarkerBytes)
 	if req.Action != nil {
-		if err := s.planAction(p); err != nil {
+		if err := s.planAction(ctx, p); err != nil {
 			return nil, err
 		}
 	}
 	return p, nil
 }
 
-// planRegenerate finds the user message whose answer a regeneration replaces: the session's last.
+// planRegenerate finds the user message whose answer a regeneration replaces: the session's last. It
+// refuses when that answer includes a server action's run.
 func (s *Service) planRegenerate(ctx context.Context, p *plan) error {
 	recs, err := s.opts.Store.Records(ctx, p.user, p.session.ID)
 	if err != nil {
@@ -370,6 +371,11 @@ func (s *Service) planRegenerate(ctx context.Context, p *plan) error {
 		return invalid("nothing_to_regenerate", "session %s has no message to answer again", p.session.ID)
 	}
 	p.retracts = cur[i].ID
+	if slices.ContainsFunc(cur[i+1:], func(r store.Record) bool { return store.IsAction(&r) }) {
+		// Its tool has run: retracting the run would hide what it did from the conversation.
+		return &Error{Kind: ErrConflict, Code: "action_not_regenerable",
+			Message: fmt.Sprintf("the last answer in session %s includes a server action's run, whose tool has already run; send a new message instead of regenerating", p.session.ID)}
+	}
 	if run := p.req.ReplacesRun; run != "" {
 		// Every stored record from the question on answers it, the retracted answers included.
 		at := slices.IndexFunc(recs, func(r store.Record) bool { return r.ID == p.retracts })
@@ -489,7 +495,8 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 		p.session, p.newSession = sr.NewSession, nil
 	}
 	run.granted(sr.ReservedSeq)
-	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent}))
+	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent,
+		Action: p.req.Action != nil}))
 	if g != nil {
 		run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
 		g.open(first)
@@ -682,7 +689,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		s.executeAction(ctx, p, run, records, obs)
 		return
 	}
-	p.tools = p.tools.withPayloads(p.agent, p.req.SelectedTools, sessionPayloads(store.Current(records)))
+	p.tools = p.tools.withPayloads(p.agent, store.Current(records))
 	system := systemPrompt(p, records)
 	obs.conv = s.newConversation(p, run, records, system, obs)
 	if job := s.titleFor(p, run, records); job != nil {

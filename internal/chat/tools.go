@@ -27,8 +27,8 @@ type toolSet struct {
 	now      func() time.Time // paces progress reports
 	metrics  *metrics.Metrics
 	tracing  *tracing.Tracing
-	// payloads are what get_payload reads, when the run offers it (withPayloads).
-	payloads []store.Payload
+	// payloads are the records whose payloads get_payload reads, when the run offers it (withPayloads).
+	payloads []store.Record
 }
 
 var _ agent.Tools = (*toolSet)(nil)

@@ -11,17 +11,20 @@ import (
 // actionRequest is the body of POST /v1/sessions/{id}/actions: a suggested action as complete sent it
 // (label, action, handler, data), with the request context its tool is offered in.
 type actionRequest struct {
-	Label       string          `json:"label"`
-	Action      string          `json:"action"`
-	Handler     string          `json:"handler"`
-	Data        json.RawMessage `json:"data"`
-	Context     map[string]any  `json:"context"`
-	OnActiveRun string          `json:"on_active_run"`
+	Label   string          `json:"label"`
+	Action  string          `json:"action"`
+	Handler string          `json:"handler"`
+	Data    json.RawMessage `json:"data"`
+	Context map[string]any  `json:"context"`
+	// SelectedTools narrows the tools the action may run, as a chat send's do; nil: every tool.
+	SelectedTools []string `json:"selected_tools"`
+	OnActiveRun   string   `json:"on_active_run"`
 }
 
 // runAction answers POST /v1/sessions/{id}/actions: it runs a suggested action whose handler is the
-// server — the tool it names, one the session's agent offers — as a run of the session, and streams the
-// run's events as POST /v1/chat/stream does.
+// server — one the session's last answer suggested, naming a tool the session's agent offers (see
+// chat's planAction) — as a run of the session, and streams the run's events as POST /v1/chat/stream
+// does.
 func (s *server) runAction(w http.ResponseWriter, r *http.Request) error {
 	key := r.Header.Get("Idempotency-Key")
 	if len(key) > maxKeyLen || !printable(key) {
@@ -45,7 +48,7 @@ func (s *server) runAction(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{status: http.StatusBadRequest, code: "invalid_on_active_run",
 			message: "on_active_run must be reject, interrupt or enqueue"}
 	}
-	req := chat.Request{SessionID: r.PathValue("id"), Context: in.Context,
+	req := chat.Request{SessionID: r.PathValue("id"), Context: in.Context, SelectedTools: in.SelectedTools,
 		Action: &chat.Action{Label: in.Label, Action: in.Action, Data: in.Data}}
 	st, err := s.Chat.Start(r.Context(), user(r.Context()), req, chat.StartOptions{OnActiveRun: in.OnActiveRun,
 		IdempotencyKey: key, Account: s.account(r.Context())})

@@ -75,7 +75,7 @@ func toAPIError(err error) *apiError {
 			out.status = http.StatusNotFound
 		case errors.Is(e, chat.ErrForbidden):
 			out.status = http.StatusForbidden
-		case errors.Is(e, chat.ErrBusy), errors.Is(e, chat.ErrKeyReused):
+		case errors.Is(e, chat.ErrBusy), errors.Is(e, chat.ErrKeyReused), errors.Is(e, chat.ErrConflict):
 			out.status = http.StatusConflict
 			if e.RunID != "" {
 				out.extra = map[string]any{"run_id": e.RunID}

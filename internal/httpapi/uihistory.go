@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"chatd/internal/runevent"
@@ -26,6 +27,8 @@ type uiMessageMeta struct {
 	SessionID string          `json:"session_id"`
 	Model     string          `json:"model,omitempty"`
 	Usage     *runevent.Usage `json:"usage,omitempty"`
+	// Action marks a server action's run, as the stream's start does: it cannot be regenerated.
+	Action bool `json:"action,omitempty"`
 }
 
 // uiHistory answers GET /v1/ui/chat/{id}.
@@ -55,26 +58,26 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 	// where each call's tool part is, by assistant record id and call id
 	type callKey struct{ parent, call string }
 	calls := map[callKey]map[string]any{}
-	// The data parts each run's message ends with, as its stream's complete sends them: the payloads of
-	// its records, and the suggestions of its last answer.
-	type extra struct {
-		payloads    []runevent.Payload
-		suggestions map[string]any
-	}
-	extras := map[int]*extra{}
-	addExtra := func(rec *store.Record) {
+	// A record's data parts go after its own parts, as the stream sends them when the record is stored
+	// (uiConverter.record): its payloads, and an answer's suggestions, which replace in place the ones
+	// an earlier answer of the run sent (the AI SDK updates a data part sent again under its id).
+	dataParts := func(rec *store.Record) {
 		if cur == nil {
 			return
 		}
-		i := len(out) - 1
-		e := extras[i]
-		if e == nil {
-			e = &extra{}
-			extras[i] = e
-		}
-		e.payloads = append(e.payloads, runevent.PayloadsOf(rec)...)
 		if rec.Role == store.RoleAssistant {
-			e.suggestions = suggestionsPart(runevent.Suggestions(rec))
+			vs, as := runevent.Suggestions(rec)
+			at := slices.IndexFunc(cur.Parts, func(p map[string]any) bool { return p["type"] == "data-suggestions" })
+			switch p := suggestionsPart(vs, as, at >= 0); {
+			case p == nil:
+			case at >= 0:
+				cur.Parts[at] = p
+			default:
+				cur.Parts = append(cur.Parts, p)
+			}
+		}
+		for _, p := range runevent.PayloadsOf(rec) {
+			cur.Parts = append(cur.Parts, payloadPart(p))
 		}
 	}
 	for i := range recs {
@@ -97,6 +100,9 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 				cur = &out[len(out)-1]
 			}
 			cur.Metadata.Model = rec.Model
+			if store.IsAction(rec) {
+				cur.Metadata.Action = true
+			}
 			if rec.Usage != nil {
 				if cur.Metadata.Usage == nil {
 					cur.Metadata.Usage = &runevent.Usage{}
@@ -116,10 +122,11 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 				cur.Parts = append(cur.Parts, p)
 				calls[callKey{rec.ID, c.ID}] = p
 			}
-			addExtra(rec)
+			dataParts(rec)
 		case rec.Role == store.RoleTool:
 			p := calls[callKey{rec.ParentID, rec.ToolCallID}]
 			if p == nil || cur == nil {
+				dataParts(rec) // as the stream sends them
 				continue
 			}
 			if rec.Success != nil && *rec.Success {
@@ -135,15 +142,7 @@ func uiMessages(sessionID string, recs []store.Record, active string) []uiHistor
 				p["state"], p["errorText"] = "output-error", rec.Content
 			}
 			cur.Parts = append(cur.Parts, fileParts(sessionID, rec)...)
-			addExtra(rec)
-		}
-	}
-	for i, e := range extras {
-		if e.suggestions != nil {
-			out[i].Parts = append(out[i].Parts, e.suggestions)
-		}
-		for _, p := range e.payloads {
-			out[i].Parts = append(out[i].Parts, payloadPart(p))
+			dataParts(rec)
 		}
 	}
 	return out

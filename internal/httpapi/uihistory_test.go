@@ -60,7 +60,7 @@ func TestUIHistory(t *testing.T) {
 	for _, p := range a.Parts {
 		types = append(types, p["type"].(string))
 	}
-	want := []string{"step-start", "text", "tool-current_time", "tool-current_time", "step-start", "text", "data-payload", "data-payload"}
+	want := []string{"step-start", "text", "tool-current_time", "tool-current_time", "data-payload", "data-payload", "step-start", "text"}
 	if a.ID != "msg_"+runID || a.Role != "assistant" || !cmp.Equal(types, want) {
 		t.Errorf("assistant message %s %s parts %v, want msg_%s with %v", a.ID, a.Role, types, runID, want)
 	}

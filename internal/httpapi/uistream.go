@@ -9,6 +9,7 @@ import (
 	"chatd/internal/chat"
 	"chatd/internal/runevent"
 	"chatd/internal/sse"
+	"chatd/internal/store"
 )
 
 // uiStream writes the run's events from its start as UI message chunks until the run has ended. An
@@ -48,10 +49,12 @@ type uiConverter struct {
 	inputs   map[string]bool
 	finished bool // the finish chunk is written
 	ended    bool // [DONE] is written
+	// suggested says a data-suggestions part is written: a later answer without suggestions empties it.
+	suggested bool
 }
 
 // event converts one run event: one method per event type, each given the event's decoded data.
-// status and record events have no UI chunk.
+// status events have no UI chunk.
 func (c *uiConverter) event(ev chat.Event) error {
 	if c.ended {
 		return nil
@@ -81,7 +84,9 @@ func (c *uiConverter) event(ev chat.Event) error {
 		return on(ev.Data, c.cancelled)
 	case runevent.TypeDone:
 		return on(ev.Data, c.done)
-	case runevent.TypeStatus, runevent.TypeRecord:
+	case runevent.TypeRecord:
+		return on(ev.Data, c.record)
+	case runevent.TypeStatus:
 		return nil
 	}
 	return fmt.Errorf("unknown event type %q", ev.Type)
@@ -98,8 +103,11 @@ func on[T runevent.Data](data []byte, f func(T)) error {
 }
 
 func (c *uiConverter) runStart(d runevent.RunStart) {
-	c.chunk(map[string]any{"type": "start", "messageId": c.messageID,
-		"messageMetadata": map[string]string{"run_id": d.RunID, "session_id": d.SessionID, "model": d.Model, "agent": d.Agent}})
+	meta := map[string]any{"run_id": d.RunID, "session_id": d.SessionID, "model": d.Model, "agent": d.Agent}
+	if d.Action {
+		meta["action"] = true
+	}
+	c.chunk(map[string]any{"type": "start", "messageId": c.messageID, "messageMetadata": meta})
 }
 
 // delta writes a text or reasoning delta. Its string is copied as it is, already JSON, with no decoding
@@ -185,14 +193,27 @@ func (c *uiConverter) usage(data json.RawMessage) {
 	c.chunk(map[string]any{"type": "message-metadata", "messageMetadata": map[string]json.RawMessage{"step_usage": data}})
 }
 
-func (c *uiConverter) complete(d runevent.Complete) {
-	c.finishStep()
-	if p := suggestionsPart(d.SuggestedValues, d.SuggestedActions); p != nil {
-		c.chunk(p)
+// record writes the data parts of a stored record as it is stored: an answer's suggestions and its
+// marker payloads, a tool's payload. A run that fails or is cancelled streams what its stored records
+// carry, as its history shows them after a reload (uiMessages follows the same rules).
+func (c *uiConverter) record(d runevent.RecordEvent) {
+	r := d.Message
+	if r == nil || (r.Role != store.RoleAssistant && r.Role != store.RoleTool) {
+		return
 	}
-	for _, p := range d.Payloads {
+	if r.Role == store.RoleAssistant {
+		if p := suggestionsPart(r.SuggestedValues, r.SuggestedActions, c.suggested); p != nil {
+			c.chunk(p)
+			c.suggested = true
+		}
+	}
+	for _, p := range r.PayloadList() {
 		c.chunk(payloadPart(p))
 	}
+}
+
+func (c *uiConverter) complete(d runevent.Complete) {
+	c.finishStep()
 	c.finish(uiFinishReason(d.FinishReason), &d.Usage)
 }
 
@@ -301,9 +322,11 @@ func uiFinishReason(r string) string {
 }
 
 // suggestionsPart is the data-suggestions part of an answer's suggested values and actions (as a chunk
-// and as a part of a stored message: the same shape), or nil when it has none.
-func suggestionsPart(values []runevent.SuggestedValue, actions []runevent.SuggestedAction) map[string]any {
-	if len(values) == 0 && len(actions) == 0 {
+// and as a part of a stored message: the same shape), or nil when it has none — unless replace is set:
+// the message has a suggestions part from an earlier answer of its run, which this one (under the same
+// id) replaces, as the last answer's suggestions are the run's.
+func suggestionsPart(values []runevent.SuggestedValue, actions []runevent.SuggestedAction, replace bool) map[string]any {
+	if len(values) == 0 && len(actions) == 0 && !replace {
 		return nil
 	}
 	if values == nil {

@@ -36,7 +36,8 @@ func BenchmarkRequestBuild(b *testing.B) {
 				est := &prompt.Estimates{}
 				build := func() int {
 					recs := store.Current(records)
-					system := prompt.System(prompt.Sections{Identity: "You are a helpful assistant.", Payloads: prompt.Manifest(recs), Tools: tools})
+					manifest, earlier := prompt.Manifest(recs)
+					system := prompt.System(prompt.Sections{Identity: "You are a helpful assistant.", Payloads: manifest, EarlierPayloads: earlier, Tools: tools})
 					opts := prompt.Options{Tools: true}
 					if warm {
 						opts.Estimates = est

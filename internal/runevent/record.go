@@ -59,13 +59,14 @@ type SuggestedAction struct {
 }
 
 // Payload is structured data for the user: a tool's payload or an answer's marked block, with the id
-// the model names it by and a one-line summary.
+// the model names it by and a one-line summary of its shape. Data is left out where the payload is
+// only named (complete's payloads): the record that carries it has it.
 type Payload struct {
 	ID         string          `json:"id"`
 	Type       string          `json:"type"`
 	Source     string          `json:"source"` // tool or marker
 	Summary    string          `json:"summary"`
-	Data       json.RawMessage `json:"data"`
+	Data       json.RawMessage `json:"data,omitempty"`
 	ToolCallID string          `json:"tool_call_id,omitempty"`
 	RecordID   string          `json:"record_id"`
 }
@@ -82,6 +83,25 @@ func PayloadsOf(r *store.Record) []Payload {
 			ToolCallID: p.ToolCallID, RecordID: r.ID}
 	}
 	return out
+}
+
+// PayloadRefs is PayloadsOf without the data: what names the payloads of a record.
+func PayloadRefs(r *store.Record) []Payload {
+	out := PayloadsOf(r)
+	for i := range out {
+		out[i].Data = nil
+	}
+	return out
+}
+
+// PayloadList returns the payloads an API record carries, with their data: a tool record's payload,
+// or an answer's marker payloads (as PayloadsOf returns those of the stored record).
+func (r *Record) PayloadList() []Payload {
+	if r.Role == store.RoleTool && len(r.Payload) > 0 && r.PayloadID != "" {
+		return []Payload{{ID: r.PayloadID, Type: r.Name, Source: store.PayloadTool, Summary: store.ToolPayloadSummary(r.Name, r.Payload),
+			Data: r.Payload, ToolCallID: r.ToolCallID, RecordID: r.ID}}
+	}
+	return r.Payloads
 }
 
 // Suggestions returns the API's shape of an assistant record's suggested values and actions. Stored

@@ -41,6 +41,9 @@ type RunStart struct {
 	SessionID string `json:"session_id"`
 	Model     string `json:"model"`
 	Agent     string `json:"agent"`
+	// Action says the run is a server action's (POST /v1/sessions/{id}/actions): it runs one tool,
+	// calls no model, and cannot be regenerated.
+	Action bool `json:"action,omitempty"`
 }
 
 // Status is a line of progress for the user ("Thinking…").
@@ -100,8 +103,9 @@ type UsageEvent struct {
 }
 
 // Complete ends a run that answered: its last assistant record, the run's total usage and every tool
-// call it made. SuggestedValues, SuggestedActions and Payloads are always lists (empty until the
-// features that fill them land).
+// call it made. SuggestedValues and SuggestedActions are the last answer's; Payloads names the run's
+// payloads (without their data, which the record events and the stored records carry: a run's tool
+// payloads may be large). The three are always lists, empty when there is none.
 type Complete struct {
 	Message          *Record           `json:"message"`
 	FinishReason     string            `json:"finish_reason"`

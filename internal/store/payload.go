@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -39,58 +40,147 @@ func PayloadID(recordID string, n int) string {
 // marker payloads; nil for any other.
 func RecordPayloads(r *Record) []Payload {
 	if r.Role == RoleTool && len(r.Payload) > 0 {
-		return []Payload{{ID: PayloadID(r.ID, 0), Type: r.Name, Summary: r.Name + " returned " + DescribeJSON(r.Payload),
+		return []Payload{{ID: PayloadID(r.ID, 0), Type: r.Name, Summary: ToolPayloadSummary(r.Name, r.Payload),
 			Data: r.Payload, Source: PayloadTool, ToolCallID: r.ToolCallID}}
 	}
 	return r.Payloads
 }
 
-// DescribeJSON says in a few words what a JSON value holds: "an object with keys a, b, c", "a list of
-// 12 items", or its title when it has a string "title", "name" or "summary".
-func DescribeJSON(raw json.RawMessage) string {
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
-		return "a value"
+// CountPayloads is len(RecordPayloads(r)), without describing any.
+func CountPayloads(r *Record) int {
+	if r.Role == RoleTool && len(r.Payload) > 0 {
+		return 1
 	}
-	switch v := v.(type) {
-	case map[string]any:
-		for _, k := range []string{"summary", "title", "name"} {
-			if s, ok := v[k].(string); ok && strings.TrimSpace(s) != "" {
-				return oneLine(s)
-			}
-		}
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		if len(keys) > 8 {
-			keys = append(keys[:8], "…")
-		}
-		return "an object with keys " + strings.Join(keys, ", ")
-	case []any:
-		if len(v) == 1 {
-			return "a list of 1 item"
-		}
-		return "a list of " + strconv.Itoa(len(v)) + " items"
-	case string:
-		return "a string"
-	default:
-		return "a value"
-	}
+	return len(r.Payloads)
 }
 
-// oneLine is s on one line, at most 120 bytes (cut at a character boundary).
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= 120 {
-		return s
+// ToolPayloadSummary is the summary of a payload the tool called name returned.
+func ToolPayloadSummary(name string, data json.RawMessage) string {
+	return name + " returned " + DescribeJSON(data)
+}
+
+// DescribeJSON says in a few words what shape a JSON value has: "an object with keys a, b, c", "a list
+// of 12 items", "a string". It repeats nothing the value says: a summary goes into the system prompt's
+// payload manifest, and text a tool or a model wrote must not become instructions there. Of an
+// object's keys only those that look like identifiers (at most 40 letters, digits, _, - and .) are
+// named; the others are counted. It reads the value without decoding it, so that describing a large
+// payload costs one pass over its bytes and no allocation for its content.
+func DescribeJSON(raw json.RawMessage) string {
+	b := bytes.TrimLeft(raw, " \t\r\n")
+	if len(b) == 0 {
+		return "a value"
 	}
-	cut := 120
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
+	switch b[0] {
+	case '{':
+		keys, n, ok := scanTop(b)
+		if !ok {
+			return "a value"
+		}
+		if n == 0 {
+			return "an empty object"
+		}
+		slices.Sort(keys)
+		keys = slices.Compact(keys)
+		other := max(n-len(keys), 0)
+		if len(keys) > 8 {
+			other += len(keys) - 8
+			keys = keys[:8]
+		}
+		switch {
+		case len(keys) == 0:
+			return "an object with " + plural(other, "key")
+		case other > 0:
+			return "an object with keys " + strings.Join(keys, ", ") + " and " + plural(other, "other key")
+		}
+		return "an object with keys " + strings.Join(keys, ", ")
+	case '[':
+		_, n, ok := scanTop(b)
+		if !ok {
+			return "a value"
+		}
+		return "a list of " + plural(n, "item")
+	case '"':
+		return "a string"
 	}
-	return s[:cut] + "…"
+	return "a value"
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
+// scanTop reads the object or array b starts with: the number of its members (keys or items) and, of
+// an object, its keys that look like identifiers. It reports false when b does not begin with a whole
+// object or array.
+func scanTop(b []byte) (keys []string, n int, ok bool) {
+	object := b[0] == '{'
+	depth, inString, escaped := 0, false, false
+	member := false // a member of the top level has begun since the last separator
+	keyStart := -1  // where the key being read begins, after its quote
+	for i, c := range b {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+				if keyStart >= 0 {
+					if k := b[keyStart:i]; identifierKey(k) {
+						keys = append(keys, string(k))
+					}
+					keyStart = -1
+				}
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '"':
+			inString = true
+			if depth == 1 && object && !member {
+				keyStart = i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				if member {
+					n++
+				}
+				return keys, n, true
+			}
+		case ',':
+			if depth == 1 {
+				n++
+				member = false
+				continue
+			}
+		}
+		if depth == 1 && i > 0 {
+			member = true
+		}
+	}
+	return nil, 0, false
+}
+
+// identifierKey reports whether an object's key may be named in a summary: a short identifier.
+func identifierKey(k []byte) bool {
+	if len(k) == 0 || len(k) > 40 {
+		return false
+	}
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // Parsed is how a record's SuggestedValues, SuggestedActions, Payloads and RawContent are stored: one

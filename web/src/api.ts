@@ -15,6 +15,8 @@ export type MessageMeta = {
   session_id?: string
   model?: string
   agent?: string
+  /** action marks a server action's run: it ran a tool, and cannot be regenerated */
+  action?: boolean
   usage?: Usage
   step_usage?: Usage
 }
@@ -228,12 +230,15 @@ export const api = {
   chat: (id: string, signal?: AbortSignal) => request<StoredChat>('GET', `/v1/ui/chat/${enc(id)}`, undefined, signal),
   cancelRun: (runId: string) => request<unknown>('POST', `/v1/runs/${enc(runId)}/cancel`, {}),
   /** runAction starts a server action's run and returns its id once chatd has started it; the run's
-   * events come by the chat's resume stream, so this answer's own stream is not read. */
-  runAction: async (sessionId: string, a: SuggestedAction): Promise<string> => {
+   * events come by the chat's resume stream, so this answer's own stream is not read. The tools the
+   * user left on (selectedTools, when not all) bound the tool it may run, as they bound a message's. */
+  runAction: async (sessionId: string, a: SuggestedAction, selectedTools?: string[]): Promise<string> => {
+    const body: Record<string, unknown> = { label: a.label, action: a.action, handler: 'server', data: a.data ?? {} }
+    if (selectedTools) body.selected_tools = selectedTools
     const res = await apiFetch(`/v1/sessions/${enc(sessionId)}/actions`, {
       method: 'POST',
       headers: { Accept: 'text/event-stream', 'Content-Type': 'application/json' },
-      body: JSON.stringify({ label: a.label, action: a.action, handler: 'server', data: a.data ?? {} }),
+      body: JSON.stringify(body),
     })
     if (!res.ok) {
       const text = await res.text()

@@ -234,7 +234,8 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
 
   const onRegenerate = useCallback(() => {
     const m = lastRef.current
-    if (m?.role !== 'assistant') return
+    // A server action's run is not regenerated: its tool has run (chatd refuses it).
+    if (m?.role !== 'assistant' || m.metadata?.action) return
     runId.current = ''
     resumeRun.current = ''
     setProgress({})
@@ -260,7 +261,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
       setActionError('')
       setProgress({})
       stick.current = true
-      api.runAction(chatId, a).then(
+      api.runAction(chatId, a, settings.current.selectedTools).then(
         (id) => {
           if (!id) return
           runId.current = id
@@ -351,7 +352,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
               message={m}
               streaming={m.id === streamingId}
               busy={busy}
-              canRegenerate={m.id === lastAssistantId && !busy}
+              canRegenerate={m.id === lastAssistantId && !busy && !m.metadata?.action}
               progress={m.id === streamingId ? progress : noProgress}
               onSend={onSend}
               onAction={onAction}

@@ -95,7 +95,7 @@ function SuggestionsView(props: { data: Suggestions; disabled: boolean; onSend: 
         if (server) {
           return (
             <button key={`a${i}`} type="button" className="suggestion action" data-testid="suggested-action" data-handler="server"
-              disabled={disabled} onClick={() => onAction(server)}>
+              data-tool={server.action} title={`Runs the tool ${server.action}`} disabled={disabled} onClick={() => onAction(server)}>
               <SparkIcon /> {server.label}
             </button>
           )
