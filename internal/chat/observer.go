@@ -178,6 +178,9 @@ func (o *observer) TextDelta(text string) {
 	if text = o.split.Write(text); text != "" {
 		o.run.emit(runevent.TypeTextDelta, runevent.EncodeText(text))
 	}
+	// The blocks are kept from the stored turn, parsed whole: the stream's are dropped as they come,
+	// so an answer of many blocks holds none of them while it streams.
+	o.split.Take()
 }
 
 // endText sends what the splitter held of a turn's text that ended, and readies it for the next turn.
