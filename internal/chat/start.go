@@ -328,7 +328,9 @@ func (s *Service) plan(ctx context.Context, user string, req Request, acct Accou
 	}
 	a, ok := s.opts.Agents[p.agentNm]
 	if !ok {
-		return nil, invalid("unknown_agent", "no agent %q; configured agents: %s", p.agentNm, strings.Join(s.AgentNames(), ", "))
+		// Only the agents the caller may use are named: a key limited to some must not learn the others.
+		names := slices.DeleteFunc(s.AgentNames(), func(n string) bool { return acct.Agent != nil && !acct.Agent(n) })
+		return nil, invalid("unknown_agent", "no agent %q; agents you may use: %s", p.agentNm, strings.Join(names, ", "))
 	}
 	if acct.Agent != nil && !acct.Agent(p.agentNm) {
 		return nil, &Error{Kind: ErrForbidden, Code: "agent_not_allowed",
