@@ -102,3 +102,23 @@ func TestDiagnosticsOfARunningRun(t *testing.T) {
 		t.Errorf("the call once stored: %+v, %v", d, err)
 	}
 }
+
+// TestDiagnosticsCountRetries: a call retried (429, then an answer) is two requests upstream and two
+// calls in the diagnostics, numbered as the upstream received them.
+func TestDiagnosticsCountRetries(t *testing.T) {
+	f := newFixture(t, setup{Turns: []llmtest.Turn{{Status: 429, RetryAfter: "0"}, {Text: "Hello."}}})
+	st := f.send(t, chat.Request{Message: "Hi"}, chat.StartOptions{})
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Fatalf("run %s", o.Status)
+	}
+	d, err := f.svc.Diagnostics(t.Context(), user, st.RunID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up := len(f.up.Requests()); up != 2 || d.ModelCalls != up || len(d.Calls) != up {
+		t.Fatalf("upstream got %d requests; diagnostics say model_calls=%d with %d listed", up, d.ModelCalls, len(d.Calls))
+	}
+	if d.Calls[0].Output || !d.Calls[1].Output || d.Call != 2 {
+		t.Errorf("the refused attempt ends no turn, the retry ends it: %+v", d.Calls)
+	}
+}
