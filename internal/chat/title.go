@@ -128,8 +128,11 @@ func (s *Service) title(ctx context.Context, job *titleJob, answer string) error
 	}
 	s.opts.Metrics.ModelCall(providerName(job.model), job.model, time.Since(t0), errorKind(streamErr))
 	// The title is stored before the call's usage: once the ledger has the call, the session has its
-	// title, or keeps the one it had.
-	defer s.accountTitle(job, usage, text.Len())
+	// title, or keeps the one it had. A call refused or failed before it streamed anything (a bad key,
+	// a rate limit, no connection, a cancel at shutdown) cost nothing and is not counted.
+	if streamErr == nil || text.Len() > 0 || usage != (llm.Usage{}) {
+		defer s.accountTitle(job, usage, len(req.System)+in.Len(), text.Len())
+	}
 	if streamErr != nil {
 		return streamErr
 	}
@@ -150,12 +153,13 @@ func (s *Service) title(ctx context.Context, job *titleJob, answer string) error
 }
 
 // accountTitle stores the usage of a title call in the ledger, priced, with the run it titles (an
-// estimate when the provider reported none, as for a run's calls).
-func (s *Service) accountTitle(job *titleJob, u llm.Usage, streamed int) {
+// estimate when the provider reported none, as for a run's calls: about a token for every four bytes
+// of the prompt sent and of the answer streamed).
+func (s *Service) accountTitle(job *titleJob, u llm.Usage, sent, streamed int) {
 	su := storeUsage(u)
 	estimated := su == (store.Usage{})
 	if estimated {
-		su = store.Usage{InputTokens: int64((len(titleSystem) + 2*titleExcerptBytes) / 4), OutputTokens: int64((streamed + 3) / 4)}
+		su = store.Usage{InputTokens: int64((sent + 3) / 4), OutputTokens: int64((streamed + 3) / 4)}
 	}
 	entry := store.UsageEntry{RunID: job.runID, SessionID: job.sessionID, KeyID: job.account.KeyID, Agent: job.agentNm,
 		Model: job.model, Usage: su, CostNanoUSD: s.opts.Prices[job.model].cost(su), Estimated: estimated}
