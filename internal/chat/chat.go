@@ -229,6 +229,11 @@ type Service struct {
 	base   context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // running runs
+	// titles counts the title calls going; titleCtx is theirs, cancelled by stopTitles when a drain's
+	// time is up (or by cancel).
+	titles     sync.WaitGroup
+	titleCtx   context.Context
+	stopTitles context.CancelFunc
 
 	mu      sync.Mutex
 	runs    map[string]*Run // live runs (queued or running) by id
@@ -283,6 +288,7 @@ func New(opts Options) *Service {
 	opts.Metrics.Func("chatd_runs_active", "Runs running in this process.", func() float64 { return float64(s.count(store.RunRunning)) })
 	opts.Metrics.Func("chatd_runs_queued", "Runs of this process waiting for their session's running run.", func() float64 { return float64(s.count(store.RunQueued)) })
 	s.base, s.cancel = context.WithCancel(context.Background())
+	s.titleCtx, s.stopTitles = context.WithCancel(s.base)
 	if ls := sharedStore(opts.Store); ls != nil {
 		s.startLeases(ls)
 	}

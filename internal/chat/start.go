@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -765,7 +766,14 @@ func (s *Service) AgentNames() []string {
 // start any more; Close cancels them.
 func (s *Service) Drain(ctx context.Context) error {
 	s.stopAccepting()
-	return s.wait(ctx)
+	err := waitFor(ctx, &s.wg)
+	// Title calls are waited for within the drain's time only, then cancelled (their sessions keep
+	// the title cut from the first message): a title call may take longer than a drain.
+	if waitFor(ctx, &s.titles) != nil {
+		s.stopTitles()
+		s.titles.Wait()
+	}
+	return err
 }
 
 // shutdownReason is the cancelled event's reason of the runs Close stops.
@@ -803,10 +811,18 @@ func (s *Service) stopAccepting() {
 	s.mu.Unlock()
 }
 
+// wait waits for the runs, then the title calls, or for ctx.
 func (s *Service) wait(ctx context.Context) error {
+	if err := waitFor(ctx, &s.wg); err != nil {
+		return err
+	}
+	return waitFor(ctx, &s.titles)
+}
+
+func waitFor(ctx context.Context, wg *sync.WaitGroup) error {
 	done := make(chan struct{})
 	go func() {
-		s.wg.Wait()
+		wg.Wait()
 		close(done)
 	}()
 	select {

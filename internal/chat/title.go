@@ -19,7 +19,8 @@ import (
 const TitleNone = "none"
 
 // Bounds of a title call: what it is shown of the first exchange, what it may answer, and how long it
-// may take. It runs after its run has ended, so it holds up nobody.
+// may take. It runs after its run has ended, so it holds up nobody; a drain cancels it when its own,
+// shorter, time is up.
 const (
 	titleExcerptBytes = 2000
 	titleMaxTokens    = 64
@@ -71,7 +72,8 @@ func (s *Service) titleFor(p *plan, run *Run, records []store.Record) *titleJob 
 }
 
 // startTitle titles a session from its first exchange on a goroutine of its own, after the run has
-// ended: the run's done and its client never wait for it. Close waits for it (and cancels it).
+// ended: the run's done and its client never wait for it. Drain waits for it within its time, then
+// cancels it; Close cancels it and waits for it.
 func (s *Service) startTitle(job *titleJob, answer string) {
 	if job == nil || strings.TrimSpace(answer) == "" {
 		return
@@ -81,11 +83,11 @@ func (s *Service) startTitle(job *titleJob, answer string) {
 		s.mu.Unlock()
 		return
 	}
-	s.wg.Add(1)
+	s.titles.Add(1)
 	s.mu.Unlock()
 	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(s.base, titleTimeout)
+		defer s.titles.Done()
+		ctx, cancel := context.WithTimeout(s.titleCtx, titleTimeout)
 		defer cancel()
 		if err := s.title(ctx, job, answer); err != nil {
 			s.log.Warn("title the session: keeping the title cut from the first message", "session", job.sessionID,

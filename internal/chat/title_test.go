@@ -223,3 +223,36 @@ func TestTitleCallUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestTitleCancelledByDrain: a drain waits for a title call within its own time only, then cancels it
+// (a title call may take 30 s, a drain 20): the session keeps the title cut from its first message.
+func TestTitleCancelledByDrain(t *testing.T) {
+	asked, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	tt := &titler{title: llmtest.Turn{Text: "Generated"}, answer: "An answer.", hold: func() {
+		asked <- struct{}{}
+		<-release
+	}}
+	f := newFixture(t, setup{Respond: tt.respond, TitleModel: "x/m"})
+	t.Cleanup(open)
+	st := f.send(t, chat.Request{Message: "A question"}, chat.StartOptions{})
+	select {
+	case <-asked:
+	case <-time.After(patience):
+		t.Fatal("no title call")
+	}
+	f.wait(t, st.RunID)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // the drain's time is up
+	f.svc.Drain(ctx)
+	open() // too late: the call was cancelled when the drain returned
+	closeCtx, stop := context.WithTimeout(t.Context(), patience)
+	defer stop()
+	if err := f.svc.Close(closeCtx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sessionTitle(t, f.db, st.SessionID); got != "A question" {
+		t.Errorf("title %q, want the cut kept: the drain cancels a title call it cannot wait for", got)
+	}
+}
