@@ -436,13 +436,13 @@ func (o *observer) finish(res agent.Result) {
 		end.Calls = nil
 		_, err = o.store.FinishRun(o.ctx, o.p.user, run.ID, end)
 	}
-	o.run.calls.stored()
 	if err != nil && run.Status() == store.RunRunning {
 		// A run the store still says is running keeps its session busy: try again, until the store
 		// takes it or chatd stops.
 		o.log.Error("finish run; trying again", "err", err)
 		err = o.finishRetrying(end)
 	}
+	o.run.calls.stored()
 	if err != nil {
 		// The store still says running (or queued): the next start of chatd recovers the run.
 		o.log.Error("finish run", "err", err)
