@@ -408,7 +408,7 @@ func closeTools(tools *tool.Registry, log *slog.Logger) {
 // chatLimits are the limits the chat service enforces, from the config's limits: section.
 func chatLimits(l config.Limits) chat.Limits {
 	return chat.Limits{MessageBytes: l.MessageBytes, ContextBytes: l.ContextBytes, Attachments: l.Attachments, AttachmentBytes: l.AttachmentBytes,
-		RunTime: l.RunTime, RunEvents: l.RunEvents, DiagnosticsBytes: l.DiagnosticsBytes, QueuedRuns: l.QueuedRuns, HistoryBytes: l.HistoryBytes,
+		RunTime: l.RunTime, RunEvents: l.RunEvents, DiagnosticsBytes: l.DiagnosticsBytes, DiagnosticsRuns: l.DiagnosticsRuns, QueuedRuns: l.QueuedRuns, HistoryBytes: l.HistoryBytes,
 		MarkerBytes: l.MarkerBytes,
 		Model: agent.Limits{OutputBytes: l.ModelOutputBytes, RunOutputBytes: l.RunOutputBytes,
 			ArgumentBytes: l.ToolArgumentBytes, TurnArgumentBytes: l.TurnArgumentBytes, IdleTime: l.IdleTime}}

@@ -120,8 +120,9 @@ type Config struct {
 	// history, the user's new message last.
 	Context Context
 	Logger  *slog.Logger
-	// Sending, when set, is told of every model call before it is sent: the model and the request. It
-	// must not change req; it may keep it (the loop never changes a request it has sent).
+	// Sending, when set, is told of every model call before it is sent — each retry and fallback too,
+	// so that its calls are those the upstream received: the model and the request. It must not change
+	// req; it may keep it (the loop never changes a request it has sent).
 	Sending func(m Model, req *llm.Request)
 	// Calls, when set, is told of every model call attempt as it starts and ends: metrics, traces.
 	Calls Calls

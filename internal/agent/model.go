@@ -193,9 +193,6 @@ func (r *runner) stream(ctx context.Context, req *llm.Request, t *turnState, noT
 		t.model = m
 		call := *req
 		call.Model = m.Name
-		if r.cfg.Sending != nil {
-			r.cfg.Sending(m, &call)
-		}
 		err = r.streamRetrying(ctx, &call, t, noTools, i > 0)
 		if err == nil || t.output || ctx.Err() != nil {
 			return err
@@ -216,6 +213,9 @@ func (r *runner) streamRetrying(ctx context.Context, req *llm.Request, t *turnSt
 	deadline := time.Now().Add(r.cfg.RetryWindow)
 	for attempt := 0; ; attempt++ {
 		t.finish = ""
+		if r.cfg.Sending != nil {
+			r.cfg.Sending(t.model, req) // each attempt is a call of its own, as the upstream counts them
+		}
 		output, err := r.streamObserved(ctx, req, t, noTools, attempt > 0, fallback && attempt == 0)
 		if err == nil || output || ctx.Err() != nil || attempt >= r.cfg.Retries {
 			return err

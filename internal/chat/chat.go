@@ -172,9 +172,14 @@ type Limits struct {
 	// think and write hundreds of thousands of tokens over its rounds; the byte limits bound the rest.
 	RunEvents int
 	// DiagnosticsBytes bounds what one run stores for its diagnostics (default 8 MiB): its model calls'
-	// compressed requests, system prompts and answers. A call's request over a quarter of it, or past
-	// what the run has left, is not stored, and its diagnostics say so.
+	// compressed requests, system prompts, context and answers, all counted. A part over a quarter of
+	// it, or past what the run has left, is cut or not stored, and the diagnostics say so. Negative: no
+	// diagnostics are kept or stored.
 	DiagnosticsBytes int
+	// DiagnosticsRuns bounds the runs of a session whose calls keep their request bodies (default 10):
+	// the end of a run drops those of the session's older runs, which keep the rest of their
+	// diagnostics, so that a long session does not store its whole conversation again with every run.
+	DiagnosticsRuns int
 	// QueuedRuns bounds the runs queued behind a session's running run (default 32): one more is
 	// refused with queue_full.
 	QueuedRuns int
@@ -197,6 +202,7 @@ const (
 	DefaultRunTime          = 15 * time.Minute
 	DefaultRunEvents        = 500_000
 	DefaultDiagnosticsBytes = 8 << 20
+	DefaultDiagnosticsRuns  = 10
 	DefaultQueuedRuns       = 32
 )
 
@@ -207,7 +213,10 @@ func (l *Limits) defaults() {
 	l.AttachmentBytes = cmp.Or(max(l.AttachmentBytes, 0), DefaultAttachmentBytes)
 	l.RunTime = cmp.Or(max(l.RunTime, 0), DefaultRunTime)
 	l.RunEvents = cmp.Or(max(l.RunEvents, 0), DefaultRunEvents)
-	l.DiagnosticsBytes = cmp.Or(max(l.DiagnosticsBytes, 0), DefaultDiagnosticsBytes)
+	if l.DiagnosticsBytes == 0 {
+		l.DiagnosticsBytes = DefaultDiagnosticsBytes // negative: none kept
+	}
+	l.DiagnosticsRuns = cmp.Or(max(l.DiagnosticsRuns, 0), DefaultDiagnosticsRuns)
 	l.QueuedRuns = cmp.Or(max(l.QueuedRuns, 0), DefaultQueuedRuns)
 	l.MarkerBytes = cmp.Or(max(l.MarkerBytes, 0), marker.DefaultMaxBlock)
 	if l.HistoryBytes == 0 {
@@ -223,6 +232,11 @@ type Service struct {
 	base   context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // running runs
+	// titles counts the title calls going; titleCtx is theirs, cancelled by stopTitles when a drain's
+	// time is up (or by cancel).
+	titles     sync.WaitGroup
+	titleCtx   context.Context
+	stopTitles context.CancelFunc
 
 	mu      sync.Mutex
 	runs    map[string]*Run // live runs (queued or running) by id
@@ -277,6 +291,7 @@ func New(opts Options) *Service {
 	opts.Metrics.Func("chatd_runs_active", "Runs running in this process.", func() float64 { return float64(s.count(store.RunRunning)) })
 	opts.Metrics.Func("chatd_runs_queued", "Runs of this process waiting for their session's running run.", func() float64 { return float64(s.count(store.RunQueued)) })
 	s.base, s.cancel = context.WithCancel(context.Background())
+	s.titleCtx, s.stopTitles = context.WithCancel(s.base)
 	if ls := sharedStore(opts.Store); ls != nil {
 		s.startLeases(ls)
 	}

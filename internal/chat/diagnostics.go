@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"chatd/internal/agent"
 	"chatd/internal/llm"
@@ -20,12 +22,15 @@ import (
 )
 
 // A run's diagnostics are stored call by call (store.ModelCall), in the writes the run makes anyway:
-// with the turn a call made (AppendTurn) or with the run's end (FinishRun). Until then the calls a run
-// sent are kept with the run in memory (callLog), where they are also shown. What a call stores: its
-// system prompt (once, while it stays the same), the names of its tools, its settings, the request body
-// as its provider encodes it, compressed, and the model's raw answer. Limits.DiagnosticsBytes bounds
-// what one run stores: a call's request larger than a quarter of it, or one past what the run has left,
-// is not stored, and the call says so.
+// with the turn a call made (AppendTurn) or with the run's end (FinishRun). Until such a write returns,
+// the calls a run sent are kept with the run in memory (callLog), where they are also shown. What a call
+// stores: its system prompt (once, while it stays the same), the names of its tools, its settings (the
+// request's context with the run's first call only), the request body as its provider encodes it,
+// compressed, and the model's raw answer. Limits.DiagnosticsBytes bounds what one run stores, all of it
+// counted: a system prompt or context over a quarter of it, or past what the run has left, is cut or left
+// out; so is a request (one larger than the limit before compression is not even compressed), and an
+// answer past what is left. Each call keeps its small parts whatever is left (model, tool names,
+// settings, why something was left out). A negative limit stores nothing and keeps nothing.
 
 // gzipWriters are reused: a compressor's state is about a megabyte, which a model call would otherwise
 // allocate each time (BenchmarkCallLogTake, a 107 KB request: 1.4 MB and 4 ms a call without the pool,
@@ -35,9 +40,9 @@ var gzipWriters = sync.Pool{New: func() any {
 	return zw
 }}
 
-// maxRequestRead bounds what a stored request may decompress to when it is read back: far beyond any
-// request a provider takes, so that a corrupted row cannot take the process's memory.
-const maxRequestRead = 256 << 20
+// gzipChunk is how much of a request is compressed before the compressed size is checked again: a
+// request that will not fit stops being compressed soon after it has passed the bound.
+const gzipChunk = 256 << 10
 
 // Diagnostics is what one model call of a run was sent and answered, with the run's other calls
 // listed: the settings the run resolved, the system prompt and tools of the call, the request body as
@@ -82,8 +87,10 @@ type callSettings struct {
 	MaxTokens     int            `json:"max_tokens,omitempty"`
 	MaxIterations int            `json:"max_iterations,omitempty"`
 	Reasoning     *llm.Reasoning `json:"reasoning,omitempty"`
-	// Context is the request's context, stored with the calls whose system prompt is stored.
-	Context map[string]any `json:"context,omitempty"`
+	// Context is the request's context, stored with the run's first call; ContextOmitted says why it
+	// is not.
+	Context        map[string]any `json:"context,omitempty"`
+	ContextOmitted string         `json:"context_omitted,omitempty"`
 }
 
 // callOutput is a model's raw answer of one turn, as a call stores it: its text as the model wrote it
@@ -114,7 +121,9 @@ func outputOf(t *agent.Turn) *callOutput {
 
 // callLog is one run's record of its model calls: those sent and not stored yet, and what the run has
 // stored so far. The agent loop reports each call it sends (sending, on the loop's goroutine); the run's
-// writes take the pending ones (take); a reader of the run's diagnostics copies them (pending).
+// writes take the pending ones (take) and say when they have returned (stored); a reader of the run's
+// diagnostics copies the calls not stored yet (pending), those taken by a write still going included.
+// A nil *callLog keeps nothing (limits.diagnostics_bytes: -1).
 type callLog struct {
 	runID, sessionID string
 	maxIterations    int
@@ -122,25 +131,35 @@ type callLog struct {
 	limit            int // bytes the run's stored diagnostics may hold
 	log              *slog.Logger
 
-	mu   sync.Mutex
-	sent int // calls sent
-	open []sentCall
+	mu    sync.Mutex
+	sent  int         // calls sent
+	open  []*sentCall // sent, not taken
+	taken []*sentCall // taken by a write that has not returned
 	// Touched by take only, on the run's goroutine.
-	used       int    // bytes stored
-	lastSystem string // the system prompt last stored
-	stored     bool   // a call stored a system prompt
+	used          int    // bytes stored
+	lastSystem    string // the system prompt last stored
+	stored1st     bool   // a call stored a system prompt
+	contextStored bool   // a call stored the context (or why not)
 }
 
-// sentCall is a model call sent: its request, kept as the loop sent it (the loop never changes it).
+// sentCall is a model call sent: its request, kept as the loop sent it (the loop never changes it), and
+// the request's body compressed, made once for the write and every reader.
 type sentCall struct {
 	n     int
 	model string // provider/model
 	prov  llm.Provider
 	req   llm.Request
 	at    time.Time
+
+	once    sync.Once
+	body    []byte // compressed; nil when not kept
+	omitted string // why body is nil
 }
 
 func newCallLog(run *Run, p *plan, limit int, log *slog.Logger) *callLog {
+	if limit < 0 {
+		return nil
+	}
 	return &callLog{runID: run.ID, sessionID: run.SessionID, limit: limit, log: log, context: p.req.Context,
 		maxIterations: cmp.Or(p.req.MaxIterations, p.agent.MaxIterations, agent.DefaultMaxIterations)}
 }
@@ -153,12 +172,12 @@ func (l *callLog) sending(m agent.Model, req *llm.Request) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sent++
-	l.open = append(l.open, sentCall{n: l.sent, model: llm.Origin(m.ProviderName, m.Name), prov: m.Provider, req: *req,
+	l.open = append(l.open, &sentCall{n: l.sent, model: llm.Origin(m.ProviderName, m.Name), prov: m.Provider, req: *req,
 		at: time.Now()})
 }
 
 // take returns the calls sent and not stored yet, in their stored form, out (when not nil) as the
-// last one's answer, and forgets them: the caller stores them.
+// last one's answer: the caller stores them, then calls stored. Until then readers still see them.
 func (l *callLog) take(out *callOutput) []store.ModelCall {
 	if l == nil {
 		return nil
@@ -166,6 +185,7 @@ func (l *callLog) take(out *callOutput) []store.ModelCall {
 	l.mu.Lock()
 	open := l.open
 	l.open = nil
+	l.taken = append(l.taken, open...)
 	l.mu.Unlock()
 	calls := make([]store.ModelCall, len(open))
 	for i, c := range open {
@@ -173,26 +193,58 @@ func (l *callLog) take(out *callOutput) []store.ModelCall {
 		if i == len(open)-1 {
 			o = out
 		}
-		calls[i] = l.stored1(c, o)
+		calls[i] = l.storedForm(c, o)
 	}
 	return calls
 }
 
-// stored1 is a call in its stored form, within what the run may store.
-func (l *callLog) stored1(c sentCall, out *callOutput) store.ModelCall {
+// stored says that the write given the calls taken has returned: readers find them in the store now
+// (or, when the write failed, the run's end carries them).
+func (l *callLog) stored() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.taken = nil
+	l.mu.Unlock()
+}
+
+// storedForm is a call in its stored form, within what the run may store: every part of it counted.
+func (l *callLog) storedForm(c *sentCall, out *callOutput) store.ModelCall {
 	mc := store.ModelCall{RunID: l.runID, SessionID: l.sessionID, N: c.n, Model: c.model, Tools: toolNames(&c.req),
 		CreatedAt: c.at}
+	l.used += len(mc.Model)
+	for _, t := range mc.Tools {
+		l.used += len(t) + 3
+	}
 	set := callSettings{Temperature: c.req.Temperature, MaxTokens: c.req.MaxTokens, MaxIterations: l.maxIterations,
 		Reasoning: c.req.Reasoning}
-	if l.stored && c.req.System == l.lastSystem {
+	if l.stored1st && c.req.System == l.lastSystem {
 		mc.SameSystem = true
 	} else {
-		mc.System, l.lastSystem, l.stored = c.req.System, c.req.System, true
+		l.lastSystem, l.stored1st = c.req.System, true
+		mc.System = l.fit(c.req.System)
 		l.used += len(mc.System)
-		set.Context = l.context
+	}
+	if !l.contextStored && len(l.context) > 0 {
+		l.contextStored = true
+		raw, err := json.Marshal(l.context)
+		switch room := l.room(); {
+		case err != nil:
+			set.ContextOmitted = "the context could not be encoded: " + err.Error()
+		case len(raw) > room:
+			set.ContextOmitted = fmt.Sprintf("the context was %d bytes; the run's diagnostics had room for %d (a quarter of limits.diagnostics_bytes at most)", len(raw), room)
+		default:
+			set.Context = l.context
+		}
 	}
 	mc.Settings, _ = json.Marshal(set)
-	mc.Request, mc.RequestOmitted = l.compressed(c)
+	l.used += len(mc.Settings)
+	mc.Request, mc.RequestOmitted = c.compressed(l.limit, l.log, l.runID)
+	if n := len(mc.Request); n > 0 && l.used+n > l.limit {
+		mc.Request, mc.RequestOmitted = nil, fmt.Sprintf("the run's diagnostics reached their limit of %d bytes (limits.diagnostics_bytes); this request (%d bytes compressed) was not stored", l.limit, n)
+	}
+	l.used += len(mc.Request) + len(mc.RequestOmitted)
 	if out != nil {
 		raw, err := json.Marshal(out)
 		if err == nil && l.used+len(raw) > l.limit {
@@ -206,49 +258,91 @@ func (l *callLog) stored1(c sentCall, out *callOutput) store.ModelCall {
 	return mc
 }
 
-// compressed is a call's request body as its provider encodes it, gzip-compressed, or why it is not
-// kept.
-func (l *callLog) compressed(c sentCall) ([]byte, string) {
+// room is what one part of a call may store: a quarter of the limit, within what the run has left.
+func (l *callLog) room() int {
+	return max(min(l.limit/4, l.limit-l.used), 0)
+}
+
+// fit is a system prompt as stored: whole, or cut to the room left with a note saying so.
+func (l *callLog) fit(system string) string {
+	room := l.room()
+	if len(system) <= room {
+		return system
+	}
+	note := fmt.Sprintf("\n[… cut: the system prompt was %d bytes; the run's diagnostics had room for %d (limits.diagnostics_bytes)]", len(system), room)
+	n := max(room-len(note), 0)
+	for n > 0 && !utf8.RuneStart(system[n]) {
+		n--
+	}
+	return system[:n] + note
+}
+
+// compressed is the call's request body as its provider encodes it, gzip-compressed, or why it is not
+// kept: made once, however many readers and writes ask. A request larger than limit, or whose
+// attachments alone are, is neither encoded nor compressed; one whose compressed body passes a quarter of
+// limit stops being compressed there.
+func (c *sentCall) compressed(limit int, log *slog.Logger, runID string) ([]byte, string) {
+	c.once.Do(func() { c.body, c.omitted = compress(c, limit, log, runID) })
+	return c.body, c.omitted
+}
+
+func compress(c *sentCall, limit int, log *slog.Logger, runID string) ([]byte, string) {
 	enc, ok := c.prov.(llm.Encoder)
 	if !ok {
 		return nil, "this provider cannot show the body of its requests"
 	}
+	data := 0
+	for _, m := range c.req.Messages {
+		for _, p := range m.Parts {
+			data += len(p.Data)
+		}
+	}
+	if data > limit {
+		return nil, fmt.Sprintf("the request carried %d bytes of attachments, more than a run's diagnostics may hold (limits.diagnostics_bytes, %d)", data, limit)
+	}
 	body, err := enc.Encode(&c.req)
 	if err != nil {
-		l.log.Warn("encode a model call's request for its diagnostics", "run", l.runID, "call", c.n, "err", err)
+		log.Warn("encode a model call's request for its diagnostics", "run", runID, "call", c.n, "err", err)
 		return nil, "the request could not be encoded again: " + err.Error()
 	}
+	if len(body) > limit {
+		return nil, fmt.Sprintf("the request was %d bytes, more than a run's diagnostics may hold (limits.diagnostics_bytes, %d)", len(body), limit)
+	}
+	bound := limit / 4
 	var buf bytes.Buffer
 	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
 	zw.Reset(&buf)
-	zw.Write(body)
-	zw.Close()
-	gzipWriters.Put(zw)
-	n := buf.Len()
-	switch {
-	case n > l.limit/4:
-		return nil, fmt.Sprintf("the request was %d bytes (%d compressed); chatd stores requests of at most %d compressed bytes for diagnostics (a quarter of limits.diagnostics_bytes)", len(body), n, l.limit/4)
-	case l.used+n > l.limit:
-		return nil, fmt.Sprintf("the run's diagnostics reached their limit of %d bytes (limits.diagnostics_bytes); this request (%d bytes) was not stored", l.limit, len(body))
+	for rest := body; len(rest) > 0; {
+		n := min(len(rest), gzipChunk)
+		zw.Write(rest[:n])
+		rest = rest[n:]
+		if buf.Len() > bound {
+			return nil, fmt.Sprintf("the request was %d bytes (more than %d compressed); chatd stores requests of at most %d compressed bytes for diagnostics (a quarter of limits.diagnostics_bytes)", len(body), buf.Len(), bound)
+		}
 	}
-	l.used += n
+	zw.Close()
+	if buf.Len() > bound {
+		return nil, fmt.Sprintf("the request was %d bytes (%d compressed); chatd stores requests of at most %d compressed bytes for diagnostics (a quarter of limits.diagnostics_bytes)", len(body), buf.Len(), bound)
+	}
 	return bytes.Clone(buf.Bytes()), ""
 }
 
-// pending returns copies of the calls sent and not stored yet, in their stored form, without counting
-// them: what a reader of a running run is shown besides the stored calls.
+// pending returns copies of the calls not stored yet — sent, or taken by a write that has not returned
+// — in their stored form, without counting them: what a reader of a running run is shown besides the
+// stored calls.
 func (l *callLog) pending() []store.ModelCall {
 	if l == nil {
 		return nil
 	}
 	l.mu.Lock()
-	open := append([]sentCall(nil), l.open...)
+	open := append(append([]*sentCall(nil), l.taken...), l.open...)
 	l.mu.Unlock()
 	shown := &callLog{runID: l.runID, sessionID: l.sessionID, limit: l.limit, log: l.log, context: l.context,
 		maxIterations: l.maxIterations}
 	out := make([]store.ModelCall, len(open))
 	for i, c := range open {
-		out[i] = shown.stored1(c, nil)
+		out[i] = shown.storedForm(c, nil)
 	}
 	return out
 }
@@ -270,6 +364,12 @@ func (s *Service) Diagnostics(ctx context.Context, user, runID string, n int) (*
 	unavailable := func(why string) error {
 		return &Error{Kind: store.ErrNotFound, Code: "diagnostics_unavailable", Message: "no diagnostics for run " + runID + ": " + why}
 	}
+	// The calls not stored yet are read before the store: a call a write stores meanwhile is then in
+	// one or the other (or both: the store's is shown), never in neither.
+	var pending []store.ModelCall
+	if live := s.live(user, runID); live != nil {
+		pending = live.calls.pending()
+	}
 	run, err := s.opts.Store.Run(ctx, user, runID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, unavailable("no such run")
@@ -284,14 +384,16 @@ func (s *Service) Diagnostics(ctx context.Context, user, runID string, n int) (*
 	if err != nil {
 		return nil, err
 	}
-	if live := s.live(user, runID); live != nil {
-		for _, c := range live.calls.pending() {
-			if len(calls) == 0 || c.N > calls[len(calls)-1].N {
-				calls = append(calls, c)
-			}
+	for _, c := range pending {
+		if indexOfCall(calls, c.N) < 0 {
+			calls = append(calls, c)
 		}
 	}
+	slices.SortFunc(calls, func(a, b store.ModelCall) int { return a.N - b.N })
 	if len(calls) == 0 {
+		if s.opts.Limits.DiagnosticsBytes < 0 {
+			return nil, unavailable("this chatd keeps no diagnostics (limits.diagnostics_bytes is negative)")
+		}
 		return nil, unavailable("it has sent no model call yet, or ran before chatd stored diagnostics")
 	}
 	i := len(calls) - 1
@@ -326,15 +428,19 @@ func (s *Service) diagnosticsOf(run *store.Run, calls []store.ModelCall, i int) 
 	for j := i; j >= 0; j-- {
 		if !calls[j].SameSystem {
 			d.SystemPrompt = calls[j].System
-			var first callSettings
-			if json.Unmarshal(calls[j].Settings, &first) == nil {
-				d.Context = first.Context
-			}
+			break
+		}
+	}
+	for _, c := range calls { // the context is stored with the run's first call (before: with each new system prompt)
+		var first callSettings
+		if json.Unmarshal(c.Settings, &first) == nil && (first.Context != nil || first.ContextOmitted != "") {
+			d.Context = first.Context
 			break
 		}
 	}
 	if c.Request != nil {
-		body, err := gunzip(c.Request)
+		// Nothing larger than the limit is stored (compress): that bounds what a read may take too.
+		body, err := gunzip(c.Request, max(s.opts.Limits.DiagnosticsBytes, DefaultDiagnosticsBytes))
 		switch {
 		case err != nil:
 			s.log.Warn("read a stored request for diagnostics", "run", run.ID, "call", c.N, "err", err)
@@ -352,17 +458,18 @@ func (s *Service) diagnosticsOf(run *store.Run, calls []store.ModelCall, i int) 
 	return d
 }
 
-func gunzip(b []byte) ([]byte, error) {
+// gunzip decompresses b, refusing to make more than limit bytes of it.
+func gunzip(b []byte, limit int) ([]byte, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(b))
 	if err != nil {
 		return nil, err
 	}
-	body, err := io.ReadAll(io.LimitReader(zr, maxRequestRead+1))
+	body, err := io.ReadAll(io.LimitReader(zr, int64(limit)+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(body) > maxRequestRead {
-		return nil, errors.New("over " + strconv.Itoa(maxRequestRead) + " bytes")
+	if len(body) > limit {
+		return nil, errors.New("over " + strconv.Itoa(limit) + " bytes")
 	}
 	return body, nil
 }

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"chatd/internal/agent"
@@ -70,7 +71,7 @@ func TestCallLogBounds(t *testing.T) {
 	if calls[0].Output != nil || string(calls[1].Output) != `{"text":"Hello."}` {
 		t.Errorf("outputs %s, %s: the answer goes with the call that ended the turn", calls[0].Output, calls[1].Output)
 	}
-	body, err := gunzip(calls[1].Request)
+	body, err := gunzip(calls[1].Request, limit)
 	if err != nil || !strings.HasPrefix(string(body), `{"messages":["bbb`) || !strings.Contains(string(body), `"system":"You help. aaa`) {
 		t.Errorf("request %.40s, %v", body, err)
 	}
@@ -122,5 +123,76 @@ func BenchmarkCallLogTake(b *testing.B) {
 		l.sending(m, req)
 		l.take(&callOutput{Text: "It is sunny."})
 		l.used = 0
+	}
+}
+
+// countingProvider is bodyProvider counting the requests it encodes.
+type countingProvider struct {
+	bodyProvider
+	mu      sync.Mutex
+	encoded int
+}
+
+func (p *countingProvider) Encode(req *llm.Request) ([]byte, error) {
+	p.mu.Lock()
+	p.encoded++
+	p.mu.Unlock()
+	return p.bodyProvider.Encode(req)
+}
+
+// TestCallLogEncodesOnce: a call's request is encoded and compressed once, however often a reader of
+// the running run asks; a request whose attachments alone pass the limit is not encoded at all.
+func TestCallLogEncodesOnce(t *testing.T) {
+	p := &countingProvider{}
+	l := &callLog{runID: "r", sessionID: "s", limit: 1 << 20, log: slog.New(slog.DiscardHandler)}
+	m := agent.Model{Provider: p, Name: "m", ProviderName: "p"}
+	l.sending(m, &llm.Request{System: "s", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}})
+	for range 5 {
+		if got := l.pending(); len(got) != 1 || got[0].Request == nil {
+			t.Fatalf("pending %+v", got)
+		}
+	}
+	if calls := l.take(nil); len(calls) != 1 || calls[0].Request == nil {
+		t.Fatalf("taken %+v", calls)
+	}
+	if p.encoded != 1 {
+		t.Errorf("the request was encoded %d times, want once", p.encoded)
+	}
+	img := make([]byte, 2<<20)
+	l.sending(m, &llm.Request{System: "s", Messages: []llm.Message{{Role: llm.RoleUser,
+		Parts: []llm.Part{{Kind: llm.PartImage, MediaType: "image/png", Data: img}, {Kind: llm.PartText, Text: "what is it"}}}}})
+	c := l.take(nil)[0]
+	if c.Request != nil || !strings.Contains(c.RequestOmitted, "attachments") || p.encoded != 1 {
+		t.Errorf("a request with 2 MiB of image, limit 1 MiB: encoded %d times in all, omitted %q", p.encoded, c.RequestOmitted)
+	}
+}
+
+// TestCallLogCountsEverything: what a run stores stays within its limit with a system prompt and a
+// context far larger than it: both are counted, the prompt cut with a note, the context left out.
+func TestCallLogCountsEverything(t *testing.T) {
+	const limit = 4096
+	l := &callLog{runID: "r", sessionID: "s", limit: limit, log: slog.New(slog.DiscardHandler),
+		context: map[string]any{"page": strings.Repeat("x", 60000)}}
+	m := agent.Model{Provider: bodyProvider{}, Name: "m", ProviderName: "p"}
+	system := strings.Repeat("You are helpful. ", 4000)
+	for i := range 3 {
+		l.sending(m, &llm.Request{System: system + strings.Repeat("!", i%2), Tools: []llm.ToolSpec{{Name: "current_time"}},
+			Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "time?")}})
+	}
+	total := 0
+	for _, c := range l.take(&callOutput{Text: "noon"}) {
+		total += len(c.Model) + len(c.System) + len(c.Settings) + len(c.Request) + len(c.RequestOmitted) + len(c.Output)
+		for _, n := range c.Tools {
+			total += len(n)
+		}
+		if !c.SameSystem && !strings.Contains(c.System, "cut: the system prompt was") {
+			t.Errorf("call %d: system prompt of %d bytes stored as %d bytes without a note", c.N, len(system), len(c.System))
+		}
+		if c.N == 1 && !strings.Contains(string(c.Settings), "context_omitted") {
+			t.Errorf("call 1: settings %.100s…, want the context left out", c.Settings)
+		}
+	}
+	if total > limit {
+		t.Errorf("the run stores %d bytes; limits.diagnostics_bytes is %d", total, limit)
 	}
 }

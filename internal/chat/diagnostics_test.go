@@ -102,3 +102,59 @@ func TestDiagnosticsOfARunningRun(t *testing.T) {
 		t.Errorf("the call once stored: %+v, %v", d, err)
 	}
 }
+
+// TestDiagnosticsCountRetries: a call retried (429, then an answer) is two requests upstream and two
+// calls in the diagnostics, numbered as the upstream received them.
+func TestDiagnosticsCountRetries(t *testing.T) {
+	f := newFixture(t, setup{Turns: []llmtest.Turn{{Status: 429, RetryAfter: "0"}, {Text: "Hello."}}})
+	st := f.send(t, chat.Request{Message: "Hi"}, chat.StartOptions{})
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Fatalf("run %s", o.Status)
+	}
+	d, err := f.svc.Diagnostics(t.Context(), user, st.RunID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up := len(f.up.Requests()); up != 2 || d.ModelCalls != up || len(d.Calls) != up {
+		t.Fatalf("upstream got %d requests; diagnostics say model_calls=%d with %d listed", up, d.ModelCalls, len(d.Calls))
+	}
+	if d.Calls[0].Output || !d.Calls[1].Output || d.Call != 2 {
+		t.Errorf("the refused attempt ends no turn, the retry ends it: %+v", d.Calls)
+	}
+}
+
+// TestDiagnosticsPerSession: a session keeps the request bodies of its latest limits.diagnostics_runs
+// runs; older runs keep the rest of their calls, with request_omitted saying why. A negative
+// limits.diagnostics_bytes keeps none at all.
+func TestDiagnosticsPerSession(t *testing.T) {
+	f := newFixture(t, setup{Respond: echo, Limits: chat.Limits{DiagnosticsRuns: 2}})
+	var runs []string
+	session := ""
+	for i := range 4 {
+		st := f.send(t, chat.Request{SessionID: session, Message: strings.Repeat("words ", 100+i)}, chat.StartOptions{})
+		session = st.SessionID
+		f.wait(t, st.RunID)
+		runs = append(runs, st.RunID)
+	}
+	for i, id := range runs {
+		d, err := f.svc.Diagnostics(t.Context(), user, id, 0)
+		if err != nil {
+			t.Fatalf("run %d: %v", i+1, err)
+		}
+		kept := i >= 2
+		if (d.Request != nil) != kept || (strings.Contains(d.RequestOmitted, "diagnostics_runs")) == kept || d.SystemPrompt == "" || d.Output == nil {
+			t.Errorf("run %d of 4, the latest 2 keep their requests: request %d bytes, omitted %q", i+1, len(d.Request), d.RequestOmitted)
+		}
+	}
+
+	off := newFixture(t, setup{Respond: echo, Limits: chat.Limits{DiagnosticsBytes: -1}})
+	st := off.send(t, chat.Request{Message: "hi"}, chat.StartOptions{})
+	off.wait(t, st.RunID)
+	if calls, err := off.db.ModelCalls(t.Context(), user, st.RunID); err != nil || len(calls) != 0 {
+		t.Errorf("with diagnostics off the run stored %d calls (%v)", len(calls), err)
+	}
+	_, err := off.svc.Diagnostics(t.Context(), user, st.RunID, 0)
+	if e, ok := errors.AsType[*chat.Error](err); !ok || e.Code != "diagnostics_unavailable" || !strings.Contains(e.Message, "diagnostics_bytes") {
+		t.Errorf("diagnostics with diagnostics off: %v", err)
+	}
+}

@@ -436,3 +436,18 @@ func TestUnstoredEndIsRetried(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownAgentNamesOnlyAllowedAgents: a key limited to some agents, asking for one that does not
+// exist, is told the agents it may use and never the others (GET /v1/agents hides them too).
+func TestUnknownAgentNamesOnlyAllowedAgents(t *testing.T) {
+	f := newFixture(t, setup{Respond: echo, Agents: map[string]chat.Agent{"default": {}, "secret-internal": {}, "support": {}}})
+	_, err := f.svc.Start(t.Context(), user, chat.Request{Message: "hi", Agent: "nope"},
+		chat.StartOptions{Account: chat.Account{Agent: func(n string) bool { return n == "support" }}})
+	var e *chat.Error
+	if !errors.As(err, &e) || e.Code != "unknown_agent" {
+		t.Fatalf("error %v, want unknown_agent", err)
+	}
+	if strings.Contains(e.Message, "secret-internal") || strings.Contains(e.Message, "default") || !strings.Contains(e.Message, "support") {
+		t.Errorf("message %q names agents the key may not use, or not the one it may", e.Message)
+	}
+}

@@ -71,6 +71,8 @@ type observer struct {
 	meter     *metrics.Metrics
 	// unstored are the diagnostics of calls whose turn could not be stored: they go with the run's end.
 	unstored []store.ModelCall
+	// keepRequests is limits.diagnostics_runs: the run's end drops the requests of older runs.
+	keepRequests int
 	// completed, when set, is called with the answer of a run that completed, once its end is stored
 	// and its readers have it (the session's title is made from the first one).
 	completed func(answer string)
@@ -88,6 +90,7 @@ type runStore interface {
 	AddUsage(ctx context.Context, user string, u store.UsageEntry) error
 	UsageSince(ctx context.Context, user, keyID string, since time.Time) (tokens, costNanoUSD int64, err error)
 	CloseCalls(ctx context.Context, user, runID, reason string) ([]store.Record, error)
+	Run(ctx context.Context, user, id string) (*store.Run, error)
 	FinishRun(ctx context.Context, user, runID string, end store.RunEnd) ([]store.Record, error)
 }
 
@@ -100,7 +103,7 @@ func (s *Service) newObserver(p *plan, run *Run) *observer {
 	log := s.log.With(logging.RunAttrs(logging.WithRun(context.Background(), logging.RunIdentity{RunID: run.ID, SessionID: run.SessionID, User: run.user}))...)
 	return &observer{store: timedStore{runStore: s.opts.Store, m: s.opts.Metrics}, log: log, prices: s.opts.Prices, retire: s.retire,
 		closing: s.base.Done(), p: p, run: run, ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{},
-		parser: parser, split: parser.splitter(),
+		parser: parser, split: parser.splitter(), keepRequests: s.opts.Limits.DiagnosticsRuns,
 		tracing: s.opts.Tracing, meter: s.opts.Metrics, span: trace.SpanFromContext(context.Background()), started: time.Now()}
 }
 
@@ -298,7 +301,14 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 		rec.ToolCalls = append(rec.ToolCalls, store.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 	}
 	calls := o.run.calls.take(outputOf(t))
-	if err := o.store.AppendTurn(ctx, o.p.user, rec, o.pending, calls); err != nil {
+	err := o.store.AppendTurn(ctx, o.p.user, rec, o.pending, calls)
+	if err != nil && len(calls) > 0 {
+		// Diagnostics never cost a turn: stored without its calls, the turn stands.
+		o.log.Error("store a turn with its model calls' diagnostics; storing it without them", "calls", len(calls), "err", err)
+		err = o.store.AppendTurn(ctx, o.p.user, rec, o.pending, nil)
+	}
+	o.run.calls.stored()
+	if err != nil {
 		o.unstored = append(o.unstored, calls...)
 		return err
 	}
@@ -395,7 +405,8 @@ func (o *observer) finish(res agent.Result) {
 		out.ToolHistory = []runevent.ToolHistory{}
 	}
 	end := store.RunEnd{Status: out.Status, FinishReason: out.FinishReason, Usage: out.Usage, Reason: closeReason(res.Status),
-		Calls: append(o.unstored, o.run.calls.take(nil)...)}
+		Calls: append(o.unstored, o.run.calls.take(nil)...), KeepRequests: o.keepRequests,
+		RequestsDropped: fmt.Sprintf("dropped: a session keeps the requests of its latest %d runs (limits.diagnostics_runs)", o.keepRequests)}
 	if res.Err != nil {
 		out.Error = errorInfo(res.Err)
 		end.Error = out.Error.Message
@@ -422,12 +433,19 @@ func (o *observer) finish(res agent.Result) {
 	}
 	stored := true
 	_, err := o.store.FinishRun(o.ctx, o.p.user, run.ID, end)
+	if err != nil && len(end.Calls) > 0 && !o.endStored() {
+		// Diagnostics never cost a run its end: stored without its calls, the run ends.
+		o.log.Error("finish run with its model calls' diagnostics; finishing it without them", "calls", len(end.Calls), "err", err)
+		end.Calls = nil
+		_, err = o.store.FinishRun(o.ctx, o.p.user, run.ID, end)
+	}
 	if err != nil && run.Status() == store.RunRunning {
 		// A run the store still says is running keeps its session busy: try again, until the store
 		// takes it or chatd stops.
 		o.log.Error("finish run; trying again", "err", err)
 		err = o.finishRetrying(end)
 	}
+	o.run.calls.stored()
 	if err != nil {
 		// The store still says running (or queued): the next start of chatd recovers the run.
 		o.log.Error("finish run", "err", err)
@@ -565,10 +583,15 @@ func (o *observer) finishRetrying(end store.RunEnd) error {
 		case <-t.C:
 		}
 		_, err := o.store.FinishRun(o.ctx, o.p.user, o.run.ID, end)
-		if errors.Is(err, store.ErrConflict) {
-			// It has ended: an earlier attempt was stored after all.
+		if errors.Is(err, store.ErrConflict) && o.endStored() {
+			// It has ended: an earlier attempt was stored after all. (A conflict is also how a store
+			// refuses what it cannot hold: that is not taken for an end.)
 			o.log.Warn("finish run: the store had taken an earlier attempt")
 			return nil
+		}
+		if err != nil && len(end.Calls) > 0 {
+			o.log.Error("finish run: trying again without the model calls' diagnostics", "calls", len(end.Calls), "err", err)
+			end.Calls = nil
 		}
 		if err == nil {
 			o.log.Info("finish run: stored after retrying")
@@ -576,6 +599,17 @@ func (o *observer) finishRetrying(end store.RunEnd) error {
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
+}
+
+// endStored reports whether the store holds the run as ended: an attempt to write its end that
+// reported a failure may have been committed.
+func (o *observer) endStored() bool {
+	r, err := o.store.Run(o.ctx, o.p.user, o.run.ID)
+	if err != nil {
+		o.log.Error("read the run's stored status", "err", err)
+		return false
+	}
+	return r.Status != store.RunRunning && r.Status != store.RunQueued
 }
 
 // lastEvents are the run's closing events, numbered after seq: the outcome (complete, error or

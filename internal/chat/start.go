@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -328,7 +329,9 @@ func (s *Service) plan(ctx context.Context, user string, req Request, acct Accou
 	}
 	a, ok := s.opts.Agents[p.agentNm]
 	if !ok {
-		return nil, invalid("unknown_agent", "no agent %q; configured agents: %s", p.agentNm, strings.Join(s.AgentNames(), ", "))
+		// Only the agents the caller may use are named: a key limited to some must not learn the others.
+		names := slices.DeleteFunc(s.AgentNames(), func(n string) bool { return acct.Agent != nil && !acct.Agent(n) })
+		return nil, invalid("unknown_agent", "no agent %q; agents you may use: %s", p.agentNm, strings.Join(names, ", "))
 	}
 	if acct.Agent != nil && !acct.Agent(p.agentNm) {
 		return nil, &Error{Kind: ErrForbidden, Code: "agent_not_allowed",
@@ -770,7 +773,14 @@ func (s *Service) AgentNames() []string {
 // start any more; Close cancels them.
 func (s *Service) Drain(ctx context.Context) error {
 	s.stopAccepting()
-	return s.wait(ctx)
+	err := waitFor(ctx, &s.wg)
+	// Title calls are waited for within the drain's time only, then cancelled (their sessions keep
+	// the title cut from the first message): a title call may take longer than a drain.
+	if waitFor(ctx, &s.titles) != nil {
+		s.stopTitles()
+		s.titles.Wait()
+	}
+	return err
 }
 
 // shutdownReason is the cancelled event's reason of the runs Close stops.
@@ -808,10 +818,18 @@ func (s *Service) stopAccepting() {
 	s.mu.Unlock()
 }
 
+// wait waits for the runs, then the title calls, or for ctx.
 func (s *Service) wait(ctx context.Context) error {
+	if err := waitFor(ctx, &s.wg); err != nil {
+		return err
+	}
+	return waitFor(ctx, &s.titles)
+}
+
+func waitFor(ctx context.Context, wg *sync.WaitGroup) error {
 	done := make(chan struct{})
 	go func() {
-		s.wg.Wait()
+		wg.Wait()
 		close(done)
 	}()
 	select {

@@ -19,7 +19,8 @@ import (
 const TitleNone = "none"
 
 // Bounds of a title call: what it is shown of the first exchange, what it may answer, and how long it
-// may take. It runs after its run has ended, so it holds up nobody.
+// may take. It runs after its run has ended, so it holds up nobody; a drain cancels it when its own,
+// shorter, time is up.
 const (
 	titleExcerptBytes = 2000
 	titleMaxTokens    = 64
@@ -71,7 +72,8 @@ func (s *Service) titleFor(p *plan, run *Run, records []store.Record) *titleJob 
 }
 
 // startTitle titles a session from its first exchange on a goroutine of its own, after the run has
-// ended: the run's done and its client never wait for it. Close waits for it (and cancels it).
+// ended: the run's done and its client never wait for it. Drain waits for it within its time, then
+// cancels it; Close cancels it and waits for it.
 func (s *Service) startTitle(job *titleJob, answer string) {
 	if job == nil || strings.TrimSpace(answer) == "" {
 		return
@@ -81,11 +83,11 @@ func (s *Service) startTitle(job *titleJob, answer string) {
 		s.mu.Unlock()
 		return
 	}
-	s.wg.Add(1)
+	s.titles.Add(1)
 	s.mu.Unlock()
 	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(s.base, titleTimeout)
+		defer s.titles.Done()
+		ctx, cancel := context.WithTimeout(s.titleCtx, titleTimeout)
 		defer cancel()
 		if err := s.title(ctx, job, answer); err != nil {
 			s.log.Warn("title the session: keeping the title cut from the first message", "session", job.sessionID,
@@ -128,8 +130,11 @@ func (s *Service) title(ctx context.Context, job *titleJob, answer string) error
 	}
 	s.opts.Metrics.ModelCall(providerName(job.model), job.model, time.Since(t0), errorKind(streamErr))
 	// The title is stored before the call's usage: once the ledger has the call, the session has its
-	// title, or keeps the one it had.
-	defer s.accountTitle(job, usage, text.Len())
+	// title, or keeps the one it had. A call refused or failed before it streamed anything (a bad key,
+	// a rate limit, no connection, a cancel at shutdown) cost nothing and is not counted.
+	if streamErr == nil || text.Len() > 0 || usage != (llm.Usage{}) {
+		defer s.accountTitle(job, usage, len(req.System)+in.Len(), text.Len())
+	}
 	if streamErr != nil {
 		return streamErr
 	}
@@ -150,12 +155,13 @@ func (s *Service) title(ctx context.Context, job *titleJob, answer string) error
 }
 
 // accountTitle stores the usage of a title call in the ledger, priced, with the run it titles (an
-// estimate when the provider reported none, as for a run's calls).
-func (s *Service) accountTitle(job *titleJob, u llm.Usage, streamed int) {
+// estimate when the provider reported none, as for a run's calls: about a token for every four bytes
+// of the prompt sent and of the answer streamed).
+func (s *Service) accountTitle(job *titleJob, u llm.Usage, sent, streamed int) {
 	su := storeUsage(u)
 	estimated := su == (store.Usage{})
 	if estimated {
-		su = store.Usage{InputTokens: int64((len(titleSystem) + 2*titleExcerptBytes) / 4), OutputTokens: int64((streamed + 3) / 4)}
+		su = store.Usage{InputTokens: int64((sent + 3) / 4), OutputTokens: int64((streamed + 3) / 4)}
 	}
 	entry := store.UsageEntry{RunID: job.runID, SessionID: job.sessionID, KeyID: job.account.KeyID, Agent: job.agentNm,
 		Model: job.model, Usage: su, CostNanoUSD: s.opts.Prices[job.model].cost(su), Estimated: estimated}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"chatd/internal/chat"
+	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/store"
 )
@@ -177,5 +178,81 @@ func TestTitleSkipped(t *testing.T) {
 				t.Errorf("%d title calls, want %d", n, tc.wantCalls)
 			}
 		})
+	}
+}
+
+// TestTitleCallUsage: a title call refused before it streamed anything (401) is not charged; one whose
+// provider reports no usage is estimated from the prompt it was really sent (a short exchange: well
+// under the thousand tokens its longest prompt would be).
+func TestTitleCallUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		title llmtest.Turn
+		calls int64 // usage rows of the title call
+		maxIn int64
+	}{
+		{"refused", llmtest.Turn{Status: 401, ErrorMessage: "bad key"}, 0, 0},
+		{"no usage reported", llmtest.Turn{Text: "Station directions", NoUsage: true}, 1, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tt := &titler{title: tc.title, answer: "Down the road."}
+			respond := func(n int, req llmtest.Request) llmtest.Turn {
+				turn := tt.respond(n, req)
+				if !isTitleCall(req) {
+					turn.Usage = &llm.Usage{InputTokens: 10, OutputTokens: 3}
+				}
+				return turn
+			}
+			f := newFixture(t, setup{Respond: respond, TitleModel: "x/m"})
+			st := f.send(t, chat.Request{Message: "Where is the station?"}, chat.StartOptions{})
+			f.wait(t, st.RunID)
+			drain(t, f.svc)
+			if len(tt.calls()) != 1 {
+				t.Fatalf("%d title calls", len(tt.calls()))
+			}
+			rows, err := f.db.UsageTotals(t.Context(), store.UsageQuery{User: user, GroupBy: store.GroupByModel})
+			if err != nil || len(rows) != 1 {
+				t.Fatalf("usage %+v, %v", rows, err)
+			}
+			if got := rows[0].Calls - 1; got != tc.calls {
+				t.Errorf("the title call is %d usage rows, want %d: %+v", got, tc.calls, rows)
+			}
+			if in := rows[0].InputTokens - 10; in > tc.maxIn {
+				t.Errorf("the title call is charged %d input tokens, want at most %d", in, tc.maxIn)
+			}
+		})
+	}
+}
+
+// TestTitleCancelledByDrain: a drain waits for a title call within its own time only, then cancels it
+// (a title call may take 30 s, a drain 20): the session keeps the title cut from its first message.
+func TestTitleCancelledByDrain(t *testing.T) {
+	asked, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	tt := &titler{title: llmtest.Turn{Text: "Generated"}, answer: "An answer.", hold: func() {
+		asked <- struct{}{}
+		<-release
+	}}
+	f := newFixture(t, setup{Respond: tt.respond, TitleModel: "x/m"})
+	t.Cleanup(open)
+	st := f.send(t, chat.Request{Message: "A question"}, chat.StartOptions{})
+	select {
+	case <-asked:
+	case <-time.After(patience):
+		t.Fatal("no title call")
+	}
+	f.wait(t, st.RunID)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // the drain's time is up
+	f.svc.Drain(ctx)
+	open() // too late: the call was cancelled when the drain returned
+	closeCtx, stop := context.WithTimeout(t.Context(), patience)
+	defer stop()
+	if err := f.svc.Close(closeCtx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sessionTitle(t, f.db, st.SessionID); got != "A question" {
+		t.Errorf("title %q, want the cut kept: the drain cancels a title call it cannot wait for", got)
 	}
 }

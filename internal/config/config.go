@@ -255,7 +255,8 @@ type Limits struct {
 	RunTime           time.Duration `yaml:"run_time"`           // a run's wall time (15m)
 	IdleTime          time.Duration `yaml:"idle_time"`          // between two events of a model stream (5m)
 	RunEvents         int           `yaml:"run_events"`         // events of one run (500000)
-	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // what one run stores for its diagnostics (8 MiB)
+	DiagnosticsBytes  int           `yaml:"diagnostics_bytes"`  // what one run stores for its diagnostics (8 MiB; negative: none)
+	DiagnosticsRuns   int           `yaml:"diagnostics_runs"`   // a session's latest runs whose calls keep their requests (10)
 	QueuedRuns        int           `yaml:"queued_runs"`        // runs queued behind a session's running one (32)
 	HistoryBytes      int           `yaml:"history_bytes"`      // records kept in memory between runs (256 MiB; negative: none)
 	MarkerBytes       int           `yaml:"marker_bytes"`       // one marked block of an answer (256 KiB)
@@ -269,7 +270,7 @@ func (l *Limits) check() error {
 		"tool_result_bytes": int64(l.ToolResultBytes), "tool_attachment_bytes": int64(l.ToolAttachBytes),
 		"model_output_bytes": int64(l.ModelOutputBytes), "run_output_bytes": int64(l.RunOutputBytes),
 		"run_time": int64(l.RunTime), "idle_time": int64(l.IdleTime), "run_events": int64(l.RunEvents),
-		"diagnostics_bytes": int64(l.DiagnosticsBytes), "queued_runs": int64(l.QueuedRuns), "marker_bytes": int64(l.MarkerBytes)} {
+		"diagnostics_runs": int64(l.DiagnosticsRuns), "queued_runs": int64(l.QueuedRuns), "marker_bytes": int64(l.MarkerBytes)} {
 		if v < 0 {
 			return fmt.Errorf("config: limits: %s must be positive (leave it out for the default)", name)
 		}

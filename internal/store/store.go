@@ -17,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Errors callers test for with errors.Is.
@@ -300,7 +302,14 @@ type RunEnd struct {
 	// RecoveredFrom is stored as the run's RecoveredFrom.
 	RecoveredFrom int64
 	// Calls are the diagnostics of model calls whose turn was not stored, stored in the same transaction.
+	// A call already stored (same run and N: the write that stored it lost its acknowledgement) is
+	// skipped.
 	Calls []ModelCall
+	// KeepRequests, above 0, bounds the request bodies the run's session keeps, in the same transaction:
+	// the calls of the session's runs older than its latest KeepRequests (by CreatedAt) lose their
+	// Request, and their RequestOmitted becomes RequestsDropped. The rest of each call stays.
+	KeepRequests    int
+	RequestsDropped string
 }
 
 // Reservation raises a run's ReservedSeq to Seq (never lowers it).
@@ -344,6 +353,8 @@ type ModelCall struct {
 	N     int
 	Model string // provider/model
 	// System is the system prompt; SameSystem says it is the one of the call before, not stored again.
+	// Text fields (Model, System, RequestOmitted) are stored as SafeText makes them: a NUL character,
+	// which PostgreSQL's text cannot hold, becomes U+FFFD, so that diagnostics never make a write fail.
 	System     string
 	SameSystem bool
 	Tools      []string        // the names of the tools offered
@@ -451,4 +462,13 @@ type Store interface {
 // SchemaBehind is Ready's error when the database's schema is older than the build's migrations.
 func SchemaBehind(have, want int64) error {
 	return fmt.Errorf("the database schema is at migration %d; this chatd needs %d (it migrates at start: restart it)", have, want)
+}
+
+// SafeText is s with each NUL character, and each byte that is not UTF-8, replaced by U+FFFD: text
+// every store can hold.
+func SafeText(s string) string {
+	if !strings.Contains(s, "\x00") && utf8.ValidString(s) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }

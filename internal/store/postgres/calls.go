@@ -14,7 +14,14 @@ const (
 	// insertCallSQL stores a model call of one of the user's runs; a run of another user stores nothing.
 	insertCallSQL = `INSERT INTO model_calls (run_id, n, session_id, user_id, model, system, tools, settings,
 request, request_omitted, output, created_at)
-SELECT id, $3, session_id, user_id, $4, $5, $6, $7, $8, $9, $10, $11 FROM runs WHERE id = $1 AND user_id = $2`
+SELECT id, $3, session_id, user_id, $4, $5, $6, $7, $8, $9, $10, $11 FROM runs WHERE id = $1 AND user_id = $2
+ON CONFLICT (run_id, n) DO NOTHING`
+
+	// dropRequestsSQL drops the request bodies of the calls of a session's runs older than its latest $2:
+	// only rows that still hold one are looked at (model_calls_with_request), a few runs' calls.
+	dropRequestsSQL = `UPDATE model_calls SET request = NULL, request_omitted = $3
+WHERE session_id = $1 AND request IS NOT NULL
+AND run_id NOT IN (SELECT id FROM runs WHERE session_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2)`
 
 	selectCallsSQL = `SELECT n, session_id, model, system, tools, settings, request, request_omitted, output, created_at
 FROM model_calls WHERE run_id = $1 AND user_id = $2 ORDER BY n`
@@ -33,7 +40,7 @@ func insertCalls(ctx context.Context, tx *sql.Tx, user string, calls []store.Mod
 		}
 		var system any
 		if !c.SameSystem {
-			system = c.System
+			system = store.SafeText(c.System)
 		}
 		tools := []byte("[]")
 		if c.Tools != nil {
@@ -54,12 +61,21 @@ func insertCalls(ctx context.Context, tx *sql.Tx, user string, calls []store.Mod
 		if c.Request != nil {
 			request = c.Request
 		}
-		if _, err := tx.ExecContext(ctx, insertCallSQL, c.RunID, user, c.N, c.Model, system, string(tools), settings,
-			request, c.RequestOmitted, output, at); err != nil {
+		if _, err := tx.ExecContext(ctx, insertCallSQL, c.RunID, user, c.N, store.SafeText(c.Model), system, string(tools), settings,
+			request, store.SafeText(c.RequestOmitted), output, at); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// dropRequests keeps the request bodies of the calls of a session's latest keep runs only (all for 0).
+func dropRequests(ctx context.Context, tx *sql.Tx, sessionID string, keep int, why string) error {
+	if keep <= 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, dropRequestsSQL, sessionID, keep, store.SafeText(why))
+	return err
 }
 
 // ModelCalls returns the stored model calls of one of the user's runs, by N.

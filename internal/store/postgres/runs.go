@@ -393,6 +393,9 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 		if err := insertCalls(ctx, tx, user, end.Calls, now); err != nil {
 			return err
 		}
+		if err := dropRequests(ctx, tx, sessionID, end.KeepRequests, end.RequestsDropped); err != nil {
+			return err
+		}
 		u := end.Usage
 		_, err = tx.ExecContext(ctx, endRunSQL, runID, user, end.Status, end.FinishReason, end.Error,
 			u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.ReasoningTokens,

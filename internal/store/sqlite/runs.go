@@ -405,6 +405,9 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 		if err := insertCalls(ctx, tx, user, end.Calls, now); err != nil {
 			return err
 		}
+		if err := dropRequests(ctx, tx, sessionID, end.KeepRequests, end.RequestsDropped); err != nil {
+			return err
+		}
 		u := end.Usage
 		if end.UsageFromEntries {
 			if err := tx.QueryRowContext(ctx, runUsageSQL, runID, user).Scan(&u.InputTokens, &u.OutputTokens,

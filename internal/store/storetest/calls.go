@@ -157,3 +157,63 @@ func testTitleSession(t *testing.T, s store.Store) {
 		t.Errorf("title %q after another user's TitleSession", got)
 	}
 }
+
+// testModelCallsSafe: diagnostics never make a write fail: a NUL character in a call's text (a payload
+// summary in the system prompt, an MCP tool's description) is stored as U+FFFD, in both stores alike,
+// and a call stored already — carried again by the run's end after a write whose acknowledgement was
+// lost — is skipped, not refused.
+func testModelCallsSafe(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	sess := createSession(t, s, alice)
+	run := createRun(t, s, alice, sess.ID)
+	mustAppend(t, s, alice, userRecord(sess.ID, "hi"))
+	calls := []store.ModelCall{{RunID: run.ID, SessionID: sess.ID, N: 1, Model: "x/m",
+		System: "Earlier payloads:\n- pl_1 (card): a\x00b", RequestOmitted: "why\x00not"}}
+	turn := runAssistant(run)
+	if err := s.AppendTurn(ctx, alice, &turn, nil, calls); err != nil {
+		t.Fatalf("AppendTurn with a NUL in a call's system prompt: %v", err)
+	}
+	again := append(calls, store.ModelCall{RunID: run.ID, SessionID: sess.ID, N: 2, Model: "x/m", SameSystem: true})
+	mustFinish(t, s, alice, run.ID, store.RunEnd{Status: store.RunCompleted, Calls: again})
+	got, err := s.ModelCalls(ctx, alice, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].System != "Earlier payloads:\n- pl_1 (card): a\uFFFDb" || got[0].RequestOmitted != "why\uFFFDnot" {
+		t.Errorf("calls %+v", got)
+	}
+}
+
+// testModelCallsKeepRequests: the end of a run with KeepRequests drops the request bodies of the
+// calls of its session's older runs, and keeps the rest of each call; other sessions keep theirs.
+func testModelCallsKeepRequests(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	sess, other := createSession(t, s, alice), createSession(t, s, alice)
+	body := []byte{0x1f, 0x8b, 1}
+	runWithCall := func(sessionID string, keep int) *store.Run {
+		t.Helper()
+		run := createRun(t, s, alice, sessionID)
+		mustFinish(t, s, alice, run.ID, store.RunEnd{Status: store.RunCompleted, KeepRequests: keep, RequestsDropped: "dropped",
+			Calls: []store.ModelCall{{RunID: run.ID, SessionID: sessionID, N: 1, Model: "x/m", System: "s", Request: body,
+				Output: json.RawMessage(`{"text":"hi"}`)}}})
+		return run
+	}
+	otherRun := runWithCall(other.ID, 0)
+	var runs []*store.Run
+	for range 4 {
+		runs = append(runs, runWithCall(sess.ID, 2))
+	}
+	for i, run := range runs {
+		got, err := s.ModelCalls(ctx, alice, run.ID)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("run %d: %+v, %v", i, got, err)
+		}
+		kept := i >= 2
+		if c := got[0]; (c.Request != nil) != kept || (c.RequestOmitted == "dropped") == kept || c.System != "s" || c.Output == nil {
+			t.Errorf("run %d of 4 (latest 2 keep their requests): request %v, omitted %q, system %q, output %s", i+1, c.Request, c.RequestOmitted, c.System, c.Output)
+		}
+	}
+	if got, _ := s.ModelCalls(ctx, alice, otherRun.ID); len(got) != 1 || got[0].Request == nil {
+		t.Errorf("another session's call lost its request: %+v", got)
+	}
+}

@@ -41,6 +41,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RecordsAfter", testRecordsAfter},
 		{"AppendTurn", testAppendTurn},
 		{"ModelCalls", testModelCalls},
+		{"ModelCallsSafe", testModelCallsSafe},
+		{"ModelCallsKeepRequests", testModelCallsKeepRequests},
 		{"TitleSession", testTitleSession},
 		{"Pairing", testPairing},
 		{"ToolCallIDReusedAcrossTurns", testToolCallIDReuse},
