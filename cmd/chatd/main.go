@@ -204,7 +204,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			MaxBodyBytes: lim.BodyBytes, MaxChatBodyBytes: lim.ChatBodyBytes, Auth: authn,
 			// On PostgreSQL, requests per minute are counted in the database, shared by every instance.
 			Limiter: auth.NewLimiter(db, log),
-			Metrics: meters, ServeMetrics: cfg.MetricsAddr == "", MetricsToken: cfg.MetricsToken, Tracing: traces}),
+			Metrics: meters, ServeMetrics: cfg.MetricsAddr == "", MetricsToken: cfg.MetricsToken, Tracing: traces,
+			TrustedPeers: cfg.Auth.TrustedProxies}),
 		// No ReadTimeout: it would end every stream that outlives it. The API bounds the reading of each
 		// request body itself.
 		ReadHeaderTimeout: 10 * time.Second,

@@ -66,6 +66,9 @@ type Options struct {
 	MetricsToken string
 	// Tracing traces every request; nil: none.
 	Tracing *tracing.Tracing
+	// TrustedPeers are the addresses whose trace context (traceparent) a request's span continues: the
+	// proxies of auth.trusted_proxies. Any other caller's starts a new trace, linked to the caller's.
+	TrustedPeers []netip.Prefix
 }
 
 // LocalUser is the identity of every caller while chatd runs without API keys.

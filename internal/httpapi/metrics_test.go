@@ -285,3 +285,49 @@ func TestMetricsAuth(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsModelLabels: the models a request names cannot grow the metrics. A model of the configured
+// provider that is not configured runs and counts as other; a configured one after a hundred invented
+// ones still counts as itself; an overlong or odd model name is refused with 400 invalid_model.
+func TestMetricsModelLabels(t *testing.T) {
+	turns := make([]llmtest.Turn, 102)
+	for i := range turns {
+		turns[i] = llmtest.Turn{Text: "ok", Usage: &llm.Usage{InputTokens: 3, OutputTokens: 1}}
+	}
+	e := newMetricsEnv(t, httpapi.Options{}, chat.Options{}, turns...)
+	for i := range 101 {
+		body := fmt.Sprintf(`{"message":"hi","model":"openai/invented-%d"}`, i)
+		if resp, raw := e.request(t, "POST", "/v1/chat", body); resp.StatusCode != 200 {
+			t.Fatalf("send %d: %d %s", i, resp.StatusCode, raw)
+		}
+	}
+	if resp, raw := e.request(t, "POST", "/v1/chat", `{"message":"hi"}`); resp.StatusCode != 200 {
+		t.Fatalf("send with the default model: %d %s", resp.StatusCode, raw)
+	}
+	for _, model := range []string{"openai/" + strings.Repeat("x", 20000), "openai/x\ny", `openai/x"} 1`, "openai/é"} {
+		body := fmt.Sprintf(`{"message":"hi","model":%q}`, model)
+		resp, raw := e.request(t, "POST", "/v1/chat", body)
+		if resp.StatusCode != 400 || !strings.Contains(raw, "invalid_model") {
+			t.Errorf("model %.40q: %d %.200s, want 400 invalid_model", model, resp.StatusCode, raw)
+		}
+	}
+	e.scrape(t)
+	fams := e.scrape(t)
+	for _, c := range []struct {
+		model string
+		want  float64
+	}{{"openai/gpt-4o-mini", 1}, {metrics.Other, 101}} {
+		if got, _ := value(fams, "chatd_runs_ended_total", "status", "completed", "agent", "default", "model", c.model); got != c.want {
+			t.Errorf("runs ended of %s: %v, want %v", c.model, got, c.want)
+		}
+	}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.Contains(l.GetValue(), "invented") || len(l.GetValue()) > metrics.MaxLabelBytes {
+					t.Errorf("%s has label %s=%.60q", name, l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+}

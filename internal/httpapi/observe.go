@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,7 +42,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // observe counts every request under the route that served it, and traces it when tracing is on: the
-// span continues the caller's traceparent. A request refused before its route (auth, a bad host) counts
+// span continues the caller's traceparent when the caller is a trusted peer, and starts a new trace
+// linked to it otherwise. A request refused before its route (auth, a bad host) counts
 // under "/v1/" or "/", as do unknown paths.
 func (s *server) observe(next http.Handler) http.Handler {
 	if s.Metrics == nil && s.Tracing == nil {
@@ -52,7 +55,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 		span := noSpan
 		if s.Tracing != nil && !probe(r.URL.Path) {
 			var ctx context.Context
-			ctx, span = s.Tracing.HTTP(r)
+			ctx, span = s.Tracing.HTTP(r, s.trustedPeer(r))
 			r = r.WithContext(ctx)
 		}
 		sw := &statusWriter{ResponseWriter: w}
@@ -71,6 +74,20 @@ func (s *server) observe(next http.Handler) http.Handler {
 		route.Observe(status, time.Since(t0))
 		tracing.EndHTTP(span, status)
 	})
+}
+
+// trustedPeer reports whether r comes from a trusted peer (TrustedPeers), whose trace context a
+// request's span continues.
+func (s *server) trustedPeer(r *http.Request) bool {
+	if len(s.TrustedPeers) == 0 {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	addr := ap.Addr().Unmap()
+	return slices.ContainsFunc(s.TrustedPeers, func(p netip.Prefix) bool { return p.Contains(addr) })
 }
 
 // noSpan is the span of a request that is not traced: it records nothing.
