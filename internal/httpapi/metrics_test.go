@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -330,4 +331,57 @@ func TestMetricsModelLabels(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMetricsListener: the handler of --metrics-addr keeps the API's rules. Without auth it answers only
+// loopback names (a DNS-rebinding page is refused); a trusted proxy's admin is believed only for one of
+// chatd's names, as on the API's port; and its scrapes are counted.
+func TestMetricsListener(t *testing.T) {
+	get := func(t *testing.T, url, host string, header map[string]string) int {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", url+"/metrics", nil)
+		req.Host = host
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	t.Run("without auth", func(t *testing.T) {
+		m := metrics.New()
+		srv := httptest.NewServer(httpapi.MetricsHandler(httpapi.Options{Metrics: m}))
+		defer srv.Close()
+		if code := get(t, srv.URL, "rebound.example.com", nil); code != 403 {
+			t.Errorf("for another host name: %d, want 403", code)
+		}
+		if code := get(t, srv.URL, "localhost", nil); code != 200 {
+			t.Errorf("for localhost: %d, want 200", code)
+		}
+		fams := (&metricsEnv{env: &env{srv: srv}, client: http.DefaultClient}).scrape(t)
+		// The scrape that reads them is counted once it is answered.
+		for status, want := range map[string]float64{"2xx": 1, "4xx": 1} {
+			if got, _ := value(fams, "chatd_http_requests_total", "route", "GET /metrics", "status", status); got != want {
+				t.Errorf("scrapes counted %s: %v, want %v", status, got, want)
+			}
+		}
+	})
+	t.Run("a trusted proxy's admin", func(t *testing.T) {
+		const header = "X-Forwarded-Email"
+		e := newKeyedEnv(t, httpapi.Options{}, auth.Options{TrustedHeader: header,
+			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Admins: []string{"ops@example.com"}})
+		srv := httptest.NewServer(httpapi.MetricsHandler(httpapi.Options{Metrics: metrics.New(), Auth: e.auth,
+			AllowedHosts: []string{"chat.example.com"}}))
+		defer srv.Close()
+		admin := map[string]string{header: "ops@example.com"}
+		if code := get(t, srv.URL, "rebound.example.com", admin); code != 403 {
+			t.Errorf("for another host name: %d, want 403", code)
+		}
+		if code := get(t, srv.URL, "chat.example.com", admin); code != 200 {
+			t.Errorf("for chatd's name: %d, want 200", code)
+		}
+	})
 }

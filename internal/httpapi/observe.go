@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"chatd/internal/auth"
 	"chatd/internal/metrics"
 	"chatd/internal/tracing"
 
@@ -115,13 +117,21 @@ func (s *server) routed(pattern string, h http.Handler) http.Handler {
 }
 
 // MetricsHandler serves GET /metrics alone, for a listener of its own (--metrics-addr), with the
-// same rule as on the API's listener.
+// same rules as on the API's listener: the same callers, and without auth only for loopback names and
+// AllowedHosts (a DNS-rebinding page is refused). Its requests are counted under "GET /metrics" too.
 func MetricsHandler(opts Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &server{Options: opts, log: opts.Logger}
-	return s.handle(s.serveMetrics)
+	route := opts.Metrics.Route("GET /metrics")
+	h := s.checkHost(s.handle(s.serveMetrics))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		route.Observe(cmp.Or(sw.status, http.StatusOK), time.Since(t0))
+	})
 }
 
 // serveMetrics serves /metrics. While chatd requires auth, the caller must send the metrics token
@@ -151,6 +161,12 @@ func (s *server) metricsCaller(r *http.Request) error {
 		p, err := s.Auth.Authenticate(r)
 		if err != nil {
 			return err
+		}
+		if p.Method == auth.MethodTrusted && !s.hostAllowed(r.Host) {
+			// As in authenticate: the proxy's header is believed from its address, which a page that
+			// rebinds its own name to that address sends from too.
+			return &apiError{status: http.StatusForbidden, code: "forbidden_host",
+				message: "a request signed in by the trusted proxy must be for one of chatd's names; add the name the proxy forwards to allowed_hosts (CHATD_ALLOWED_HOSTS)"}
 		}
 		if !p.Admin {
 			return &apiError{status: http.StatusForbidden, code: "admin_required",
