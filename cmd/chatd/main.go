@@ -39,6 +39,8 @@ import (
 	"chatd/internal/tool"
 	"chatd/internal/tracing"
 	"chatd/internal/webui"
+
+	"go.opentelemetry.io/otel"
 )
 
 const usage = `chatd — an LLM chat backend
@@ -123,6 +125,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 	raiseFileLimit(log)
+	// The SDK's errors (a collector that is down) go to chatd's log, a line a minute at most, rather than
+	// to the standard library's logger.
+	otel.SetErrorHandler(tracing.NewErrorHandler(log, time.Minute, nil))
 	traces, err := tracing.Setup(ctx, getenv, version)
 	if err != nil {
 		return err

@@ -1,9 +1,13 @@
 package tracing
 
 import (
+	"bytes"
+	"errors"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -115,5 +119,29 @@ func TestNoTracestateToMCP(t *testing.T) {
 	}
 	if _, ok := meta["tracestate"]; ok {
 		t.Errorf("_meta carries the caller's tracestate: %v", meta)
+	}
+}
+
+// TestErrorHandler: the SDK's errors go to the log at most once an interval, the next line counting
+// those left out, and never with the collector's response body.
+func TestErrorHandler(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2026, 11, 26, 7, 0, 0, 0, time.UTC)
+	h := NewErrorHandler(slog.New(slog.NewJSONHandler(&buf, nil)), time.Minute, func() time.Time { return now })
+	export := errors.New("failed to send to http://collector:4318/v1/traces: 400 Bad Request (body: secret-answer)")
+	for range 100 {
+		h.Handle(export)
+	}
+	now = now.Add(time.Minute)
+	h.Handle(export)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2:\n%s", len(lines), buf.String())
+	}
+	if strings.Contains(buf.String(), "secret-answer") {
+		t.Errorf("a response body is logged:\n%s", buf.String())
+	}
+	if !strings.Contains(lines[0], "400 Bad Request") || !strings.Contains(lines[1], `"errors_not_logged":99`) {
+		t.Errorf("lines:\n%s", buf.String())
 	}
 }
