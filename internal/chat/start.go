@@ -709,7 +709,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		// A bug must cost one run, not the process and every other run with it; the run still ends,
 		// with its open calls closed.
 		if v := recover(); v != nil {
-			s.log.Error("run panicked", "run", run.ID, "panic", v, "stack", string(debug.Stack()))
+			obs.log.Error("run panicked", "panic", v, "stack", string(debug.Stack()))
 			if !obs.finished {
 				obs.finish(agent.Result{Status: agent.StatusFailed, Err: errPanic})
 			}
