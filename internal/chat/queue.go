@@ -231,9 +231,12 @@ func (s *Service) startQueued(run *Run) error {
 	return nil
 }
 
-// finishQueued ends a queued run that never started: the queues' finish.
+// finishQueued ends a queued run that never started: the queues' finish. It is counted among the runs
+// ended (cancelled, or failed to start), not among those started.
 func (s *Service) finishQueued(run *Run, res agent.Result) {
-	s.newObserver(run.plan, run).finish(res)
+	obs := s.newObserver(run.plan, run)
+	obs.metrics = s.opts.Metrics.RunNotStarted(run.Agent, run.Model)
+	obs.finish(res)
 }
 
 // runAttrs name a run in a line logged outside its own logger: run_id, session_id, user.

@@ -21,6 +21,7 @@ import (
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/metrics"
+	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
 )
 
@@ -384,4 +385,49 @@ func TestMetricsListener(t *testing.T) {
 			t.Errorf("for chatd's name: %d, want 200", code)
 		}
 	})
+}
+
+// TestMetricsCancelledQueuedRun: a queued run cancelled before it started is counted among the runs
+// ended, as cancelled, and not among those started.
+func TestMetricsCancelledQueuedRun(t *testing.T) {
+	hold := newLimHold()
+	m := metrics.New()
+	e := newLimEnv(t, limSetup{Hold: hold, Metrics: m, Respond: func(int, llmtest.Request) llmtest.Turn {
+		return hold.turn("held answer", nil)
+	}})
+	key := e.key(t, auth.KeySpec{User: "alice"})
+	running := e.open(t, key, `{"message":"hi"}`)
+	hold.await(t, 1)
+	session := e.run(t, key, running.runID).SessionID
+	queued := e.open(t, key, fmt.Sprintf(`{"message":"later","session_id":%q,"on_active_run":"enqueue"}`, session))
+	if a := e.send(t, key, "POST", "/v1/runs/"+queued.runID+"/cancel", ""); a.status != http.StatusOK && a.status != http.StatusAccepted {
+		t.Fatalf("cancel the queued run: %v", a)
+	}
+	checkEnd(t, "the queued run", queued.wait(t), "cancelled", store.RunCancelled)
+	hold.release()
+	checkEnd(t, "the running run", running.wait(t), "complete", store.RunCompleted)
+
+	gathered, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := map[string]*dto.MetricFamily{}
+	for _, f := range gathered {
+		fams[f.GetName()] = f
+	}
+	const model = "openai/gpt-4o-mini"
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"chatd_runs_started_total", []string{"agent", "default", "model", model}, 1},
+		{"chatd_runs_ended_total", []string{"status", "completed", "agent", "default", "model", model}, 1},
+		{"chatd_runs_ended_total", []string{"status", "cancelled", "agent", "default", "model", model}, 1},
+		{"chatd_run_duration_seconds", []string{"agent", "default", "model", model}, 1},
+	} {
+		if got, _ := value(fams, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
 }

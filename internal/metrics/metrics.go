@@ -225,18 +225,41 @@ type Run struct {
 
 // RunStarted counts a run's start and returns what its end is counted with.
 func (m *Metrics) RunStarted(agent, model string) *Run {
+	r := m.Run(agent, model)
+	r.Started()
+	return r
+}
+
+// Run returns what a run's start and end are counted with, without counting its start: a run that
+// begins before it is stored is counted as started once it is (Started).
+func (m *Metrics) Run(agent, model string) *Run {
 	if m == nil {
 		return nil
 	}
 	agent, model = Cut(agent), m.models.value(model)
-	m.runsStarted.WithLabelValues(agent, model).Inc()
 	return &Run{m: m, agent: agent, model: model, duration: m.runDuration.WithLabelValues(agent, model),
 		ttft: m.ttft.WithLabelValues(agent, model)}
 }
 
+// Started counts the run's start.
+func (r *Run) Started() {
+	if r != nil {
+		r.m.runsStarted.WithLabelValues(r.agent, r.model).Inc()
+	}
+}
+
+// RunNotStarted returns what counts the end of a run that ended before it started — a queued run
+// cancelled or failed while it waited: chatd_runs_ended_total, with no start and no duration.
+func (m *Metrics) RunNotStarted(agent, model string) *Run {
+	if m == nil {
+		return nil
+	}
+	return &Run{m: m, agent: Cut(agent), model: m.models.value(model)}
+}
+
 // FirstToken records the run's time to its first token.
 func (r *Run) FirstToken(d time.Duration) {
-	if r != nil {
+	if r != nil && r.ttft != nil {
 		r.ttft.Observe(d.Seconds())
 	}
 }
@@ -247,7 +270,9 @@ func (r *Run) Ended(status string, d time.Duration) {
 		return
 	}
 	r.m.runsEnded.WithLabelValues(status, r.agent, r.model).Inc()
-	r.duration.Observe(d.Seconds())
+	if r.duration != nil {
+		r.duration.Observe(d.Seconds())
+	}
 }
 
 // ModelCall counts one model call attempt: its duration and, when it failed, the error's kind.
