@@ -47,19 +47,23 @@ func tracedRunLogged(t *testing.T, capture bool) ([]tracetest.SpanStub, []llmtes
 }
 
 // tracedRunAs runs tracedRun's chat from a trusted peer or not, its traceparent with these flags and a
-// tracestate, and returns every span exported.
-func tracedRunAs(t *testing.T, capture, trusted bool, flags string) ([]tracetest.SpanStub, []llmtest.Request, *syncBuffer) {
+// tracestate, and returns every span exported. turns, when given, are the model's answers instead of
+// tracedRun's.
+func tracedRunAs(t *testing.T, capture, trusted bool, flags string, turns ...llmtest.Turn) ([]tracetest.SpanStub, []llmtest.Request, *syncBuffer) {
 	t.Helper()
+	if turns == nil {
+		turns = []llmtest.Turn{
+			{ToolCalls: []llmtest.ToolCall{{ID: "call_a", Name: "current_time", Arguments: `{"timezone":"Europe/Paris"}`}},
+				Usage: &llm.Usage{InputTokens: 100, OutputTokens: 20}},
+			{Text: "It is ten in Paris.", Usage: &llm.Usage{InputTokens: 150, OutputTokens: 30}},
+		}
+	}
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { tp.Shutdown(t.Context()) })
 	tr := tracing.New(tp, capture)
 
-	e := &env{upstream: llmtest.NewServer(t,
-		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_a", Name: "current_time", Arguments: `{"timezone":"Europe/Paris"}`}},
-			Usage: &llm.Usage{InputTokens: 100, OutputTokens: 20}},
-		llmtest.Turn{Text: "It is ten in Paris.", Usage: &llm.Usage{InputTokens: 150, OutputTokens: 30}},
-	)}
+	e := &env{upstream: llmtest.NewServer(t, turns...)}
 	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -296,5 +300,23 @@ func TestTraceUntrustedCaller(t *testing.T) {
 		if got := r.Header.Get("tracestate"); got != "" {
 			t.Errorf("model request %d: tracestate %q", i+1, got)
 		}
+	}
+}
+
+// TestTraceUnknownTool: the span of a call of a tool the run does not offer is named as its metrics
+// label is, execute_tool unknown: the model, not the operator, chose the name.
+func TestTraceUnknownTool(t *testing.T) {
+	spans, _, _ := tracedRunAs(t, false, true, "01",
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_x", Name: "invented_tool_of_the_model", Arguments: `{}`}}},
+		llmtest.Turn{Text: "No such tool."})
+	var names []string
+	for _, s := range spans {
+		names = append(names, s.Name)
+		if strings.Contains(s.Name, "invented_tool") {
+			t.Errorf("a span is named %q", s.Name)
+		}
+	}
+	if !slices.Contains(names, "execute_tool unknown") {
+		t.Errorf("spans %q, want one execute_tool unknown", names)
 	}
 }
