@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -140,6 +143,69 @@ func TestMetricsAddr(t *testing.T) {
 	for _, authz := range []string{"", "Bearer not-the-token-000000"} {
 		if got := get("http://"+addr+"/metrics", authz); got != 401 {
 			t.Errorf("GET /metrics on --metrics-addr with authorization %q: %d, want 401", authz, got)
+		}
+	}
+	// Without API keys, as on the API's port, only loopback names: a DNS-rebinding page is refused.
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", "http://"+addr+"/metrics", nil)
+	req.Host = "rebound.example.com"
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Errorf("GET /metrics on --metrics-addr for another host name: %d, want 403", resp.StatusCode)
+	}
+}
+
+// TestMetricsAddrTLS: when the API is served over TLS, so are the metrics on --metrics-addr, with the
+// same certificate: the scrape token never crosses the network in clear text.
+func TestMetricsAddrTLS(t *testing.T) {
+	bin := buildChatd(t)
+	up := newModel(t)
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	const token = "e2e-scrape-token-0123456789"
+	p := &process{name: "chatd", out: &logBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--db", "sqlite:"+filepath.Join(dir, "chatd.db"),
+		"--tls-cert", certFile, "--tls-key", keyFile)
+	p.cmd.Env = append(append(os.Environ(), chatdEnv(up, "5s")...), "CHATD_METRICS_ADDR="+addr, "CHATD_METRICS_TOKEN="+token)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("chatd output:\n%s", p.out)
+		}
+	})
+	if !poll(func() bool { return strings.Contains(p.out.String(), "url=https://"+addr+"/metrics") }) {
+		t.Fatalf("no https metrics line in the log:\n%s", p.out)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://"+addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET /metrics over TLS: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /metrics over TLS with the token: %d, want 200", resp.StatusCode)
+	}
+	req, _ = http.NewRequestWithContext(t.Context(), "GET", "http://"+addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Error("GET /metrics in clear text: 200, want a refusal")
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -38,6 +39,8 @@ import (
 	"chatd/internal/tool"
 	"chatd/internal/tracing"
 	"chatd/internal/webui"
+
+	"go.opentelemetry.io/otel"
 )
 
 const usage = `chatd — an LLM chat backend
@@ -122,6 +125,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 	raiseFileLimit(log)
+	// The SDK's errors (a collector that is down) go to chatd's log, a line a minute at most, rather than
+	// to the standard library's logger.
+	otel.SetErrorHandler(tracing.NewErrorHandler(log, time.Minute, nil))
 	traces, err := tracing.Setup(ctx, getenv, version)
 	if err != nil {
 		return err
@@ -204,7 +210,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			MaxBodyBytes: lim.BodyBytes, MaxChatBodyBytes: lim.ChatBodyBytes, Auth: authn,
 			// On PostgreSQL, requests per minute are counted in the database, shared by every instance.
 			Limiter: auth.NewLimiter(db, log),
-			Metrics: meters, ServeMetrics: cfg.MetricsAddr == "", MetricsToken: cfg.MetricsToken, Tracing: traces}),
+			Metrics: meters, ServeMetrics: cfg.MetricsAddr == "", MetricsToken: cfg.MetricsToken, Tracing: traces,
+			TrustedPeers: cfg.Auth.TrustedProxies}),
 		// No ReadTimeout: it would end every stream that outlives it. The API bounds the reading of each
 		// request body itself.
 		ReadHeaderTimeout: 10 * time.Second,
@@ -264,25 +271,41 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	runtime.SetBlockProfileRate(int(time.Millisecond)) // a wait of a millisecond or more is sampled
 	runtime.SetMutexProfileFraction(100)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: serverLog(log, "pprof")}
 	go srv.Serve(ln)
 	log.Info("serving Go's profiles", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 	return func() { srv.Close() }, nil
 }
 
-// serveMetrics serves /metrics on --metrics-addr, on a listener of its own, with the same rule as on
-// the API's: while chatd requires auth, the metrics token or an admin's key. It returns what stops it.
+// serveMetrics serves /metrics on --metrics-addr, on a listener of its own, with the same rules as on
+// the API's: while chatd requires auth, the metrics token or an admin's key; without auth, only for
+// loopback names and allowed hosts. When the API is served over TLS, so are the metrics, with the same
+// certificate: the token and keys they take cross the network no more in clear text than the API's. It
+// returns what stops it.
 func serveMetrics(cfg *config.Config, meters *metrics.Metrics, authn *auth.Authenticator, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", cfg.MetricsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", httpapi.MetricsHandler(httpapi.Options{Metrics: meters, MetricsToken: cfg.MetricsToken, Auth: authn, Logger: log}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	mux.Handle("GET /metrics", httpapi.MetricsHandler(httpapi.Options{Metrics: meters, MetricsToken: cfg.MetricsToken, Auth: authn,
+		AllowedHosts: cfg.AllowedHosts, Logger: log}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: serverLog(log, "metrics")}
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+		go srv.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey)
+	} else {
+		go srv.Serve(ln)
+	}
+	log.Info("serving metrics", "url", scheme+"://"+ln.Addr().String()+"/metrics")
 	return func() { srv.Close() }, nil
+}
+
+// serverLog is the ErrorLog of an http.Server: its complaints (a TLS handshake that failed, a panic in
+// a handler) go to the log, not to the standard library's logger on stderr.
+func serverLog(log *slog.Logger, listener string) *stdlog.Logger {
+	return slog.NewLogLogger(log.With("listener", listener).Handler(), slog.LevelWarn)
 }
 
 // shutdownTracing sends the spans not yet exported, waiting at most 5 seconds.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -288,6 +289,9 @@ func New(opts Options) *Service {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)
 		s.events.metrics = opts.Metrics
 	}
+	known := s.configuredModels()
+	opts.Metrics.KnownModels(known...)
+	opts.Tracing.KnownModels(known...)
 	opts.Metrics.Func("chatd_runs_active", "Runs running in this process.", func() float64 { return float64(s.count(store.RunRunning)) })
 	opts.Metrics.Func("chatd_runs_queued", "Runs of this process waiting for their session's running run.", func() float64 { return float64(s.count(store.RunQueued)) })
 	s.base, s.cancel = context.WithCancel(context.Background())
@@ -296,6 +300,44 @@ func New(opts Options) *Service {
 		s.startLeases(ls)
 	}
 	return s
+}
+
+// configuredModels are the models the operator named: the default and title models, the agents'
+// models, title models and fallbacks, the priced models, and those the providers' config lists. Only they
+// have a label of their own in the metrics and a span name of their own; a request may name any model of
+// a configured provider, and those are counted together as "other".
+func (s *Service) configuredModels() []string {
+	names := []string{s.opts.DefaultModel, s.opts.TitleModel}
+	for _, a := range s.opts.Agents {
+		names = append(names, a.Model, a.TitleModel)
+		names = append(names, a.Fallbacks...)
+	}
+	for name := range s.opts.Prices {
+		names = append(names, name)
+	}
+	if l, ok := s.opts.Models.(interface{ Configured() []string }); ok {
+		names = append(names, l.Configured()...)
+	}
+	return slices.DeleteFunc(names, func(n string) bool { return n == "" || n == TitleNone })
+}
+
+// MaxModelBytes bounds the model a request names (validModel).
+const MaxModelBytes = 200
+
+// validModel reports whether a request's model is short and made of letters, digits and . _ - : / @ +
+// (every provider's names are: "ollama/llama3.1:8b", "openrouter/anthropic/claude-3.5-sonnet").
+func validModel(name string) bool {
+	if len(name) > MaxModelBytes {
+		return false
+	}
+	for _, c := range []byte(name) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', strings.IndexByte("._-:/@+", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // Request is one user message for a session. Its JSON is how a queued run keeps it until it starts.
@@ -419,6 +461,12 @@ func (r *Request) validate(lim *Limits) error {
 		case !looksLike(a.Data):
 			return invalid("invalid_attachment", "attachment %d is declared %s, but its bytes are not a %s file", i, a.MediaType, strings.TrimPrefix(a.MediaType, "image/"))
 		}
+	}
+	if len(r.Model) > MaxModelBytes {
+		return invalid("invalid_model", "the model name is %d bytes; the limit is %d", len(r.Model), MaxModelBytes)
+	}
+	if !validModel(r.Model) {
+		return invalid("invalid_model", "a model is named provider/model with letters, digits and . _ - : / @ + only, for example openai/gpt-4o-mini")
 	}
 	if r.MaxIterations < 0 || r.MaxIterations > maxIterationsLimit {
 		return invalid("invalid_max_iterations", "max_iterations must be between 1 and %d", maxIterationsLimit)

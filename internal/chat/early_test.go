@@ -1,15 +1,19 @@
 package chat_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"chatd/internal/chat"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/metrics"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
 	"chatd/internal/tool"
@@ -57,6 +61,12 @@ func (h *heldCommit) FinishRun(ctx context.Context, user, runID string, end stor
 // earlyService is a service on a heldCommit store whose model reports each request on asked.
 func earlyService(t *testing.T, fail error) (*chat.Service, *heldCommit, chan struct{}) {
 	t.Helper()
+	return earlyServiceObserved(t, fail, nil, nil)
+}
+
+// earlyServiceObserved is earlyService counting into m and logging to log.
+func earlyServiceObserved(t *testing.T, fail error, m *metrics.Metrics, log *slog.Logger) (*chat.Service, *heldCommit, chan struct{}) {
+	t.Helper()
 	asked := make(chan struct{}, 4)
 	up := llmtest.NewServer(t)
 	up.Strict = true
@@ -70,7 +80,7 @@ func earlyService(t *testing.T, fail error) (*chat.Service, *heldCommit, chan st
 	}
 	db := &heldCommit{Store: openStore(t, ""), creating: make(chan struct{}, 1), release: make(chan struct{}), fail: fail}
 	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "x/m",
-		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond})
+		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond, Metrics: m, Logger: log})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
@@ -135,7 +145,10 @@ func TestNewSessionAsksTheModelWhileItCommits(t *testing.T) {
 // the failure, the model call is dropped, and nothing of the run is stored or left running.
 func TestNewSessionRunAbandoned(t *testing.T) {
 	failure := errors.New("disk full")
-	svc, db, asked := earlyService(t, failure)
+	m := metrics.New()
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	svc, db, asked := earlyServiceObserved(t, failure, m, slog.New(slog.NewJSONHandler(lockedWriter{&logMu, &logs}, nil)))
 	done := make(chan error, 1)
 	go func() {
 		_, err := svc.Start(context.Background(), user, chat.Request{Message: "hello"}, chat.StartOptions{})
@@ -157,6 +170,21 @@ func TestNewSessionRunAbandoned(t *testing.T) {
 	}
 	if sessions, _, err := db.Sessions(t.Context(), user, store.Page{}); err != nil || len(sessions) != 0 {
 		t.Errorf("sessions %v, %v; want none", sessions, err)
+	}
+	// The client was told the run does not exist: it is neither counted nor logged as one that ended.
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if name := f.GetName(); (name == "chatd_runs_started_total" || name == "chatd_runs_ended_total") && len(f.GetMetric()) > 0 {
+			t.Errorf("%s counts the abandoned run: %v", name, f.GetMetric())
+		}
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if strings.Contains(logs.String(), `"run ended"`) {
+		t.Errorf("the abandoned run is logged as ended:\n%s", logs.String())
 	}
 }
 

@@ -209,7 +209,7 @@ func (s *Service) recoverClaimed(ctx context.Context, c *store.Claimed) error {
 		if err := s.interrupt(ctx, &c.Run); err != nil {
 			return err
 		}
-		s.log.Warn("run interrupted: the instance that ran it stopped renewing its lease", "run", c.ID, "session", c.SessionID)
+		s.log.Warn("run interrupted: the instance that ran it stopped renewing its lease", storedRunAttrs(&c.Run)...)
 		return nil
 	}
 	if err := s.requeue(ctx, &c.Run); err != nil {

@@ -387,9 +387,10 @@ func (o *observer) added(rec *store.Record) {
 func (o *observer) finish(res agent.Result) {
 	o.finished = true
 	if !o.ready() {
-		// The run was never stored: the sender reports the failure, and nothing of the run is kept.
+		// The run was never stored: the sender reports the failure, and nothing of the run is kept —
+		// nor counted or logged as a run that ended (it was not counted as started). Its span ends.
 		o.retire(o.run)
-		o.ended(Outcome{Status: store.RunFailed, Error: &runevent.Error{Code: "internal"}})
+		tracing.EndRun(o.span, store.RunFailed, "internal")
 		return
 	}
 	o.endText() // a turn that was not stored may have left text held

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"chatd/internal/agent"
+	"chatd/internal/logging"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
 )
@@ -115,7 +116,7 @@ func (qs *sessionQueues) kick(sessionID string) {
 		if err == nil {
 			return
 		}
-		qs.log.Error("start queued run", "run", next.ID, "err", err)
+		qs.log.Error("start queued run", append(runAttrs(next), "err", err)...)
 		qs.finish(next, agent.Result{Status: agent.StatusFailed, Err: err})
 	}
 	qs.mu.Lock()
@@ -231,7 +232,20 @@ func (s *Service) startQueued(run *Run) error {
 	return nil
 }
 
-// finishQueued ends a queued run that never started: the queues' finish.
+// finishQueued ends a queued run that never started: the queues' finish. It is counted among the runs
+// ended (cancelled, or failed to start), not among those started.
 func (s *Service) finishQueued(run *Run, res agent.Result) {
-	s.newObserver(run.plan, run).finish(res)
+	obs := s.newObserver(run.plan, run)
+	obs.metrics = s.opts.Metrics.RunNotStarted(run.Agent, run.Model)
+	obs.finish(res)
+}
+
+// runAttrs name a run in a line logged outside its own logger: run_id, session_id, user.
+func runAttrs(run *Run) []any {
+	return logging.RunIdentity{RunID: run.ID, SessionID: run.SessionID, User: run.user}.Attrs()
+}
+
+// storedRunAttrs name a stored run (with its UserID, as UnfinishedRuns and claims give it) the same way.
+func storedRunAttrs(r *store.Run) []any {
+	return logging.RunIdentity{RunID: r.ID, SessionID: r.SessionID, User: r.UserID}.Attrs()
 }

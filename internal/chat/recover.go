@@ -47,7 +47,7 @@ func (s *Service) Recover(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("recover run %s: %w", r.ID, err))
 				continue
 			}
-			s.log.Warn("run interrupted by a previous stop", "run", r.ID, "session", r.SessionID)
+			s.log.Warn("run interrupted by a previous stop", storedRunAttrs(r)...)
 		}
 	}
 	sessions := map[string]bool{}
@@ -203,7 +203,7 @@ func (s *Service) storePartial(ctx context.Context, r *store.Run, p *partialTurn
 	if err := s.opts.Store.AppendRecord(ctx, r.UserID, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			// A tool call is open: the text belongs to no turn the history can hold. It stays in the log.
-			s.log.Warn("partial answer of an interrupted run not stored: a tool call is open", "run", r.ID)
+			s.log.Warn("partial answer of an interrupted run not stored: a tool call is open", storedRunAttrs(r)...)
 			return nil, nil
 		}
 		return nil, err
@@ -285,7 +285,7 @@ func (s *Service) keyRefused(ctx context.Context, r *store.Run) (refused, err er
 
 // failQueued ends a recovered queued run that can no longer start.
 func (s *Service) failQueued(ctx context.Context, r *store.Run, cause error) error {
-	s.log.Error("queued run cannot start after a restart", "run", r.ID, "err", cause)
+	s.log.Error("queued run cannot start after a restart", append(storedRunAttrs(r), "err", cause)...)
 	last := max(r.LastEventSeq, r.ReservedSeq) // past every id a client may have been sent
 	msg := "the queued message could not be started after chatd restarted: " + cause.Error()
 	info := runevent.Error{Code: "invalid_request", Message: msg}

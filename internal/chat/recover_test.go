@@ -1,7 +1,11 @@
 package chat_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -486,4 +490,45 @@ func seqs(events []chat.Event) []int64 {
 		out = append(out, e.Seq)
 	}
 	return out
+}
+
+// TestRecoverLogsNameTheRun: the lines recovery writes about a run carry its run_id, session_id and
+// user, as the run's own lines do, so that a search by any of them finds them.
+func TestRecoverLogsNameTheRun(t *testing.T) {
+	path := dbPath(t)
+	dead := newDeadProcess(t, path)
+	r := dead.running(dead.session(), "tell me")
+	r.text("Let me check.")
+	r.record(&store.Record{Role: store.RoleAssistant, Content: "Let me check.", FinishReason: "tool_calls",
+		ToolCalls: []store.ToolCall{{ID: "call_1", Name: "wait_for_it", Arguments: json.RawMessage(`{}`)}}}, true)
+	r.text(" More.")
+	dead.die()
+
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	log := slog.New(slog.NewJSONHandler(lockedWriter{&logMu, &logs}, nil))
+	f := newFixture(t, setup{Path: path, Respond: echo, Logger: log})
+	if err := f.svc.Recover(t.Context()); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	logMu.Lock()
+	out := logs.String()
+	logMu.Unlock()
+	found := 0
+	for line := range strings.Lines(out) {
+		var l map[string]any
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if msg, _ := l["msg"].(string); !strings.Contains(msg, "interrupted") {
+			continue
+		}
+		found++
+		if l["run_id"] != r.run.ID || l["session_id"] != r.run.SessionID || l["user"] != user {
+			t.Errorf("line %s: want run_id %s, session_id %s, user %s", strings.TrimSpace(line), r.run.ID, r.run.SessionID, user)
+		}
+	}
+	if found < 2 {
+		t.Errorf("%d lines about the interrupted run, want 2 (its end, its partial answer not stored):\n%s", found, out)
+	}
 }

@@ -470,11 +470,12 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 		sr.NewSession = &ns
 	}
 	var g *gate
+	var obs *observer
 	if early {
 		first.ID = newID() // the run's copy of its history names the message as the store will
 		g = newGate()
 		history := []store.Record{*first}
-		s.start(run, g, func(context.Context) ([]store.Record, error) { return history, nil })
+		obs = s.start(run, g, func(context.Context) ([]store.Record, error) { return history, nil })
 	}
 	t0 := time.Now()
 	err := s.opts.Store.CreateRun(ctx, p.user, sr, first)
@@ -501,6 +502,7 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent,
 		Action: p.req.Action != nil}))
 	if g != nil {
+		obs.metrics.Started() // a counter: safe beside the run's goroutine, which only reads obs.metrics
 		run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
 		g.open(first)
 	} else {
@@ -577,7 +579,7 @@ func (s *Service) history(ctx context.Context, run *Run, last string) ([]store.R
 // start executes the agent loop of run on its own goroutine on the records history returns, then starts
 // the session's next queued run. A run started early (g not nil) waits at g before anything of it is
 // seen or stored. The caller counted the run in s.wg.
-func (s *Service) start(run *Run, g *gate, history func(context.Context) ([]store.Record, error)) {
+func (s *Service) start(run *Run, g *gate, history func(context.Context) ([]store.Record, error)) *observer {
 	runCtx, cancel := context.WithCancelCause(s.base)
 	lim := s.opts.Limits.RunTime
 	runCtx, stop := context.WithTimeoutCause(runCtx, lim, &agent.LimitError{Code: "run_timeout",
@@ -593,7 +595,12 @@ func (s *Service) start(run *Run, g *gate, history func(context.Context) ([]stor
 	}
 	runCtx, obs.span = s.opts.Tracing.Run(runCtx, run.ID, run.SessionID, run.Agent, run.Model)
 	obs.log = s.log.With(logging.RunAttrs(runCtx)...)
-	obs.metrics = s.opts.Metrics.RunStarted(run.Agent, run.Model)
+	// A run started early counts as started once it is stored (begin): one the store refused never
+	// existed for its client, and is not counted at all.
+	obs.metrics = s.opts.Metrics.Run(run.Agent, run.Model)
+	if g == nil {
+		obs.metrics.Started()
+	}
 	go func() { // counted by admit or startQueued
 		defer s.wg.Done()
 		// The session is free once the run has ended: its next queued run starts here, still counted,
@@ -613,6 +620,7 @@ func (s *Service) start(run *Run, g *gate, history func(context.Context) ([]stor
 		}
 		s.execute(runCtx, run.plan, run, records, obs)
 	}()
+	return obs
 }
 
 // retire forgets a run that ended, or never started.
@@ -719,7 +727,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		// A bug must cost one run, not the process and every other run with it; the run still ends,
 		// with its open calls closed.
 		if v := recover(); v != nil {
-			s.log.Error("run panicked", "run", run.ID, "panic", v, "stack", string(debug.Stack()))
+			obs.log.Error("run panicked", "panic", v, "stack", string(debug.Stack()))
 			if !obs.finished {
 				obs.finish(agent.Result{Status: agent.StatusFailed, Err: errPanic})
 			}

@@ -124,7 +124,8 @@ func (ts *toolSet) ReadOnly(name string) bool {
 	return ok && info.ReadOnly
 }
 
-// unknownTool is the metrics' name of calls of tools the run does not offer: the model named it.
+// unknownTool is the metrics' and the spans' name of calls of tools the run does not offer: the model
+// named it.
 const unknownTool = "unknown"
 
 // Call runs one call in its execute_tool span, and counts it.
@@ -134,13 +135,13 @@ func (ts *toolSet) Call(ctx context.Context, call llm.ToolCall) agent.ToolResult
 		info, _ := ts.reg.Info(call.Name)
 		mcp = strings.HasPrefix(info.Source, "mcp:")
 	}
-	ctx, span := ts.tracing.Tool(ctx, call.Name, call.ID, mcp, call.Arguments)
-	t0 := time.Now()
-	res := ts.call(ctx, call)
 	name := call.Name
 	if !ts.allowed[name] {
 		name = unknownTool
 	}
+	ctx, span := ts.tracing.Tool(ctx, name, call.ID, mcp, call.Arguments)
+	t0 := time.Now()
+	res := ts.call(ctx, call)
 	ts.metrics.ToolCall(name, res.Success, time.Since(t0))
 	ts.tracing.EndTool(span, res.Success, res.Content)
 	return res

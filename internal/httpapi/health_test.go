@@ -7,7 +7,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"chatd/internal/httpapi"
 	"chatd/internal/llm/llmtest"
@@ -123,4 +126,48 @@ func TestStreamHeaders(t *testing.T) {
 	check("POST /v1/ui/chat", resp)
 	resp, _ = e.do(t, "GET", "/v1/ui/chat/ui-1/stream?run="+resp.Header.Get("X-Run-Id"), "")
 	check("GET /v1/ui/chat/{id}/stream", resp)
+}
+
+// countedReady is a store that counts the readiness checks it answers.
+type countedReady struct {
+	store.Store
+	n atomic.Int64
+}
+
+func (c *countedReady) Ready(context.Context) error {
+	c.n.Add(1)
+	return nil
+}
+
+// TestReadyCached: a flood of /readyz asks the store once a second, not once a probe: the probe needs
+// no auth, and must not tie up the store's connections.
+func TestReadyCached(t *testing.T) {
+	db := &countedReady{}
+	clock := &stepClock{now: time.Date(2026, 11, 26, 7, 0, 0, 0, time.UTC)}
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Store: db, Now: clock.Now}))
+	defer srv.Close()
+	probe := func() { // on the probes' goroutines: Error, not Fatal
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("GET /readyz: %d", resp.StatusCode)
+		}
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(probe)
+	}
+	wg.Wait()
+	if n := db.n.Load(); n != 1 {
+		t.Errorf("50 probes within a second asked the store %d times, want 1", n)
+	}
+	clock.Advance(time.Second)
+	probe()
+	if n := db.n.Load(); n != 2 {
+		t.Errorf("a probe a second later: the store was asked %d times in all, want 2", n)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"chatd/internal/auth"
@@ -66,6 +67,9 @@ type Options struct {
 	MetricsToken string
 	// Tracing traces every request; nil: none.
 	Tracing *tracing.Tracing
+	// TrustedPeers are the addresses whose trace context (traceparent) a request's span continues: the
+	// proxies of auth.trusted_proxies. Any other caller's starts a new trace, linked to the caller's.
+	TrustedPeers []netip.Prefix
 }
 
 // LocalUser is the identity of every caller while chatd runs without API keys.
@@ -73,7 +77,8 @@ const LocalUser = auth.LocalUser
 
 type server struct {
 	Options
-	log *slog.Logger
+	log        *slog.Logger
+	readyCache readyCheck
 }
 
 // New returns the API's handler.
@@ -227,16 +232,41 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 // readyTimeout bounds the store's answer to a readiness probe.
 const readyTimeout = 2 * time.Second
 
+// readyTTL is how long the store's answer to a readiness probe is kept: /readyz needs no auth, and a
+// flood of it must not tie up the store's connections.
+const readyTTL = time.Second
+
+// readyCheck keeps the store's last answer to a readiness probe for readyTTL. Probes that come while
+// the store is being asked wait for its answer rather than asking again.
+type readyCheck struct {
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+// storeReady is the store's answer to a readiness probe, asked at most once a readyTTL.
+func (s *server) storeReady(ctx context.Context) error {
+	c := &s.readyCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := s.now(); !c.at.IsZero() && now.Sub(c.at) < readyTTL && !now.Before(c.at) {
+		return c.err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyTimeout)
+	defer cancel()
+	c.err = s.Store.Ready(ctx)
+	c.at = s.now()
+	return c.err
+}
+
 // ready is readiness: 200 when the store answers and its schema is migrated and chatd takes new runs;
 // 503 otherwise, with what is wrong. The store's error goes to the log, not to the (unauthenticated)
 // caller.
 func (s *server) ready(w http.ResponseWriter, r *http.Request) error {
 	checks := map[string]string{"store": "ok", "runs": "accepting"}
 	ok := true
-	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-	defer cancel()
 	if s.Store != nil {
-		if err := s.Store.Ready(ctx); err != nil {
+		if err := s.storeReady(r.Context()); err != nil {
 			s.log.Warn("readiness: the store is not ready", "err", err)
 			checks["store"], ok = "unavailable", false
 		}

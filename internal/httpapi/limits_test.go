@@ -24,6 +24,7 @@ import (
 	"chatd/internal/httpapi"
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/metrics"
 	"chatd/internal/runevent"
 	"chatd/internal/sse"
 	"chatd/internal/store"
@@ -47,6 +48,8 @@ type limSetup struct {
 	Respond  func(n int, req llmtest.Request) llmtest.Turn
 	// Hold, when set, is released before the servers close, so that no held answer outlives the test.
 	Hold *limHold
+	// Metrics, when set, count the chat service's runs.
+	Metrics *metrics.Metrics
 }
 
 // limEnv is chatd wired as cmd/chatd wires it with auth and limits: a SQLite file, an Authenticator
@@ -90,7 +93,8 @@ func (e *limEnv) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.db, e.auth = db, a
-	e.chat, e.tools = newChat(t, db, e.upstream, e.clock.Now, chat.Options{Prices: e.setup.Prices, Agents: e.setup.Agents})
+	e.chat, e.tools = newChat(t, db, e.upstream, e.clock.Now, chat.Options{Prices: e.setup.Prices, Agents: e.setup.Agents,
+		Metrics: e.setup.Metrics})
 	e.srv = httptest.NewServer(httpapi.New(httpapi.Options{Chat: e.chat, Store: db, Tools: e.tools, Auth: a, Now: e.clock.Now}))
 }
 

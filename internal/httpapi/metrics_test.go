@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/metrics"
+	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
 )
 
@@ -282,6 +284,150 @@ func TestMetricsAuth(t *testing.T) {
 		}
 		if c.want == 200 && !strings.Contains(string(raw), "chatd_http_requests_total") {
 			t.Errorf("%s: no metrics in %.200s", c.name, raw)
+		}
+	}
+}
+
+// TestMetricsModelLabels: the models a request names cannot grow the metrics. A model of the configured
+// provider that is not configured runs and counts as other; a configured one after a hundred invented
+// ones still counts as itself; an overlong or odd model name is refused with 400 invalid_model.
+func TestMetricsModelLabels(t *testing.T) {
+	turns := make([]llmtest.Turn, 102)
+	for i := range turns {
+		turns[i] = llmtest.Turn{Text: "ok", Usage: &llm.Usage{InputTokens: 3, OutputTokens: 1}}
+	}
+	e := newMetricsEnv(t, httpapi.Options{}, chat.Options{}, turns...)
+	for i := range 101 {
+		body := fmt.Sprintf(`{"message":"hi","model":"openai/invented-%d"}`, i)
+		if resp, raw := e.request(t, "POST", "/v1/chat", body); resp.StatusCode != 200 {
+			t.Fatalf("send %d: %d %s", i, resp.StatusCode, raw)
+		}
+	}
+	if resp, raw := e.request(t, "POST", "/v1/chat", `{"message":"hi"}`); resp.StatusCode != 200 {
+		t.Fatalf("send with the default model: %d %s", resp.StatusCode, raw)
+	}
+	for _, model := range []string{"openai/" + strings.Repeat("x", 20000), "openai/x\ny", `openai/x"} 1`, "openai/é"} {
+		body := fmt.Sprintf(`{"message":"hi","model":%q}`, model)
+		resp, raw := e.request(t, "POST", "/v1/chat", body)
+		if resp.StatusCode != 400 || !strings.Contains(raw, "invalid_model") {
+			t.Errorf("model %.40q: %d %.200s, want 400 invalid_model", model, resp.StatusCode, raw)
+		}
+	}
+	e.scrape(t)
+	fams := e.scrape(t)
+	for _, c := range []struct {
+		model string
+		want  float64
+	}{{"openai/gpt-4o-mini", 1}, {metrics.Other, 101}} {
+		if got, _ := value(fams, "chatd_runs_ended_total", "status", "completed", "agent", "default", "model", c.model); got != c.want {
+			t.Errorf("runs ended of %s: %v, want %v", c.model, got, c.want)
+		}
+	}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.Contains(l.GetValue(), "invented") || len(l.GetValue()) > metrics.MaxLabelBytes {
+					t.Errorf("%s has label %s=%.60q", name, l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+}
+
+// TestMetricsListener: the handler of --metrics-addr keeps the API's rules. Without auth it answers only
+// loopback names (a DNS-rebinding page is refused); a trusted proxy's admin is believed only for one of
+// chatd's names, as on the API's port; and its scrapes are counted.
+func TestMetricsListener(t *testing.T) {
+	get := func(t *testing.T, url, host string, header map[string]string) int {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", url+"/metrics", nil)
+		req.Host = host
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	t.Run("without auth", func(t *testing.T) {
+		m := metrics.New()
+		srv := httptest.NewServer(httpapi.MetricsHandler(httpapi.Options{Metrics: m}))
+		defer srv.Close()
+		if code := get(t, srv.URL, "rebound.example.com", nil); code != 403 {
+			t.Errorf("for another host name: %d, want 403", code)
+		}
+		if code := get(t, srv.URL, "localhost", nil); code != 200 {
+			t.Errorf("for localhost: %d, want 200", code)
+		}
+		fams := (&metricsEnv{env: &env{srv: srv}, client: http.DefaultClient}).scrape(t)
+		// The scrape that reads them is counted once it is answered.
+		for status, want := range map[string]float64{"2xx": 1, "4xx": 1} {
+			if got, _ := value(fams, "chatd_http_requests_total", "route", "GET /metrics", "status", status); got != want {
+				t.Errorf("scrapes counted %s: %v, want %v", status, got, want)
+			}
+		}
+	})
+	t.Run("a trusted proxy's admin", func(t *testing.T) {
+		const header = "X-Forwarded-Email"
+		e := newKeyedEnv(t, httpapi.Options{}, auth.Options{TrustedHeader: header,
+			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Admins: []string{"ops@example.com"}})
+		srv := httptest.NewServer(httpapi.MetricsHandler(httpapi.Options{Metrics: metrics.New(), Auth: e.auth,
+			AllowedHosts: []string{"chat.example.com"}}))
+		defer srv.Close()
+		admin := map[string]string{header: "ops@example.com"}
+		if code := get(t, srv.URL, "rebound.example.com", admin); code != 403 {
+			t.Errorf("for another host name: %d, want 403", code)
+		}
+		if code := get(t, srv.URL, "chat.example.com", admin); code != 200 {
+			t.Errorf("for chatd's name: %d, want 200", code)
+		}
+	})
+}
+
+// TestMetricsCancelledQueuedRun: a queued run cancelled before it started is counted among the runs
+// ended, as cancelled, and not among those started.
+func TestMetricsCancelledQueuedRun(t *testing.T) {
+	hold := newLimHold()
+	m := metrics.New()
+	e := newLimEnv(t, limSetup{Hold: hold, Metrics: m, Respond: func(int, llmtest.Request) llmtest.Turn {
+		return hold.turn("held answer", nil)
+	}})
+	key := e.key(t, auth.KeySpec{User: "alice"})
+	running := e.open(t, key, `{"message":"hi"}`)
+	hold.await(t, 1)
+	session := e.run(t, key, running.runID).SessionID
+	queued := e.open(t, key, fmt.Sprintf(`{"message":"later","session_id":%q,"on_active_run":"enqueue"}`, session))
+	if a := e.send(t, key, "POST", "/v1/runs/"+queued.runID+"/cancel", ""); a.status != http.StatusOK && a.status != http.StatusAccepted {
+		t.Fatalf("cancel the queued run: %v", a)
+	}
+	checkEnd(t, "the queued run", queued.wait(t), "cancelled", store.RunCancelled)
+	hold.release()
+	checkEnd(t, "the running run", running.wait(t), "complete", store.RunCompleted)
+
+	gathered, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := map[string]*dto.MetricFamily{}
+	for _, f := range gathered {
+		fams[f.GetName()] = f
+	}
+	const model = "openai/gpt-4o-mini"
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"chatd_runs_started_total", []string{"agent", "default", "model", model}, 1},
+		{"chatd_runs_ended_total", []string{"status", "completed", "agent", "default", "model", model}, 1},
+		{"chatd_runs_ended_total", []string{"status", "cancelled", "agent", "default", "model", model}, 1},
+		{"chatd_run_duration_seconds", []string{"agent", "default", "model", model}, 1},
+	} {
+		if got, _ := value(fams, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
 }

@@ -1,13 +1,17 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
+	"chatd/internal/auth"
 	"chatd/internal/metrics"
 	"chatd/internal/tracing"
 
@@ -40,7 +44,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // observe counts every request under the route that served it, and traces it when tracing is on: the
-// span continues the caller's traceparent. A request refused before its route (auth, a bad host) counts
+// span continues the caller's traceparent when the caller is a trusted peer, and starts a new trace
+// linked to it otherwise. A request refused before its route (auth, a bad host) counts
 // under "/v1/" or "/", as do unknown paths.
 func (s *server) observe(next http.Handler) http.Handler {
 	if s.Metrics == nil && s.Tracing == nil {
@@ -52,7 +57,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 		span := noSpan
 		if s.Tracing != nil && !probe(r.URL.Path) {
 			var ctx context.Context
-			ctx, span = s.Tracing.HTTP(r)
+			ctx, span = s.Tracing.HTTP(r, s.trustedPeer(r))
 			r = r.WithContext(ctx)
 		}
 		sw := &statusWriter{ResponseWriter: w}
@@ -71,6 +76,20 @@ func (s *server) observe(next http.Handler) http.Handler {
 		route.Observe(status, time.Since(t0))
 		tracing.EndHTTP(span, status)
 	})
+}
+
+// trustedPeer reports whether r comes from a trusted peer (TrustedPeers), whose trace context a
+// request's span continues.
+func (s *server) trustedPeer(r *http.Request) bool {
+	if len(s.TrustedPeers) == 0 {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	addr := ap.Addr().Unmap()
+	return slices.ContainsFunc(s.TrustedPeers, func(p netip.Prefix) bool { return p.Contains(addr) })
 }
 
 // noSpan is the span of a request that is not traced: it records nothing.
@@ -98,13 +117,21 @@ func (s *server) routed(pattern string, h http.Handler) http.Handler {
 }
 
 // MetricsHandler serves GET /metrics alone, for a listener of its own (--metrics-addr), with the
-// same rule as on the API's listener.
+// same rules as on the API's listener: the same callers, and without auth only for loopback names and
+// AllowedHosts (a DNS-rebinding page is refused). Its requests are counted under "GET /metrics" too.
 func MetricsHandler(opts Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &server{Options: opts, log: opts.Logger}
-	return s.handle(s.serveMetrics)
+	route := opts.Metrics.Route("GET /metrics")
+	h := s.checkHost(s.handle(s.serveMetrics))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		route.Observe(cmp.Or(sw.status, http.StatusOK), time.Since(t0))
+	})
 }
 
 // serveMetrics serves /metrics. While chatd requires auth, the caller must send the metrics token
@@ -134,6 +161,12 @@ func (s *server) metricsCaller(r *http.Request) error {
 		p, err := s.Auth.Authenticate(r)
 		if err != nil {
 			return err
+		}
+		if p.Method == auth.MethodTrusted && !s.hostAllowed(r.Host) {
+			// As in authenticate: the proxy's header is believed from its address, which a page that
+			// rebinds its own name to that address sends from too.
+			return &apiError{status: http.StatusForbidden, code: "forbidden_host",
+				message: "a request signed in by the trusted proxy must be for one of chatd's names; add the name the proxy forwards to allowed_hosts (CHATD_ALLOWED_HOSTS)"}
 		}
 		if !p.Admin {
 			return &apiError{status: http.StatusForbidden, code: "admin_required",

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -31,19 +32,38 @@ func tracedRun(t *testing.T, capture bool) ([]tracetest.SpanStub, []llmtest.Requ
 	return spans, reqs
 }
 
-// tracedRunLogged is tracedRun, with the server's JSON log.
+// tracedRunLogged is tracedRun, with the server's JSON log. The caller is a trusted peer (loopback), and
+// its trace context is continued.
 func tracedRunLogged(t *testing.T, capture bool) ([]tracetest.SpanStub, []llmtest.Request, *syncBuffer) {
 	t.Helper()
+	all, reqs, logs := tracedRunAs(t, capture, true, "01")
+	var spans []tracetest.SpanStub
+	for _, s := range all {
+		if s.SpanContext.TraceID().String() == traceID {
+			spans = append(spans, s)
+		}
+	}
+	return spans, reqs, logs
+}
+
+// tracedRunAs runs tracedRun's chat from a trusted peer or not, its traceparent with these flags and a
+// tracestate, and returns every span exported. turns, when given, are the model's answers instead of
+// tracedRun's.
+func tracedRunAs(t *testing.T, capture, trusted bool, flags string, turns ...llmtest.Turn) ([]tracetest.SpanStub, []llmtest.Request, *syncBuffer) {
+	t.Helper()
+	if turns == nil {
+		turns = []llmtest.Turn{
+			{ToolCalls: []llmtest.ToolCall{{ID: "call_a", Name: "current_time", Arguments: `{"timezone":"Europe/Paris"}`}},
+				Usage: &llm.Usage{InputTokens: 100, OutputTokens: 20}},
+			{Text: "It is ten in Paris.", Usage: &llm.Usage{InputTokens: 150, OutputTokens: 30}},
+		}
+	}
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { tp.Shutdown(t.Context()) })
 	tr := tracing.New(tp, capture)
 
-	e := &env{upstream: llmtest.NewServer(t,
-		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_a", Name: "current_time", Arguments: `{"timezone":"Europe/Paris"}`}},
-			Usage: &llm.Usage{InputTokens: 100, OutputTokens: 20}},
-		llmtest.Turn{Text: "It is ten in Paris.", Usage: &llm.Usage{InputTokens: 150, OutputTokens: 30}},
-	)}
+	e := &env{upstream: llmtest.NewServer(t, turns...)}
 	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +74,11 @@ func tracedRunLogged(t *testing.T, capture bool) ([]tracetest.SpanStub, []llmtes
 		t.Fatal(err)
 	}
 	chats, tools := newChat(t, db, e.upstream, fixedNow, chat.Options{Tracing: tr, Logger: log})
-	e.srv = httptest.NewServer(httpapi.New(httpapi.Options{Chat: chats, Store: db, Tools: tools, Tracing: tr, Logger: log}))
+	opts := httpapi.Options{Chat: chats, Store: db, Tools: tools, Tracing: tr, Logger: log}
+	if trusted {
+		opts.TrustedPeers = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	}
+	e.srv = httptest.NewServer(httpapi.New(opts))
 	t.Cleanup(func() {
 		e.srv.Close()
 		closeChat(t, chats, tools)
@@ -62,18 +86,12 @@ func tracedRunLogged(t *testing.T, capture bool) ([]tracetest.SpanStub, []llmtes
 	})
 	me := &metricsEnv{env: e, client: &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}}
 	resp, body := me.request(t, "POST", "/v1/chat", `{"message":"What time is it in Paris, secretly?"}`,
-		"traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+		"traceparent", "00-"+traceID+"-00f067aa0ba902b7-"+flags, "tracestate", "caller=secret-state")
 	if resp.StatusCode != 200 {
 		t.Fatalf("POST /v1/chat: %d %s", resp.StatusCode, body)
 	}
 	me.request(t, "GET", "/healthz", "") // the POST's span has ended once this is read
-	var spans []tracetest.SpanStub
-	for _, s := range exp.GetSpans() {
-		if s.SpanContext.TraceID().String() == traceID {
-			spans = append(spans, s)
-		}
-	}
-	return spans, e.upstream.Requests(), logs
+	return exp.GetSpans(), e.upstream.Requests(), logs
 }
 
 // syncBuffer is a log's output, written from the server's goroutines.
@@ -215,6 +233,9 @@ func TestTraceOfARun(t *testing.T) {
 		if got := r.Header.Get("traceparent"); got != want {
 			t.Errorf("model request %d: traceparent %q, want %q", i+1, got, want)
 		}
+		if got := r.Header.Get("tracestate"); got != "" {
+			t.Errorf("model request %d: the caller's tracestate %q was sent on", i+1, got)
+		}
 	}
 	// No content: not the user's message, the tool's arguments or result, nor the answer.
 	for _, s := range spans {
@@ -241,5 +262,61 @@ func TestTraceContentOptIn(t *testing.T) {
 	}
 	if !strings.Contains(got["gen_ai.tool.call.arguments"], "Europe/Paris") || got["gen_ai.tool.call.result"] == "" {
 		t.Errorf("captured tool span attributes: %v", got)
+	}
+}
+
+// TestTraceUntrustedCaller: a caller that is not a trusted peer cannot choose the trace: its request
+// starts a new trace (sampled by chatd's sampler, though the caller's flags said not to sample), linked
+// to the caller's span, and neither its trace id nor its tracestate reaches the model.
+func TestTraceUntrustedCaller(t *testing.T) {
+	spans, reqs, _ := tracedRunAs(t, false, false, "00")
+	var req *tracetest.SpanStub
+	for i, s := range spans {
+		if s.SpanContext.TraceID().String() == traceID {
+			t.Errorf("span %q is in the caller's trace", s.Name)
+		}
+		if s.Name == "POST /v1/chat" {
+			req = &spans[i]
+		}
+	}
+	if req == nil {
+		t.Fatalf("no span of the request among %d", len(spans))
+	}
+	if req.Parent.IsValid() {
+		t.Errorf("the request's span has parent %v, want none", req.Parent.SpanID())
+	}
+	if len(req.Links) != 1 || req.Links[0].SpanContext.TraceID().String() != traceID ||
+		req.Links[0].SpanContext.SpanID().String() != "00f067aa0ba902b7" || req.Links[0].SpanContext.TraceState().Len() != 0 {
+		t.Errorf("the request's span links %+v, want the caller's span without its tracestate", req.Links)
+	}
+	if len(reqs) == 0 {
+		t.Fatal("no model request")
+	}
+	for i, r := range reqs {
+		tp := r.Header.Get("traceparent")
+		if !strings.HasPrefix(tp, "00-"+req.SpanContext.TraceID().String()+"-") || !strings.HasSuffix(tp, "-01") {
+			t.Errorf("model request %d: traceparent %q, want chatd's sampled trace %s", i+1, tp, req.SpanContext.TraceID())
+		}
+		if got := r.Header.Get("tracestate"); got != "" {
+			t.Errorf("model request %d: tracestate %q", i+1, got)
+		}
+	}
+}
+
+// TestTraceUnknownTool: the span of a call of a tool the run does not offer is named as its metrics
+// label is, execute_tool unknown: the model, not the operator, chose the name.
+func TestTraceUnknownTool(t *testing.T) {
+	spans, _, _ := tracedRunAs(t, false, true, "01",
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_x", Name: "invented_tool_of_the_model", Arguments: `{}`}}},
+		llmtest.Turn{Text: "No such tool."})
+	var names []string
+	for _, s := range spans {
+		names = append(names, s.Name)
+		if strings.Contains(s.Name, "invented_tool") {
+			t.Errorf("a span is named %q", s.Name)
+		}
+	}
+	if !slices.Contains(names, "execute_tool unknown") {
+		t.Errorf("spans %q, want one execute_tool unknown", names)
 	}
 }

@@ -61,6 +61,16 @@ type RunIdentity struct {
 	RunID, SessionID, User string
 }
 
+// Attrs are the run's attributes, for a line about a run logged without its context (a run recovered
+// or started from a queue).
+func (id RunIdentity) Attrs() []any {
+	var out []any
+	for _, a := range id.attrs() {
+		out = append(out, a)
+	}
+	return out
+}
+
 func (id *RunIdentity) attrs() []slog.Attr {
 	as := []slog.Attr{slog.String("run_id", id.RunID), slog.String("session_id", id.SessionID)}
 	if id.User != "" {

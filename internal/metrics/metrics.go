@@ -3,9 +3,11 @@
 // watches, and the handler that serves them in the text format.
 //
 // Every label is bounded: route patterns, status classes, agents and models as configured, providers,
-// tool names, error kinds — never a user, session or run id, nor text a user wrote. Free-running values
-// that could still grow (the model a request names, a tool name) pass through a bounded set: after its
-// first maxValues distinct values, a new one is counted as "other".
+// tool names, error kinds — never a user, session or run id, nor text a user wrote. A model has a label of
+// its own only when it is configured (KnownModels): any other model a request names is "other", so that
+// no caller can invent label values. Tool names and error kinds pass through a bounded set: after its
+// first maxValues distinct values, a new one is counted as "other". No label value is longer than
+// MaxLabelBytes.
 //
 // A nil *Metrics records nothing, so packages take one without checking. It imports the Prometheus
 // client and the standard library only.
@@ -15,6 +17,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -50,14 +53,18 @@ type Metrics struct {
 	batchDuration prometheus.Histogram
 	storeDuration *prometheus.HistogramVec
 
-	models, tools, errKinds *bounded
+	models          *known
+	tools, errKinds *bounded
 }
 
 // maxValues bounds the distinct values of a label whose values come from requests.
 const maxValues = 100
 
-// Other is the label value of everything past a label's bound.
+// Other is the label value of everything past a label's bound, and of a model not configured.
 const Other = "other"
+
+// MaxLabelBytes bounds a label's value: a longer one is cut (at a character's start).
+const MaxLabelBytes = 128
 
 // latency are the buckets of request, call and store durations, in seconds: 1 ms to 2 minutes.
 var latency = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
@@ -67,7 +74,7 @@ var long = []float64{.1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800
 
 // New returns the metrics on a registry of their own, with Go's runtime and the process's metrics.
 func New() *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), models: newBounded(), tools: newBounded(), errKinds: newBounded()}
+	m := &Metrics{reg: prometheus.NewRegistry(), models: &known{names: map[string]bool{}}, tools: newBounded(), errKinds: newBounded()}
 	f := factory{m.reg}
 	m.httpRequests = f.counter("chatd_http_requests_total", "HTTP requests answered, by route pattern and status class.", "route", "status")
 	m.httpDuration = f.histogram("chatd_http_request_duration_seconds",
@@ -120,6 +127,15 @@ func (f factory) histogram(name, help string, buckets []float64, labels ...strin
 	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 	f.reg.MustRegister(h)
 	return h
+}
+
+// KnownModels declares configured models (provider/model): the default model, the agents' models and
+// fallbacks, the priced ones, those a provider's config lists. Only they get a model label of their
+// own; any other model is counted as Other.
+func (m *Metrics) KnownModels(names ...string) {
+	if m != nil {
+		m.models.add(names...)
+	}
 }
 
 // Registry is where the families are registered, for a test that gathers them.
@@ -209,18 +225,41 @@ type Run struct {
 
 // RunStarted counts a run's start and returns what its end is counted with.
 func (m *Metrics) RunStarted(agent, model string) *Run {
+	r := m.Run(agent, model)
+	r.Started()
+	return r
+}
+
+// Run returns what a run's start and end are counted with, without counting its start: a run that
+// begins before it is stored is counted as started once it is (Started).
+func (m *Metrics) Run(agent, model string) *Run {
 	if m == nil {
 		return nil
 	}
-	model = m.models.value(model)
-	m.runsStarted.WithLabelValues(agent, model).Inc()
+	agent, model = Cut(agent), m.models.value(model)
 	return &Run{m: m, agent: agent, model: model, duration: m.runDuration.WithLabelValues(agent, model),
 		ttft: m.ttft.WithLabelValues(agent, model)}
 }
 
+// Started counts the run's start.
+func (r *Run) Started() {
+	if r != nil {
+		r.m.runsStarted.WithLabelValues(r.agent, r.model).Inc()
+	}
+}
+
+// RunNotStarted returns what counts the end of a run that ended before it started — a queued run
+// cancelled or failed while it waited: chatd_runs_ended_total, with no start and no duration.
+func (m *Metrics) RunNotStarted(agent, model string) *Run {
+	if m == nil {
+		return nil
+	}
+	return &Run{m: m, agent: Cut(agent), model: m.models.value(model)}
+}
+
 // FirstToken records the run's time to its first token.
 func (r *Run) FirstToken(d time.Duration) {
-	if r != nil {
+	if r != nil && r.ttft != nil {
 		r.ttft.Observe(d.Seconds())
 	}
 }
@@ -231,7 +270,9 @@ func (r *Run) Ended(status string, d time.Duration) {
 		return
 	}
 	r.m.runsEnded.WithLabelValues(status, r.agent, r.model).Inc()
-	r.duration.Observe(d.Seconds())
+	if r.duration != nil {
+		r.duration.Observe(d.Seconds())
+	}
 }
 
 // ModelCall counts one model call attempt: its duration and, when it failed, the error's kind.
@@ -359,6 +400,43 @@ func (c *mcpCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// known passes the models it was told of through, and makes any other Other.
+type known struct {
+	mu    sync.RWMutex
+	names map[string]bool
+}
+
+func (k *known) add(names ...string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, n := range names {
+		if n != "" {
+			k.names[n] = true
+		}
+	}
+}
+
+func (k *known) value(v string) string {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	if k.names[v] {
+		return Cut(v)
+	}
+	return Other
+}
+
+// Cut cuts a label value to MaxLabelBytes.
+func Cut(v string) string {
+	if len(v) <= MaxLabelBytes {
+		return v
+	}
+	n := MaxLabelBytes
+	for n > 0 && !utf8.RuneStart(v[n]) {
+		n--
+	}
+	return v[:n]
+}
+
 // bounded passes a label's values through until it has seen maxValues of them; later new ones are
 // Other.
 type bounded struct {
@@ -369,6 +447,7 @@ type bounded struct {
 func newBounded() *bounded { return &bounded{seen: map[string]bool{}} }
 
 func (b *bounded) value(v string) string {
+	v = Cut(v)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.seen[v] {

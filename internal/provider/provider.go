@@ -113,6 +113,17 @@ func build(c Config) (llm.Provider, error) {
 // Names lists the configured providers.
 func (s *Set) Names() []string { return s.names }
 
+// Configured lists the models the providers' config names, as provider/model.
+func (s *Set) Configured() []string {
+	var out []string
+	for _, name := range s.names {
+		for _, m := range s.byName[name].cfg.Models {
+			out = append(out, llm.Origin(name, m))
+		}
+	}
+	return out
+}
+
 // Resolve returns the provider of a "provider/model" name and the provider's own model name.
 func (s *Set) Resolve(name string) (llm.Provider, string, error) {
 	prov, model, ok := strings.Cut(name, "/")

@@ -4,6 +4,10 @@
 // a run (invoke_agent), each model call (chat) and each tool call (execute_tool), and MCP client spans
 // (semantic conventions v1.43: gen_ai.*, mcp.*).
 //
+// A caller's trace context is continued only when it comes from a trusted peer (a proxy of the
+// operator's); any other caller's starts a new trace, linked to the caller's, so that a client can neither
+// force nor suppress sampling nor pick trace ids. A tracestate that came in is never sent on.
+//
 // No message content is recorded: prompts and answers never, tool calls' arguments and results only when
 // OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is true.
 //
@@ -16,7 +20,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
+	"unicode/utf8"
 
 	"chatd/internal/llm"
 
@@ -35,6 +42,9 @@ type Tracing struct {
 	prop     propagation.TextMapPropagator
 	capture  bool
 	shutdown func(context.Context) error
+
+	mu     sync.RWMutex
+	models map[string]bool // configured provider/model names: the only ones named in span names
 }
 
 // CaptureEnv is the variable that turns on the recording of message content in spans.
@@ -75,15 +85,53 @@ func Setup(ctx context.Context, getenv func(string) string, version string) (*Tr
 	if env, err := resource.New(ctx, resource.WithFromEnv()); err == nil {
 		res, _ = resource.Merge(res, env)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
+		sdktrace.WithRawSpanLimits(spanLimits(getenv)))
 	t := New(tp, strings.EqualFold(getenv(CaptureEnv), "true"))
 	t.shutdown = tp.Shutdown
 	return t, nil
 }
 
+// DefaultValueLength is the longest attribute value a span keeps (in characters) unless
+// OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT says otherwise: the
+// SDK's default is no limit.
+const DefaultValueLength = 4096
+
+// spanLimits are the SDK's limits from the environment, with attribute values bounded by default.
+func spanLimits(getenv func(string) string) sdktrace.SpanLimits {
+	l := sdktrace.NewSpanLimits()
+	l.AttributeValueLengthLimit = DefaultValueLength
+	for _, v := range []string{"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"} {
+		if n, err := strconv.Atoi(getenv(v)); err == nil {
+			l.AttributeValueLengthLimit = n
+			break
+		}
+	}
+	return l
+}
+
 // New returns tracing on tp (a test's, with an in-memory exporter); capture records message content.
 func New(tp trace.TracerProvider, capture bool) *Tracing {
-	return &Tracing{tracer: tp.Tracer("chatd"), prop: propagation.TraceContext{}, capture: capture}
+	return &Tracing{tracer: tp.Tracer("chatd"), prop: propagation.TraceContext{}, capture: capture, models: map[string]bool{}}
+}
+
+// KnownModels declares the configured models (provider/model): only they are named in a model call's
+// span name, which is "chat" for any other.
+func (t *Tracing) KnownModels(names ...string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range names {
+		t.models[n] = true
+	}
+}
+
+func (t *Tracing) known(model string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.models[model]
 }
 
 // Shutdown sends the spans not yet exported and stops the exporter.
@@ -139,15 +187,60 @@ func Provider(name string) string {
 	return name
 }
 
-// HTTP starts the server span of an HTTP request, continuing the trace its traceparent header names.
-// The route is named later (Route), when the mux has matched it.
-func (t *Tracing) HTTP(r *http.Request) (context.Context, trace.Span) {
+// maxPath bounds the url.path of a request's span.
+const maxPath = 256
+
+// methods are the HTTP methods the conventions name; any other is "_OTHER".
+var methods = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true,
+	"CONNECT": true, "OPTIONS": true, "TRACE": true, "PATCH": true}
+
+// HTTP starts the server span of an HTTP request. From a trusted peer (trusted: a proxy of the
+// operator's) it continues the trace the traceparent header names, without its tracestate; from any
+// other caller it starts a new trace, linked to the caller's. The route is named later (Route), when the
+// mux has matched it.
+func (t *Tracing) HTTP(r *http.Request, trusted bool) (context.Context, trace.Span) {
 	if t == nil {
 		return r.Context(), noSpan
 	}
-	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	return t.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
+	name, attrs := r.Method, []attribute.KeyValue{attribute.String("http.request.method", r.Method)}
+	if !methods[r.Method] {
+		// The conventions' rule for a method the instrumentation does not know: no method of the
+		// caller's choosing in the span's name.
+		name, attrs = "HTTP", []attribute.KeyValue{attribute.String("http.request.method", "_OTHER"),
+			attribute.String("http.request.method_original", cut(r.Method, 32))}
+	}
+	attrs = append(attrs, attribute.String("url.path", cut(r.URL.Path, maxPath)))
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...)}
+	ctx := r.Context()
+	caller := trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.HeaderCarrier(r.Header)))
+	switch {
+	case caller.IsValid() && trusted:
+		ctx = trace.ContextWithRemoteSpanContext(ctx, caller.WithTraceState(trace.TraceState{}))
+	case caller.IsValid():
+		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: caller.WithTraceState(trace.TraceState{})}))
+	}
+	return t.tracer.Start(ctx, name, opts...)
+}
+
+// cut cuts s to at most n bytes, at a character's start.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// inject writes the trace context of ctx into c: traceparent only. chatd keeps no tracestate of its
+// own, and one a caller sent is not passed on to providers and MCP servers.
+func (t *Tracing) inject(ctx context.Context, c propagation.TextMapCarrier) {
+	sc := trace.SpanContextFromContext(ctx)
+	if sc.TraceState().Len() > 0 {
+		ctx = trace.ContextWithSpanContext(ctx, sc.WithTraceState(trace.TraceState{}))
+	}
+	t.prop.Inject(ctx, c)
 }
 
 // Route names the request's span after the route pattern that serves it ("GET /v1/runs/{id}").
@@ -208,7 +301,8 @@ type ModelCall struct {
 	Fallback  bool // the first call on a fallback model
 }
 
-// Chat starts a model call's span: chat {model}. Its context carries the trace to the provider: the
+// Chat starts a model call's span: chat {model}, for a configured model (KnownModels); "chat" for
+// any other, so that requests cannot name spans. Its context carries the trace to the provider: the
 // adapters send it as the traceparent header (llm.WithHeaders).
 func (t *Tracing) Chat(ctx context.Context, c ModelCall) (context.Context, trace.Span) {
 	if t == nil {
@@ -227,10 +321,14 @@ func (t *Tracing) Chat(ctx context.Context, c ModelCall) (context.Context, trace
 	if c.Fallback {
 		attrs = append(attrs, attribute.Bool("chatd.fallback", true))
 	}
-	ctx, span := t.tracer.Start(ctx, "chat "+c.Model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	name := "chat"
+	if t.known(llm.Origin(c.Provider, c.Model)) {
+		name += " " + c.Model
+	}
+	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	if span.IsRecording() {
 		spanCtx := ctx
-		ctx = llm.WithHeaders(ctx, func(h http.Header) { t.prop.Inject(spanCtx, propagation.HeaderCarrier(h)) })
+		ctx = llm.WithHeaders(ctx, func(h http.Header) { t.inject(spanCtx, propagation.HeaderCarrier(h)) })
 	}
 	return ctx, span
 }
@@ -303,8 +401,8 @@ func (t *Tracing) EndTool(span trace.Span, success bool, content string) {
 }
 
 // MCP starts the client span of an MCP request: "{method} {target}" (target: the tool's name, for
-// tools/call), and returns the _meta entries that carry the trace to the server (traceparent,
-// tracestate), nil when there is no trace.
+// tools/call), and returns the _meta entries that carry the trace to the server (traceparent), nil when
+// there is no trace.
 func (t *Tracing) MCP(ctx context.Context, method, target, transport, sessionID, protocol string) (context.Context, trace.Span, map[string]any) {
 	if t == nil {
 		return ctx, noSpan, nil
@@ -326,7 +424,7 @@ func (t *Tracing) MCP(ctx context.Context, method, target, transport, sessionID,
 	}
 	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	carrier := propagation.MapCarrier{}
-	t.prop.Inject(ctx, carrier)
+	t.inject(ctx, carrier)
 	if len(carrier) == 0 {
 		return ctx, span, nil
 	}
