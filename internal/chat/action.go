@@ -130,7 +130,7 @@ func newActionCallID() string {
 func (s *Service) executeAction(ctx context.Context, p *plan, run *Run, records []store.Record, obs *observer) {
 	defer func() {
 		if v := recover(); v != nil {
-			s.log.Error("action run panicked", "run", run.ID, "panic", v)
+			obs.log.Error("action run panicked", "panic", v)
 			if !obs.finished {
 				obs.finish(agent.Result{Status: agent.StatusFailed, Err: errPanic})
 			}

@@ -302,7 +302,7 @@ func compress(c *sentCall, limit int, log *slog.Logger, runID string) ([]byte, s
 	}
 	body, err := enc.Encode(&c.req)
 	if err != nil {
-		log.Warn("encode a model call's request for its diagnostics", "run", runID, "call", c.n, "err", err)
+		log.Warn("encode a model call's request for its diagnostics", "call", c.n, "err", err)
 		return nil, "the request could not be encoded again: " + err.Error()
 	}
 	if len(body) > limit {
@@ -443,7 +443,7 @@ func (s *Service) diagnosticsOf(run *store.Run, calls []store.ModelCall, i int) 
 		body, err := gunzip(c.Request, max(s.opts.Limits.DiagnosticsBytes, DefaultDiagnosticsBytes))
 		switch {
 		case err != nil:
-			s.log.Warn("read a stored request for diagnostics", "run", run.ID, "call", c.N, "err", err)
+			s.log.Warn("read a stored request for diagnostics", append(storedRunAttrs(run), "call", c.N, "err", err)...)
 			d.RequestOmitted = "the stored request could not be read"
 		case !json.Valid(body):
 			d.RequestOmitted = "the stored request is not JSON"

@@ -295,7 +295,7 @@ func (o *observer) RecordTurn(ctx context.Context, t *agent.Turn) error {
 		FinishReason: t.FinishReason, Usage: &u, Replay: replayOf(t),
 	}
 	o.parser.parse(t.Text, rec, func(m, reason string) {
-		o.log.Warn("dropped a marked block of the answer", "run", o.run.ID, "session", o.run.SessionID, "marker", m, "reason", reason)
+		o.log.Warn("dropped a marked block of the answer", "marker", m, "reason", reason)
 	})
 	for _, c := range t.ToolCalls {
 		rec.ToolCalls = append(rec.ToolCalls, store.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})

@@ -515,7 +515,7 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 func (s *Service) newRun(id, user string, p *plan) *Run {
 	run := newRun(id, user, p, s.events)
 	run.maxEvents = int64(s.opts.Limits.RunEvents)
-	run.calls = newCallLog(run, p, s.opts.Limits.DiagnosticsBytes, s.log)
+	run.calls = newCallLog(run, p, s.opts.Limits.DiagnosticsBytes, s.log.With(runAttrs(run)...))
 	return run
 }
 

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"chatd/internal/logging"
 	"cmp"
 	"context"
 	"fmt"
@@ -90,8 +91,8 @@ func (s *Service) startTitle(job *titleJob, answer string) {
 		ctx, cancel := context.WithTimeout(s.titleCtx, titleTimeout)
 		defer cancel()
 		if err := s.title(ctx, job, answer); err != nil {
-			s.log.Warn("title the session: keeping the title cut from the first message", "session", job.sessionID,
-				"run", job.runID, "model", job.model, "err", err)
+			s.log.Warn("title the session: keeping the title cut from the first message", append(logging.RunIdentity{
+				RunID: job.runID, SessionID: job.sessionID, User: job.user}.Attrs(), "model", job.model, "err", err)...)
 		}
 	}()
 }
