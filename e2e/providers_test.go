@@ -98,6 +98,8 @@ agents:
 		"REASONER_KEY=" + reasonerKey,
 		// Only the three providers under test, whatever the machine's environment says.
 		"OPENAI_API_KEY=", "OPENAI_BASE_URL=", "OLLAMA_HOST=",
+		// The test counts each chat's model calls: no title call after a session's first answer.
+		"CHATD_TITLE_MODEL=none",
 		"CHATD_CONFIG=" + cfg,
 		"CHATD_DB=sqlite:" + filepath.Join(dir, "chatd.db"),
 		"CHATD_ADDR=127.0.0.1:" + strconv.Itoa(port),
