@@ -85,6 +85,9 @@ type Agent struct {
 	// parsed in every answer either way).
 	Payloads    []PayloadType
 	Suggestions bool
+	// Approvals are its approval rules, first match wins (tool.NewApprovals): whether a call runs, is
+	// refused, or waits for a person.
+	Approvals []tool.ApprovalRule
 }
 
 // Options configure a Service.
@@ -213,6 +216,8 @@ type Service struct {
 	hist   *histories     // records, kept between runs
 	// payloadTypes are each agent's payload types, their schemas compiled.
 	payloadTypes map[string][]payloadType
+	// approvals are each agent's approval policy, compiled.
+	approvals map[string]*tool.Approvals
 	// interrupters serializes the sends that interrupt a session's run.
 	interrupters keyedMutex
 
@@ -237,6 +242,7 @@ func New(opts Options) *Service {
 	}
 	agents := map[string]Agent{"default": {}}
 	payloadTypes := map[string][]payloadType{}
+	approvals := map[string]*tool.Approvals{}
 	for name, a := range opts.Agents {
 		agents[name] = a
 		types, err := compilePayloadTypes(a.Payloads)
@@ -245,11 +251,16 @@ func New(opts Options) *Service {
 			opts.Logger.Error("agent payload types left out", "agent", name, "err", err)
 		}
 		payloadTypes[name] = types
+		if approvals[name], err = tool.NewApprovals(a.Approvals); err != nil {
+			// Config.Validate checked them: an agent built elsewhere with bad rules asks before every call.
+			opts.Logger.Error("agent approval rules left out", "agent", name, "err", err)
+			approvals[name], _ = tool.NewApprovals([]tool.ApprovalRule{{Tools: []string{"*"}, Decision: tool.Ask}})
+		}
 	}
 	opts.Agents = agents
 	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
 		diag: newDiagnostics(opts.Limits.DiagnosticsBytes, opts.Logger), est: newEstimator(),
-		hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0))), payloadTypes: payloadTypes}
+		hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0))), payloadTypes: payloadTypes, approvals: approvals}
 	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)

@@ -25,6 +25,8 @@ type toolSet struct {
 	now      func() time.Time // paces progress reports
 	// payloads are what get_payload reads, when the run offers it (withPayloads).
 	payloads []store.Payload
+	// approvals is the agent's approval policy: whether a call runs, is refused, or waits for a person.
+	approvals *tool.Approvals
 }
 
 var _ agent.Tools = (*toolSet)(nil)
@@ -46,7 +48,7 @@ func (s *Service) toolsFor(name string, a Agent, reqCtx map[string]any, selected
 	if selected != nil {
 		infos = slices.DeleteFunc(infos, func(info tool.Info) bool { return !slices.Contains(selected, info.Name) })
 	}
-	ts := &toolSet{reg: s.opts.Tools, allowed: make(map[string]bool, len(infos)), now: s.opts.Now}
+	ts := &toolSet{reg: s.opts.Tools, allowed: make(map[string]bool, len(infos)), now: s.opts.Now, approvals: s.approvals[name]}
 	if len(infos) > 0 {
 		ts.specs = make([]llm.ToolSpec, 0, len(infos))
 	}
@@ -135,6 +137,29 @@ func (ts *toolSet) Call(ctx context.Context, call llm.ToolCall) agent.ToolResult
 	if call.Name == GetPayloadTool && ts.payloads != nil {
 		return ts.getPayload(ctx, call)
 	}
+	if msg := ts.refusal(call); msg != "" {
+		return agent.ToolResult{Content: msg}
+	}
+	return ts.run(ctx, call)
+}
+
+// refusal is the result of a call the agent's approval policy does not let run now, or "".
+func (ts *toolSet) refusal(call llm.ToolCall) string {
+	info, ok := ts.reg.Info(call.Name)
+	if !ok {
+		return "" // the registry reports the unknown tool
+	}
+	switch d, reason := ts.approvals.Decide(info, call.Arguments); d {
+	case tool.Deny:
+		return "Not permitted: " + reason + " Do not try this call again; tell the user if it matters."
+	case tool.Ask:
+		return "Not run: this call needs a person's approval. " + reason
+	}
+	return ""
+}
+
+// run runs a call the policy allows, or a person approved.
+func (ts *toolSet) run(ctx context.Context, call llm.ToolCall) agent.ToolResult {
 	var stop func()
 	if ts.progress != nil {
 		ctx, stop = withProgress(ctx, call.ID, ts.now, ts.progress)

@@ -308,6 +308,24 @@ type fileAgent struct {
 	// tells the model about SUGGESTED_VALUES and SUGGESTED_ACTIONS.
 	Payloads    []filePayload `yaml:"payloads"`
 	Suggestions bool          `yaml:"suggestions"`
+	// Approvals are the agent's approval rules, first match wins (tool.ApprovalRule).
+	Approvals []fileApprovalRule `yaml:"approvals"`
+}
+
+// fileApprovalRule is an approval rule as the config file writes it, its allow_if a JSON Schema in YAML.
+type fileApprovalRule struct {
+	Tools    []string       `yaml:"tools"`
+	Decision string         `yaml:"decision"`
+	AllowIf  map[string]any `yaml:"allow_if"`
+	Reason   string         `yaml:"reason"`
+}
+
+func (r fileApprovalRule) rule() tool.ApprovalRule {
+	out := tool.ApprovalRule{Tools: r.Tools, Decision: tool.Decision(r.Decision), Reason: r.Reason}
+	if r.AllowIf != nil {
+		out.AllowIf, _ = json.Marshal(r.AllowIf) // YAML maps have string keys: Marshal cannot fail
+	}
+	return out
 }
 
 // filePayload is a payload type as the config file writes it.
@@ -349,6 +367,9 @@ func (a fileAgent) agent() chat.Agent {
 		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Suggestions: a.Suggestions}
 	for _, p := range a.Payloads {
 		out.Payloads = append(out.Payloads, p.payloadType())
+	}
+	for _, r := range a.Approvals {
+		out.Approvals = append(out.Approvals, r.rule())
 	}
 	if r := a.Reasoning; r != nil {
 		out.Reasoning = &llm.Reasoning{Effort: r.Effort, BudgetTokens: r.BudgetTokens}
@@ -761,6 +782,9 @@ func (c *Config) Validate() error {
 		}
 		if err := chat.CheckPayloadTypes(a.Payloads); err != nil {
 			return fmt.Errorf("config: agent %q: payloads: %w", name, err)
+		}
+		if _, err := tool.NewApprovals(a.Approvals); err != nil {
+			return fmt.Errorf("config: agent %q: %w", name, err)
 		}
 		if a.MaxIterations < 0 || a.MaxTokens < 0 || a.ContextWindow < 0 {
 			return fmt.Errorf("config: agent %q: limits must be positive", name)
