@@ -43,8 +43,8 @@ agents:
 		t.Errorf("approvals (-want +got):\n%s", diff)
 	}
 	for body, contains := range map[string]string{
-		"agents:\n  app:\n    approvals:\n      - {tools: [a], decision: sometimes}\n":                    `config: agent "app": approvals[0]: decision "sometimes"`,
-		"agents:\n  app:\n    approvals:\n      - {decision: ask}\n":                                      `config: agent "app": approvals[0]: tools is empty`,
+		"agents:\n  app:\n    approvals:\n      - {tools: [a], decision: sometimes}\n":                `config: agent "app": approvals[0]: decision "sometimes"`,
+		"agents:\n  app:\n    approvals:\n      - {decision: ask}\n":                                  `config: agent "app": approvals[0]: tools is empty`,
 		"agents:\n  app:\n    approvals:\n      - {tools: [a], decision: ask, allow_if: {type: 3}}\n": `config: agent "app": approvals[0]: allow_if`,
 	} {
 		write(body)
