@@ -165,7 +165,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	chats := chat.New(chat.Options{Store: db, Models: providers, Tools: tools, Agents: cfg.Agents, Scopes: cfg.ToolScopes,
 		DefaultModel: cfg.Model, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
 			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows},
-		Limits: chatLimits(lim), Prices: cfg.Prices, SweepInterval: cfg.SweepInterval})
+		Limits: chatLimits(lim), Prices: cfg.Prices, SweepInterval: cfg.SweepInterval, ApprovalTimeout: cfg.ApprovalTimeout})
 	if pdb, ok := db.(*postgres.DB); ok {
 		// Other instances' notifications: their runs' new events, cancels asked of ours, sessions freed.
 		listener := pdb.Listen(cmp.Or(cfg.DBListen, cfg.DB), chats.Wake, log)

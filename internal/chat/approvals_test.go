@@ -3,9 +3,11 @@ package chat_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"chatd/internal/chat"
 	"chatd/internal/llm/llmtest"
@@ -71,4 +73,205 @@ func TestApprovalPolicyDeny(t *testing.T) {
 	if reqs := f.up.Requests(); len(reqs) != 2 || !strings.Contains(string(reqs[1].Raw), "Not permitted") {
 		t.Errorf("the model was not told the call is not permitted")
 	}
+}
+
+// approvalSetup is a fixture whose model makes three calls in one turn — fs__read (read-only),
+// mail__send (destructive: the default policy asks) and notes__add (allowed) — then answers with
+// whatever result it got for mail__send.
+func approvalSetup(counts map[string]*atomic.Int32) setup {
+	for _, n := range []string{"fs__read", "mail__send", "notes__add"} {
+		counts[n] = &atomic.Int32{}
+	}
+	return setup{
+		Tools: []tool.Tool{
+			policyTool{info: tool.Info{Name: "fs__read", Description: "Reads.", ReadOnly: true}, calls: counts["fs__read"]},
+			policyTool{info: tool.Info{Name: "mail__send", Description: "Sends mail.", Destructive: true,
+				InputSchema: json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"}},"required":["to"]}`)}, calls: counts["mail__send"]},
+			policyTool{info: tool.Info{Name: "notes__add", Description: "Adds a note."}, calls: counts["notes__add"]},
+		},
+		Respond: func(n int, req llmtest.Request) llmtest.Turn {
+			if n == 0 {
+				return llmtest.Turn{ToolCalls: []llmtest.ToolCall{
+					{ID: "call_1", Name: "fs__read", Arguments: `{}`},
+					{ID: "call_2", Name: "mail__send", Arguments: `{"to":"bob@example.com"}`},
+					{ID: "call_3", Name: "notes__add", Arguments: `{}`},
+				}}
+			}
+			return llmtest.Turn{Text: "mail: " + toolResultOf(req, "call_2")}
+		},
+	}
+}
+
+// toolResultOf is the content of the request's tool message answering call id.
+func toolResultOf(req llmtest.Request, id string) string {
+	for _, m := range req.Messages() {
+		if m["role"] == "tool" && m["tool_call_id"] == id {
+			s, _ := m["content"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// pause starts the approval fixture's run and waits for it to pause: it awaits approval of call_2 alone,
+// the other two calls ran and have results, and the model was called once.
+func pause(t *testing.T, f *fixture, counts map[string]*atomic.Int32) *chat.Started {
+	t.Helper()
+	st := f.send(t, chat.Request{Message: "mail bob"}, chat.StartOptions{})
+	if o := f.wait(t, st.RunID); o.Status != store.RunAwaiting {
+		t.Fatalf("run: %+v %+v", o, o.Error)
+	}
+	if counts["fs__read"].Load() != 1 || counts["notes__add"].Load() != 1 || counts["mail__send"].Load() != 0 {
+		t.Fatalf("calls: read %d, add %d, send %d; want 1, 1, 0", counts["fs__read"].Load(), counts["notes__add"].Load(), counts["mail__send"].Load())
+	}
+	run := storedRun(t, f.db, st.RunID)
+	aw := chat.AwaitingOf(run)
+	if run.Status != store.RunAwaiting || aw == nil || len(aw.Calls) != 1 || aw.Calls[0].ToolCallID != "call_2" ||
+		aw.Calls[0].Name != "mail__send" || !strings.Contains(aw.Calls[0].Reason, "destructive") || aw.ExpiresAt.IsZero() {
+		t.Fatalf("stored run %+v waits for %+v", run, aw)
+	}
+	for _, r := range records(t, f.db, st.SessionID) {
+		if r.Role == store.RoleTool && r.ToolCallID == "call_2" {
+			t.Fatal("the waiting call has a tool record")
+		}
+	}
+	events := f.follow(t, st.RunID, 0).all()
+	if got := types(events); !strings.Contains(got, "approval_required") || !strings.HasSuffix(got, "awaiting_approval") {
+		t.Fatalf("events %s: want approval_required, and awaiting_approval last", got)
+	}
+	if n := len(f.up.Requests()); n != 1 {
+		t.Fatalf("%d model calls before the decision, want 1", n)
+	}
+	return st
+}
+
+// TestApprovalApprove: approving the call runs it, with the arguments edited when the person edits
+// them (checked against the tool's schema), and the run goes on to its answer; the strict fake
+// accepts the history.
+func TestApprovalApprove(t *testing.T) {
+	for _, edit := range []bool{false, true} {
+		t.Run(map[bool]string{false: "as asked", true: "edited"}[edit], func(t *testing.T) {
+			counts := map[string]*atomic.Int32{}
+			f := newFixture(t, approvalSetup(counts))
+			st := pause(t, f, counts)
+			d := chat.Decision{ToolCallID: "call_2", Decision: chat.DecisionApprove}
+			if edit {
+				bad := d
+				bad.Arguments = json.RawMessage(`{"to":7}`)
+				if _, err := f.svc.Decide(t.Context(), user, st.RunID, bad); !isCode(err, "invalid_arguments") {
+					t.Fatalf("edited arguments outside the schema: %v", err)
+				}
+				d.Arguments = json.RawMessage(`{"to":"carol@example.com"}`)
+			}
+			if _, err := f.svc.Decide(t.Context(), "mallory", st.RunID, d); !isCode(err, "run_not_found") {
+				t.Fatalf("another user's decision: %v, want run_not_found", err)
+			}
+			res, err := f.svc.Decide(t.Context(), user, st.RunID, d)
+			if err != nil || res.Status != store.RunRunning {
+				t.Fatalf("Decide = %+v, %v", res, err)
+			}
+			if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+				t.Fatalf("resumed run: %+v %+v", o, o.Error)
+			}
+			if counts["mail__send"].Load() != 1 {
+				t.Errorf("mail__send ran %d times", counts["mail__send"].Load())
+			}
+			rec := toolRecord(t, f.db, st.SessionID, "call_2")
+			if rec.Success == nil || !*rec.Success || strings.Contains(rec.Content, "edited") != edit {
+				t.Errorf("call_2's record: %+v", rec)
+			}
+			if _, err := f.svc.Decide(t.Context(), user, st.RunID, d); !isCode(err, "not_awaiting_approval") {
+				t.Errorf("a second decision: %v", err)
+			}
+			events := stored(t, f.db, st.RunID)
+			checkLog(t, "resumed run", events)
+			if got := types(events); !strings.Contains(got, "awaiting_approval approval_decided") || !strings.HasSuffix(got, "done") {
+				t.Errorf("events: %s", got)
+			}
+		})
+	}
+}
+
+// TestApprovalDeny: a denied call gets a failed result with the person's reason, and the model goes on.
+func TestApprovalDeny(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	f := newFixture(t, approvalSetup(counts))
+	st := pause(t, f, counts)
+	if _, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_9", Decision: chat.DecisionDeny}); !isCode(err, "unknown_tool_call") {
+		t.Fatalf("a call the run does not wait for: %v", err)
+	}
+	if _, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_2", Decision: "maybe"}); !isCode(err, "invalid_decision") {
+		t.Fatalf("a decision that is neither: %v", err)
+	}
+	if _, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_2", Decision: chat.DecisionDeny, Reason: "Bob is on leave."}); err != nil {
+		t.Fatal(err)
+	}
+	o := f.wait(t, st.RunID)
+	if o.Status != store.RunCompleted || o.Message == nil || !strings.Contains(o.Message.Content, "Bob is on leave.") {
+		t.Fatalf("resumed run: %+v", o)
+	}
+	if counts["mail__send"].Load() != 0 {
+		t.Error("a denied call ran")
+	}
+	if rec := toolRecord(t, f.db, st.SessionID, "call_2"); rec.Success == nil || *rec.Success || !strings.Contains(rec.Content, "denied") {
+		t.Errorf("call_2's record: %+v", rec)
+	}
+}
+
+// TestApprovalExpires: a run nobody decides on is denied when its wait expires, and goes on.
+func TestApprovalExpires(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	s := approvalSetup(counts)
+	s.ApprovalTimeout = time.Millisecond
+	f := newFixture(t, s)
+	st := f.send(t, chat.Request{Message: "mail bob"}, chat.StartOptions{})
+	eventually(t, "the run to end", func() bool {
+		r, err := f.db.Run(t.Context(), user, st.RunID)
+		return err == nil && r.EndedAt != nil
+	})
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted || !strings.Contains(o.Message.Content, "expired") {
+		t.Fatalf("run: %+v", o)
+	}
+	if counts["mail__send"].Load() != 0 {
+		t.Error("an expired call ran")
+	}
+}
+
+// TestApprovalCancel: a cancel while the run waits ends it at once, its waiting call closed with a
+// failed record, and the session takes the next message.
+func TestApprovalCancel(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	f := newFixture(t, approvalSetup(counts))
+	st := pause(t, f, counts)
+	if _, err := f.svc.Start(t.Context(), user, chat.Request{SessionID: st.SessionID, Message: "again"}, chat.StartOptions{}); !isCode(err, "session_busy") {
+		t.Fatalf("a send while the run waits: %v, want session_busy", err)
+	}
+	if _, err := f.svc.Cancel(t.Context(), "mallory", st.RunID, ""); !isCode(err, "run_not_found") {
+		t.Fatalf("another user's cancel: %v", err)
+	}
+	res, err := f.svc.Cancel(t.Context(), user, st.RunID, "")
+	if err != nil || res.Status != store.RunCancelled {
+		t.Fatalf("Cancel = %+v, %v", res, err)
+	}
+	if r := storedRun(t, f.db, st.RunID); r.Status != store.RunCancelled {
+		t.Errorf("stored status %s", r.Status)
+	}
+	if rec := toolRecord(t, f.db, st.SessionID, "call_2"); rec.Success == nil || *rec.Success || !strings.Contains(rec.Content, "cancelled while this call waited") {
+		t.Errorf("call_2's record: %+v", rec)
+	}
+	events := stored(t, f.db, st.RunID)
+	checkLog(t, "cancelled run", events)
+	if got := types(events); !strings.HasSuffix(got, "awaiting_approval cancelled done") {
+		t.Errorf("events: %s", got)
+	}
+	next := f.send(t, chat.Request{SessionID: st.SessionID, Message: "next"}, chat.StartOptions{})
+	if o := f.wait(t, next.RunID); o.Status != store.RunCompleted {
+		t.Errorf("the next run: %+v %+v", o, o.Error)
+	}
+}
+
+// isCode reports whether err is a *chat.Error with this code.
+func isCode(err error, code string) bool {
+	e, ok := errors.AsType[*chat.Error](err)
+	return ok && e.Code == code
 }

@@ -120,6 +120,9 @@ type Options struct {
 	// SweepInterval is how often, on a store several instances share (lease.go), this one looks for
 	// runs whose owner's lease ended (default DefaultSweepInterval).
 	SweepInterval time.Duration
+	// ApprovalTimeout is how long a run waits for a person's decision before its undecided calls are
+	// denied (default DefaultApprovalTimeout).
+	ApprovalTimeout time.Duration
 }
 
 // Price is what a model costs, in US dollars per million tokens. A cache price of 0 is the input price.
@@ -218,6 +221,8 @@ type Service struct {
 	payloadTypes map[string][]payloadType
 	// approvals are each agent's approval policy, compiled.
 	approvals map[string]*tool.Approvals
+	// expiries are the timers of the runs awaiting approval, by run id: all this process keeps of them.
+	expiries map[string]*time.Timer
 	// interrupters serializes the sends that interrupt a session's run.
 	interrupters keyedMutex
 
@@ -240,6 +245,9 @@ func New(opts Options) *Service {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.ApprovalTimeout <= 0 {
+		opts.ApprovalTimeout = DefaultApprovalTimeout
+	}
 	agents := map[string]Agent{"default": {}}
 	payloadTypes := map[string][]payloadType{}
 	approvals := map[string]*tool.Approvals{}
@@ -260,7 +268,7 @@ func New(opts Options) *Service {
 	opts.Agents = agents
 	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
 		diag: newDiagnostics(opts.Limits.DiagnosticsBytes, opts.Logger), est: newEstimator(),
-		hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0))), payloadTypes: payloadTypes, approvals: approvals}
+		hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0))), payloadTypes: payloadTypes, approvals: approvals, expiries: map[string]*time.Timer{}}
 	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)

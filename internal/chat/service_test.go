@@ -63,6 +63,8 @@ type setup struct {
 	Logger   *slog.Logger
 	Limits   chat.Limits
 	Now      func() time.Time // the service's clock for pacing progress; nil is time.Now
+	// ApprovalTimeout is how long a run waits for a decision; 0 is the default.
+	ApprovalTimeout time.Duration
 }
 
 // fixture is a service wired as chatd wires it: a real SQLite store, the openai adapter talking to a
@@ -94,7 +96,7 @@ func newFixture(t *testing.T, s setup) *fixture {
 	}
 	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
 		FlushInterval: s.FlushInterval, RetryBase: time.Millisecond, Agents: s.Agents, Context: s.Context, Logger: s.Logger,
-		Limits: s.Limits, Now: s.Now})
+		Limits: s.Limits, Now: s.Now, ApprovalTimeout: s.ApprovalTimeout})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()

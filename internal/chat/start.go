@@ -49,6 +49,9 @@ type plan struct {
 	parser *answerParser
 	// actionArgs are, for a server action, its tool's arguments as checked.
 	actionArgs json.RawMessage
+	// decided is, for a run resumed after its approvals, the calls it waited on, decided: they run (or
+	// are denied) before the loop goes on.
+	decided *awaiting
 }
 
 // sessionID is the id of the plan's session, existing or to be created.
@@ -642,6 +645,9 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 	p.tools = p.tools.withPayloads(p.agent, p.req.SelectedTools, sessionPayloads(store.Current(records)))
 	system := systemPrompt(p, records)
 	obs.conv = s.newConversation(p, run, records, system, obs)
+	if p.decided != nil {
+		s.runDecided(ctx, p, obs)
+	}
 	cfg := agent.Config{
 		Models:        append([]agent.Model{{Provider: p.provider, Name: p.upstream, ProviderName: p.provName}}, p.fallbacks...),
 		Reasoning:     p.agent.Reasoning,
@@ -740,6 +746,12 @@ func (s *Service) Close(ctx context.Context) error {
 		}
 	}
 	s.cancel()
+	s.mu.Lock()
+	for id, t := range s.expiries {
+		t.Stop()
+		delete(s.expiries, id)
+	}
+	s.mu.Unlock()
 	err := s.wait(ctx)
 	if s.events != nil {
 		s.events.close()

@@ -64,11 +64,14 @@ type Config struct {
 	ToolTimeout   time.Duration
 	// DrainTimeout is how long SIGTERM lets running runs finish before cancelling them (default 20s).
 	DrainTimeout time.Duration
-	AllowedHosts []string // Host header values accepted besides loopback names (behind a reverse proxy)
-	Providers    []provider.Config
-	Unconfigured []provider.Unconfigured
-	Agents       map[string]chat.Agent // the agents: section, by name
-	Context      Context
+	// ApprovalTimeout is how long a run waits for a person's decision before its undecided calls are
+	// denied (CHATD_APPROVAL_TIMEOUT, approval_timeout; default 24h).
+	ApprovalTimeout time.Duration
+	AllowedHosts    []string // Host header values accepted besides loopback names (behind a reverse proxy)
+	Providers       []provider.Config
+	Unconfigured    []provider.Unconfigured
+	Agents          map[string]chat.Agent // the agents: section, by name
+	Context         Context
 	// MCPConfig is the path of the MCP servers file in the common {"mcpServers":{…}} shape
 	// (--mcp-config, CHATD_MCP_CONFIG or mcp_config); "" runs no MCP server.
 	MCPConfig string
@@ -390,18 +393,19 @@ func agents(in map[string]fileAgent) map[string]chat.Agent {
 }
 
 type file struct {
-	Addr         string                  `yaml:"addr"`
-	DB           string                  `yaml:"db"`
-	DBListen     string                  `yaml:"db_listen"`
-	LeaseTTL     time.Duration           `yaml:"lease_ttl"`
-	SweepEvery   time.Duration           `yaml:"sweep_interval"`
-	Model        string                  `yaml:"model"`
-	LogLevel     string                  `yaml:"log_level"`
-	ToolTimeout  time.Duration           `yaml:"tool_timeout"`
-	DrainTimeout time.Duration           `yaml:"drain_timeout"`
-	AllowedHosts []string                `yaml:"allowed_hosts"`
-	Providers    map[string]fileProvider `yaml:"providers"`
-	Agents       map[string]fileAgent    `yaml:"agents"`
+	Addr            string                  `yaml:"addr"`
+	DB              string                  `yaml:"db"`
+	DBListen        string                  `yaml:"db_listen"`
+	LeaseTTL        time.Duration           `yaml:"lease_ttl"`
+	SweepEvery      time.Duration           `yaml:"sweep_interval"`
+	Model           string                  `yaml:"model"`
+	LogLevel        string                  `yaml:"log_level"`
+	ToolTimeout     time.Duration           `yaml:"tool_timeout"`
+	DrainTimeout    time.Duration           `yaml:"drain_timeout"`
+	ApprovalTimeout time.Duration           `yaml:"approval_timeout"`
+	AllowedHosts    []string                `yaml:"allowed_hosts"`
+	Providers       map[string]fileProvider `yaml:"providers"`
+	Agents          map[string]fileAgent    `yaml:"agents"`
 
 	ToolHistoryRounds  *int           `yaml:"tool_history_rounds"`
 	ToolResultMaxBytes int            `yaml:"tool_result_max_bytes"`
@@ -486,6 +490,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		return nil, err
 	}
 	if c.DrainTimeout, err = duration("CHATD_DRAIN_TIMEOUT", getenv("CHATD_DRAIN_TIMEOUT"), f.DrainTimeout, DefaultDrainTimeout); err != nil {
+		return nil, err
+	}
+	if c.ApprovalTimeout, err = duration("CHATD_APPROVAL_TIMEOUT", getenv("CHATD_APPROVAL_TIMEOUT"), f.ApprovalTimeout, chat.DefaultApprovalTimeout); err != nil {
 		return nil, err
 	}
 	if err := c.providers(getenv, f.Providers); err != nil {

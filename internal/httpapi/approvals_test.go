@@ -1,0 +1,92 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"chatd/internal/chat"
+	"chatd/internal/httpapi"
+	"chatd/internal/llm/llmtest"
+	"chatd/internal/store/sqlite"
+	"chatd/internal/tool"
+)
+
+// TestApprovalsEndpoint: a run whose policy asks about current_time pauses — its stream ends with
+// awaiting_approval, GET /v1/runs/{id} says what it waits for —, a bad decision is a 400, and an
+// approval resumes it: its events go on from the next id and end with done completed.
+func TestApprovalsEndpoint(t *testing.T) {
+	up := llmtest.NewServer(t,
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "current_time", Arguments: `{}`}}},
+		llmtest.Turn{Text: "It is nine."})
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, tools := newChat(t, db, up, fixedNow, chat.Options{Agents: map[string]chat.Agent{"default": {
+		Approvals: []tool.ApprovalRule{{Tools: []string{"current_time"}, Decision: tool.Ask, Reason: "Ask before telling the time."}}}}})
+	e := &env{upstream: up, db: db, chat: svc}
+	e.srv = httptest.NewServer(httpapi.New(httpapi.Options{Chat: svc, Store: db, Tools: tools}))
+	t.Cleanup(func() {
+		e.srv.Close()
+		closeChat(t, svc, tools)
+		db.Close()
+	})
+
+	resp, events := e.stream(t, `{"message":"what time is it?"}`)
+	runID := resp.Header.Get("X-Run-Id")
+	checkIDs(t, events)
+	got := types(events)
+	if !slices.Contains(got, "approval_required") || got[len(got)-1] != "awaiting_approval" || slices.Contains(got, "done") {
+		t.Fatalf("paused stream: %v", got)
+	}
+	r, raw := e.do(t, "GET", "/v1/runs/"+runID, "")
+	var run struct {
+		Status   string
+		Awaiting struct {
+			Calls []struct {
+				ToolCallID string `json:"tool_call_id"`
+				Name       string
+				Reason     string
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &run); err != nil || r.StatusCode != 200 || run.Status != "awaiting_approval" ||
+		len(run.Awaiting.Calls) != 1 || run.Awaiting.Calls[0].ToolCallID != "call_1" || run.Awaiting.Calls[0].Reason != "Ask before telling the time." {
+		t.Fatalf("run while awaiting: %d %s", r.StatusCode, raw)
+	}
+	for body, want := range map[string]string{
+		`{"tool_call_id":"call_1","decision":"perhaps"}`:                     "invalid_decision",
+		`{"tool_call_id":"call_7","decision":"approve"}`:                     "unknown_tool_call",
+		`{"tool_call_id":"call_1","decision":"approve","arguments":{"x":1}}`: "invalid_arguments",
+	} {
+		if r, raw := e.do(t, "POST", "/v1/runs/"+runID+"/approvals", body); r.StatusCode != 400 || !strings.Contains(string(raw), want) {
+			t.Errorf("%s: %d %s, want 400 %s", body, r.StatusCode, raw, want)
+		}
+	}
+	if r, raw := e.do(t, "POST", "/v1/runs/nope/approvals", `{"tool_call_id":"call_1","decision":"approve"}`); r.StatusCode != 404 {
+		t.Errorf("unknown run: %d %s", r.StatusCode, raw)
+	}
+	r, raw = e.do(t, "POST", "/v1/runs/"+runID+"/approvals", `{"tool_call_id":"call_1","decision":"approve"}`)
+	if r.StatusCode != 200 || !strings.Contains(string(raw), `"status":"running"`) {
+		t.Fatalf("approve: %d %s", r.StatusCode, raw)
+	}
+	rest := e.openStream(t, t.Context(), "GET", "/v1/runs/"+runID+"/events?after="+strconv.Itoa(len(events)), "", nil)
+	defer rest.Body.Close()
+	more := readEvents(t, rest.Body, nil)
+	all := append(events, more...)
+	checkIDs(t, all)
+	got = types(more)
+	if len(got) == 0 || got[0] != "approval_decided" || !slices.Contains(got, "tool_complete") || got[len(got)-1] != "done" ||
+		more[len(more)-1].Data["status"] != "completed" {
+		t.Fatalf("resumed events: %v", got)
+	}
+	if r, raw := e.do(t, "POST", "/v1/runs/"+runID+"/approvals", `{"tool_call_id":"call_1","decision":"approve"}`); r.StatusCode != http.StatusConflict {
+		t.Errorf("a decision after the run resumed: %d %s", r.StatusCode, raw)
+	}
+}
