@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestApprovalSurvivesRestart: a run whose agent asks before current_time pauses with both of its calls
+// waiting; chatd is killed (SIGKILL) and started again on the same database; the run is still awaiting
+// approval, with the same calls, and its log ends with awaiting_approval. One call is approved and the
+// other denied on the new process: the run resumes there, completes, and the strict model fake (the
+// OpenAI API's rules) accepts the history it is sent; the session takes the next message.
+func TestApprovalSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	up := newModel(t)
+	bin := buildChatd(t)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "chatd.db")
+	cfg := filepath.Join(dir, "chatd.yaml")
+	if err := os.WriteFile(cfg, []byte("agents:\n  default:\n    approvals:\n      - {tools: [current_time], decision: ask, reason: Ask before reading the clock.}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := append(chatdEnv(up, "5s"), "CHATD_CONFIG="+cfg)
+
+	first := startChatd(t, "chatd (killed)", bin, db, env...)
+	sess := first.createSession(t)
+	r := first.chat(t, map[string]any{"message": "What time is it in Paris and Tokyo?", "session_id": sess}, "")
+	if r.status != 200 || r.last().Type != "awaiting_approval" {
+		t.Fatalf("send: %d %s; last event %v", r.status, r.body, r.last())
+	}
+	runID := r.header.Get("X-Run-Id")
+	calls := r.last().Data["calls"].([]any)
+	if len(calls) != 2 {
+		t.Fatalf("the run waits for %v", calls)
+	}
+	first.kill()
+
+	p := startChatd(t, "chatd (restarted)", bin, db, env...)
+	var run struct {
+		runInfo
+		Awaiting struct {
+			Calls []struct {
+				ToolCallID string `json:"tool_call_id"`
+				Reason     string
+			}
+		}
+	}
+	getJSON(t, p.base+"/v1/runs/"+runID, &run)
+	if run.Status != "awaiting_approval" || len(run.Awaiting.Calls) != 2 || run.Awaiting.Calls[0].Reason != "Ask before reading the clock." {
+		t.Fatalf("run after the restart: %+v", run)
+	}
+	log := p.replay(t, runID, "")
+	if last := log[len(log)-1]; last.Type != "awaiting_approval" || last.seq() != len(log) {
+		t.Fatalf("the stored log ends with %v", last)
+	}
+	for _, rec := range p.records(t, sess) {
+		if rec.Role == "tool" {
+			t.Fatalf("a waiting call has a tool record: %+v", rec)
+		}
+	}
+	decide := func(body map[string]any) map[string]any {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		resp, err := p.post(ctx, "/v1/runs/"+runID+"/approvals", body, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var out map[string]any
+		if resp.StatusCode != 200 || json.Unmarshal(raw, &out) != nil {
+			t.Fatalf("decide %v: %d %s", body, resp.StatusCode, raw)
+		}
+		return out
+	}
+	if out := decide(map[string]any{"tool_call_id": run.Awaiting.Calls[0].ToolCallID, "decision": "approve"}); out["status"] != "awaiting_approval" || out["pending"] != 1.0 {
+		t.Fatalf("first decision: %v", out)
+	}
+	if out := decide(map[string]any{"tool_call_id": run.Awaiting.Calls[1].ToolCallID, "decision": "deny", "reason": "Tokyo can wait."}); out["status"] != "running" {
+		t.Fatalf("last decision: %v", out)
+	}
+	if ended := p.waitEnded(t, runID); ended.Status != "completed" {
+		t.Fatalf("resumed run ended %s", ended.Status)
+	}
+	checkModelRequests(t, up, 0)
+	rest := p.replay(t, runID, "")
+	for i, ev := range rest {
+		if ev.seq() != i+1 {
+			t.Fatalf("event %d has id %s: the log has a gap", i, ev.ID)
+		}
+	}
+	if last := rest[len(rest)-1]; last.Type != "done" || last.Data["status"] != "completed" {
+		t.Errorf("the log ends with %v", last)
+	}
+	var approved, denied bool
+	for _, rec := range p.records(t, sess) {
+		if rec.Role != "tool" || rec.Success == nil {
+			continue
+		}
+		approved = approved || (rec.ToolCallID == run.Awaiting.Calls[0].ToolCallID && *rec.Success)
+		denied = denied || (rec.ToolCallID == run.Awaiting.Calls[1].ToolCallID && !*rec.Success && strings.Contains(rec.Content, "Tokyo can wait."))
+	}
+	if !approved || !denied {
+		t.Errorf("tool records: approved %v, denied with its reason %v", approved, denied)
+	}
+	next := p.chat(t, map[string]any{"message": "And now?", "session_id": sess}, "")
+	if next.status != 200 || next.last().Type != "awaiting_approval" {
+		t.Errorf("next send: %d %s; last %v", next.status, next.body, next.last())
+	}
+	checkModelRequests(t, up, 0)
+}
