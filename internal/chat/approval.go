@@ -33,6 +33,13 @@ const maxDecisionReason = 4 << 10
 const (
 	DecisionApprove = "approve"
 	DecisionDeny    = "deny"
+	DecisionAnswer  = "answer" // an ask_user call's answers
+)
+
+// Kinds of a waiting call.
+const (
+	KindApproval = "approval"
+	KindQuestion = "question"
 )
 
 // awaiting is what a run awaiting approval waits for, as the store keeps it (store.Run.Awaiting).
@@ -46,13 +53,15 @@ type awaiting struct {
 
 // waitingCall is one call that waits, with its decision once made.
 type waitingCall struct {
+	Kind       string          `json:"kind"`
 	ToolCallID string          `json:"tool_call_id"`
 	Name       string          `json:"name"`
 	Arguments  json.RawMessage `json:"arguments"`
 	Reason     string          `json:"reason"`
 	Decision   string          `json:"decision,omitempty"`
-	Edited     json.RawMessage `json:"edited,omitempty"` // approve: the arguments it runs with instead
-	Note       string          `json:"note,omitempty"`   // deny: the person's reason
+	Edited     json.RawMessage `json:"edited,omitempty"`  // approve: the arguments it runs with instead
+	Note       string          `json:"note,omitempty"`    // deny: the person's reason
+	Answers    []string        `json:"answers,omitempty"` // answer: one per question
 }
 
 func (a *awaiting) undecided() int {
@@ -82,6 +91,8 @@ type Decision struct {
 	Arguments json.RawMessage
 	// Reason, with deny, is what the model is told (at most 4 KiB).
 	Reason string
+	// Answers, with answer (an ask_user call), are the answers to its questions, in order.
+	Answers []string
 }
 
 // Awaiting is what a run awaiting approval waits for.
@@ -92,6 +103,7 @@ type Awaiting struct {
 
 // AwaitingCall is one call a run waits on; Decision is set once it is decided.
 type AwaitingCall struct {
+	Kind       string // KindApproval or KindQuestion
 	ToolCallID string
 	Name       string
 	Arguments  json.RawMessage
@@ -110,7 +122,7 @@ func AwaitingOf(r *store.Run) *Awaiting {
 	}
 	out := &Awaiting{ExpiresAt: a.ExpiresAt}
 	for _, c := range a.Calls {
-		out.Calls = append(out.Calls, AwaitingCall{ToolCallID: c.ToolCallID, Name: c.Name, Arguments: c.Arguments,
+		out.Calls = append(out.Calls, AwaitingCall{Kind: c.Kind, ToolCallID: c.ToolCallID, Name: c.Name, Arguments: c.Arguments,
 			Reason: c.Reason, Decision: c.Decision})
 	}
 	return out
@@ -130,12 +142,26 @@ func (ts *toolSet) NeedsApproval(call llm.ToolCall) (string, bool) {
 	if !ts.allowed[call.Name] || ts.reg == nil {
 		return "", false
 	}
+	if call.Name == AskUserTool {
+		if _, err := questionsOf(call.Arguments); err != nil {
+			return "", false // its result says what is wrong
+		}
+		return "The assistant has questions for you.", true
+	}
 	info, ok := ts.reg.Info(call.Name)
 	if !ok {
 		return "", false
 	}
 	d, reason := ts.approvals.Decide(info, call.Arguments)
 	return reason, d == tool.Ask
+}
+
+// kindOf is the kind of a waiting call: a question (ask_user) or an approval.
+func kindOf(name string) string {
+	if name == AskUserTool {
+		return KindQuestion
+	}
+	return KindApproval
 }
 
 // await stores the end of a run's execution that waits for a person, and reports whether it could:
@@ -157,8 +183,8 @@ func (o *observer) await(res agent.Result) bool {
 	aw := awaiting{Request: reqJSON, Turn: parent.ID, ExpiresAt: o.now().Add(o.approvalTimeout).UTC().Truncate(time.Second)}
 	ev := runevent.AwaitingApproval{ExpiresAt: aw.ExpiresAt}
 	for _, w := range res.Waiting {
-		aw.Calls = append(aw.Calls, waitingCall{ToolCallID: w.Call.ID, Name: w.Call.Name, Arguments: w.Call.Arguments, Reason: w.Reason})
-		ev.Calls = append(ev.Calls, runevent.ApprovalRequired{ToolCallID: w.Call.ID, Name: w.Call.Name, Arguments: w.Call.Arguments, Reason: w.Reason})
+		aw.Calls = append(aw.Calls, waitingCall{Kind: kindOf(w.Call.Name), ToolCallID: w.Call.ID, Name: w.Call.Name, Arguments: w.Call.Arguments, Reason: w.Reason})
+		ev.Calls = append(ev.Calls, runevent.ApprovalRequired{Kind: kindOf(w.Call.Name), ToolCallID: w.Call.ID, Name: w.Call.Name, Arguments: w.Call.Arguments, Reason: w.Reason})
 	}
 	awJSON, err := json.Marshal(aw)
 	if err != nil {
@@ -210,6 +236,17 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 			return &Error{Kind: ErrBusy, Code: "already_decided", RunID: runID,
 				Message: fmt.Sprintf("tool call %q was already decided (%s)", d.ToolCallID, c.Decision)}
 		}
+		switch {
+		case c.Kind == KindQuestion && d.Decision == DecisionApprove:
+			return invalid("invalid_decision", "tool call %q asks questions: answer them (decision answer, with answers) or deny", d.ToolCallID)
+		case c.Kind != KindQuestion && d.Decision == DecisionAnswer:
+			return invalid("invalid_decision", "tool call %q waits for approval: approve or deny it", d.ToolCallID)
+		case d.Decision == DecisionAnswer:
+			if err := checkAnswers(c, d.Answers); err != nil {
+				return err
+			}
+			c.Answers = d.Answers
+		}
 		c.Decision = d.Decision
 		switch {
 		case d.Decision == DecisionDeny:
@@ -230,8 +267,10 @@ func checkDecision(d Decision) error {
 	switch {
 	case d.ToolCallID == "":
 		return invalid("invalid_decision", "tool_call_id is required: the id of the call to decide (approval_required names it)")
-	case d.Decision != DecisionApprove && d.Decision != DecisionDeny:
-		return invalid("invalid_decision", "decision is %q; it must be approve or deny", d.Decision)
+	case d.Decision != DecisionApprove && d.Decision != DecisionDeny && d.Decision != DecisionAnswer:
+		return invalid("invalid_decision", "decision is %q; it must be approve, deny, or answer (ask_user)", d.Decision)
+	case d.Decision != DecisionAnswer && d.Answers != nil:
+		return invalid("invalid_decision", "answers go with answer, for an ask_user call")
 	case d.Decision == DecisionDeny && len(d.Arguments) > 0:
 		return invalid("invalid_decision", "arguments go with approve: a denied call does not run")
 	case len(d.Reason) > maxDecisionReason:
@@ -385,7 +424,7 @@ func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 	obs.open += len(aw.Calls)
 	for _, c := range aw.Calls {
 		obs.run.emit(runevent.TypeApprovalDecided, runevent.Encode(runevent.ApprovalDecided{ToolCallID: c.ToolCallID,
-			Decision: c.Decision, Arguments: c.Edited, Reason: c.Note}))
+			Decision: c.Decision, Arguments: c.Edited, Reason: c.Note, Answers: c.Answers}))
 		call := llm.ToolCall{ID: c.ToolCallID, Name: c.Name, Arguments: c.Arguments}
 		if len(c.Edited) > 0 {
 			call.Arguments = c.Edited
@@ -394,6 +433,8 @@ func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 		switch {
 		case ctx.Err() != nil:
 			res.Content = "The run was cancelled before this call ran."
+		case c.Kind == KindQuestion:
+			res = askUserResult(c)
 		case c.Decision == DecisionApprove:
 			obs.Emit(agent.ToolStart{Call: call})
 			obs.Status("Running " + c.Name + "…")

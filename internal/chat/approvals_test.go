@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -274,4 +275,66 @@ func TestApprovalCancel(t *testing.T) {
 func isCode(err error, code string) bool {
 	e, ok := errors.AsType[*chat.Error](err)
 	return ok && e.Code == code
+}
+
+// TestAskUser: an agent with ask_user offers it; a call with two questions pauses the run as a
+// question, answers that do not fit are refused, and the answers become the call's result. An agent
+// without ask_user does not offer it, and a call with too many questions fails without waiting.
+func TestAskUser(t *testing.T) {
+	ask := `{"questions":[{"question":"Which account?","choices":["checking","savings"]},{"question":"How much?"}]}`
+	f := newFixture(t, setup{
+		Agents: map[string]chat.Agent{"asker": {AskUser: true}, "mute": {}},
+		Respond: func(n int, req llmtest.Request) llmtest.Turn {
+			switch lastUserMessage(req) {
+			case "too many":
+				if n == 0 || toolResultOf(req, "call_q") == "" {
+					return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_q", Name: "ask_user",
+						Arguments: `{"questions":[{"question":"a"},{"question":"b"},{"question":"c"},{"question":"d"},{"question":"e"}]}`}}}
+				}
+			default:
+				if toolResultOf(req, "call_q") == "" {
+					return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_q", Name: "ask_user", Arguments: ask}}}
+				}
+			}
+			return llmtest.Turn{Text: "got " + toolResultOf(req, "call_q")}
+		}})
+	st := f.send(t, chat.Request{Agent: "asker", Message: "move money"}, chat.StartOptions{})
+	if o := f.wait(t, st.RunID); o.Status != store.RunAwaiting {
+		t.Fatalf("run: %+v", o)
+	}
+	if !slices.ContainsFunc(offered(t, f.up.Requests()[0]), func(n string) bool { return n == "ask_user" }) {
+		t.Errorf("ask_user not offered: %v", offered(t, f.up.Requests()[0]))
+	}
+	aw := chat.AwaitingOf(storedRun(t, f.db, st.RunID))
+	if aw == nil || len(aw.Calls) != 1 || aw.Calls[0].Kind != chat.KindQuestion || string(aw.Calls[0].Arguments) != ask {
+		t.Fatalf("waits for %+v", aw)
+	}
+	for _, d := range []chat.Decision{
+		{ToolCallID: "call_q", Decision: chat.DecisionApprove},
+		{ToolCallID: "call_q", Decision: chat.DecisionAnswer, Answers: []string{"savings"}},
+		{ToolCallID: "call_q", Decision: chat.DecisionAnswer, Answers: []string{"brokerage", "10"}},
+	} {
+		if _, err := f.svc.Decide(t.Context(), user, st.RunID, d); !isCode(err, "invalid_decision") && !isCode(err, "invalid_answers") {
+			t.Errorf("%+v: %v, want it refused", d, err)
+		}
+	}
+	if _, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_q", Decision: chat.DecisionAnswer,
+		Answers: []string{"savings", "10 euros"}}); err != nil {
+		t.Fatal(err)
+	}
+	o := f.wait(t, st.RunID)
+	if o.Status != store.RunCompleted || !strings.Contains(o.Message.Content, `"answer":"savings"`) || !strings.Contains(o.Message.Content, `"answer":"10 euros"`) {
+		t.Fatalf("answered run: %+v %v", o, o.Message)
+	}
+
+	mute := f.send(t, chat.Request{Agent: "mute", Message: "hello"}, chat.StartOptions{})
+	f.wait(t, mute.RunID)
+	reqs := f.up.Requests()
+	if slices.Contains(offered(t, reqs[len(reqs)-1]), "ask_user") {
+		t.Error("an agent without ask_user offers it")
+	}
+	many := f.send(t, chat.Request{Agent: "asker", Message: "too many"}, chat.StartOptions{})
+	if o := f.wait(t, many.RunID); o.Status != store.RunCompleted || !strings.Contains(o.Message.Content, "1 to 4 questions") {
+		t.Errorf("five questions: %+v", o)
+	}
 }

@@ -88,6 +88,8 @@ type Agent struct {
 	// Approvals are its approval rules, first match wins (tool.NewApprovals): whether a call runs, is
 	// refused, or waits for a person.
 	Approvals []tool.ApprovalRule
+	// AskUser offers the built-in ask_user tool (AskUserTool).
+	AskUser bool
 }
 
 // Options configure a Service.

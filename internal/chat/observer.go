@@ -144,7 +144,7 @@ func (o *observer) Emit(e agent.Event) {
 	case agent.Usage:
 		o.Usage(e.Model, e.Usage)
 	case agent.ApprovalRequired:
-		o.run.emit(runevent.TypeApprovalRequired, runevent.Encode(runevent.ApprovalRequired{ToolCallID: e.Call.ID,
+		o.run.emit(runevent.TypeApprovalRequired, runevent.Encode(runevent.ApprovalRequired{Kind: kindOf(e.Call.Name), ToolCallID: e.Call.ID,
 			Name: e.Call.Name, Arguments: e.Call.Arguments, Reason: e.Reason}))
 	default:
 		o.log.Error("unknown agent event", "run", o.run.ID, "type", fmt.Sprintf("%T", e))

@@ -37,8 +37,8 @@ var _ agent.Tools = (*toolSet)(nil)
 func (s *Service) toolsFor(name string, a Agent, reqCtx map[string]any, selected []string) (*toolSet, error) {
 	infos := s.visibleTools(a, reqCtx)
 	for _, n := range selected {
-		if n == GetPayloadTool {
-			continue // offered when the conversation has payloads (withPayloads)
+		if n == GetPayloadTool || (n == AskUserTool && a.AskUser) {
+			continue // offered when the conversation has payloads (withPayloads); ask_user by withAskUser
 		}
 		if _, found := slices.BinarySearchFunc(infos, n, byName); !found {
 			return nil, invalid("unknown_tool", "selected_tools names %q, not a tool of agent %q%s; GET /v1/tools lists them",
@@ -56,7 +56,7 @@ func (s *Service) toolsFor(name string, a Agent, reqCtx map[string]any, selected
 		ts.allowed[info.Name] = true
 		ts.specs = append(ts.specs, llm.ToolSpec{Name: info.Name, Description: info.Description, InputSchema: info.InputSchema})
 	}
-	return ts, nil
+	return ts.withAskUser(a, selected), nil
 }
 
 // visibleTools returns the registered tools agent a offers in the request context reqCtx, sorted by
@@ -136,6 +136,13 @@ func (ts *toolSet) Call(ctx context.Context, call llm.ToolCall) agent.ToolResult
 	}
 	if call.Name == GetPayloadTool && ts.payloads != nil {
 		return ts.getPayload(ctx, call)
+	}
+	if call.Name == AskUserTool {
+		// A valid call waits for the user (NeedsApproval) and never gets here.
+		if _, err := questionsOf(call.Arguments); err != nil {
+			return agent.ToolResult{Arguments: call.Arguments, Content: err.Error()}
+		}
+		return agent.ToolResult{Arguments: call.Arguments, Content: "ask_user could not reach the user in this run."}
 	}
 	if msg := ts.refusal(call); msg != "" {
 		return agent.ToolResult{Content: msg}

@@ -313,6 +313,8 @@ type fileAgent struct {
 	Suggestions bool          `yaml:"suggestions"`
 	// Approvals are the agent's approval rules, first match wins (tool.ApprovalRule).
 	Approvals []fileApprovalRule `yaml:"approvals"`
+	// AskUser offers the model the built-in ask_user tool.
+	AskUser bool `yaml:"ask_user"`
 }
 
 // fileApprovalRule is an approval rule as the config file writes it, its allow_if a JSON Schema in YAML.
@@ -367,7 +369,7 @@ func (a fileAgent) agent() chat.Agent {
 	out := chat.Agent{Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
 		Scopes: a.ToolScopes, MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens,
 		Instructions: a.Instructions, Guidelines: a.Guidelines, ToolHistoryRounds: a.ToolHistoryRounds,
-		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Suggestions: a.Suggestions}
+		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Suggestions: a.Suggestions, AskUser: a.AskUser}
 	for _, p := range a.Payloads {
 		out.Payloads = append(out.Payloads, p.payloadType())
 	}

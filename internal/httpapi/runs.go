@@ -66,7 +66,7 @@ func (s *server) decideRun(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	res, err := s.Chat.Decide(r.Context(), user(r.Context()), r.PathValue("id"), chat.Decision{ToolCallID: in.ToolCallID,
-		Decision: in.Decision, Arguments: in.Arguments, Reason: in.Reason})
+		Decision: in.Decision, Arguments: in.Arguments, Reason: in.Reason, Answers: in.Answers})
 	if err != nil {
 		return err
 	}

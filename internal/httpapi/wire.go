@@ -54,6 +54,7 @@ type awaitingJSON struct {
 }
 
 type awaitingCallJSON struct {
+	Kind       string          `json:"kind"` // approval, or question (ask_user: its arguments hold the questions)
 	ToolCallID string          `json:"tool_call_id"`
 	Name       string          `json:"name"`
 	Arguments  json.RawMessage `json:"arguments"`
@@ -68,7 +69,7 @@ func runOf(r *store.Run) runJSON {
 	if a := chat.AwaitingOf(r); a != nil {
 		out.Awaiting = &awaitingJSON{ExpiresAt: a.ExpiresAt, Calls: []awaitingCallJSON{}}
 		for _, c := range a.Calls {
-			out.Awaiting.Calls = append(out.Awaiting.Calls, awaitingCallJSON{ToolCallID: c.ToolCallID, Name: c.Name,
+			out.Awaiting.Calls = append(out.Awaiting.Calls, awaitingCallJSON{Kind: c.Kind, ToolCallID: c.ToolCallID, Name: c.Name,
 				Arguments: c.Arguments, Reason: c.Reason, Decision: c.Decision})
 		}
 	}
@@ -81,6 +82,7 @@ type approvalRequestJSON struct {
 	Decision   string          `json:"decision"`            // approve or deny
 	Arguments  json.RawMessage `json:"arguments,omitempty"` // approve: the edited arguments to run with
 	Reason     string          `json:"reason,omitempty"`    // deny: what the model is told
+	Answers    []string        `json:"answers,omitempty"`   // answer: an ask_user call's answers, in order
 }
 
 // approvalJSON answers POST /v1/runs/{id}/approvals.

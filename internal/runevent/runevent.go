@@ -44,6 +44,9 @@ const (
 // ApprovalRequired is a tool call that waits for a person's decision instead of running: it has no
 // result until one is made (POST /v1/runs/{id}/approvals).
 type ApprovalRequired struct {
+	// Kind is "approval" (approve or deny the call) or "question" (ask_user: answer its questions,
+	// which are its arguments).
+	Kind       string          `json:"kind"`
 	ToolCallID string          `json:"tool_call_id"`
 	Name       string          `json:"name"`
 	Arguments  json.RawMessage `json:"arguments"`
@@ -58,13 +61,14 @@ type AwaitingApproval struct {
 	ExpiresAt time.Time          `json:"expires_at"`
 }
 
-// ApprovalDecided is a decision on a call that waited: approve (with the arguments it runs with) or
-// deny (with the reason the model is told).
+// ApprovalDecided is a decision on a call that waited: approve (with the arguments it runs with),
+// deny (with the reason the model is told) or answer (a question's answers, in order).
 type ApprovalDecided struct {
 	ToolCallID string          `json:"tool_call_id"`
 	Decision   string          `json:"decision"`
 	Arguments  json.RawMessage `json:"arguments,omitempty"`
 	Reason     string          `json:"reason,omitempty"`
+	Answers    []string        `json:"answers,omitempty"`
 }
 
 // RunStart is the first event of a run.
