@@ -90,3 +90,71 @@ func TestApprovalsEndpoint(t *testing.T) {
 		t.Errorf("a decision after the run resumed: %d %s", r.StatusCode, raw)
 	}
 }
+
+// TestUIApproval: through the AI SDK UI stream, a run that waits ends its message with the call's
+// input, a tool-approval-request (approvalId: the call's id) and finish, then [DONE]; the post useChat
+// sends after addToolApprovalResponse (the assistant message back, its tool part approval-responded)
+// resumes the run and streams the rest of the same message; a resume of the chat while it waited
+// replays the request, as a reload needs.
+func TestUIApproval(t *testing.T) {
+	up := llmtest.NewServer(t,
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "current_time", Arguments: `{}`}}},
+		llmtest.Turn{Text: "It is nine."})
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, tools := newChat(t, db, up, fixedNow, chat.Options{Agents: map[string]chat.Agent{"default": {
+		Approvals: []tool.ApprovalRule{{Tools: []string{"current_time"}, Decision: tool.Ask}}}}})
+	e := &env{upstream: up, db: db, chat: svc}
+	e.srv = httptest.NewServer(httpapi.New(httpapi.Options{Chat: svc, Store: db, Tools: tools}))
+	t.Cleanup(func() {
+		e.srv.Close()
+		closeChat(t, svc, tools)
+		db.Close()
+	})
+
+	resp, chunks, done := uiChunks(t, e, "POST", "/v1/ui/chat",
+		`{"id":"chat-approve","trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"time?"}]}]}`)
+	runID := resp.Header.Get("X-Run-Id")
+	checkUIStream(t, chunks)
+	got := chunkTypes(chunks)
+	if !done || !slices.Contains(got, "tool-approval-request") || got[len(got)-1] != "finish" {
+		t.Fatalf("paused stream: %v (done %v)", got, done)
+	}
+	req := chunks[slices.IndexFunc(chunks, func(c map[string]any) bool { return c["type"] == "tool-approval-request" })]
+	if req["approvalId"] != "call_1" || req["toolCallId"] != "call_1" {
+		t.Errorf("approval request: %v", req)
+	}
+	_, again, done := uiChunks(t, e, "GET", "/v1/ui/chat/chat-approve/stream?run="+runID, "")
+	if got := chunkTypes(again); !done || !slices.Contains(got, "tool-approval-request") {
+		t.Errorf("the resumed stream of a waiting run: %v", got)
+	}
+
+	body := `{"id":"chat-approve","trigger":"submit-message","messageId":"msg_` + runID + `","messages":[` +
+		`{"id":"u1","role":"user","parts":[{"type":"text","text":"time?"}]},` +
+		`{"id":"msg_` + runID + `","role":"assistant","parts":[{"type":"step-start"},{"type":"tool-current_time","toolCallId":"call_1",` +
+		`"state":"approval-responded","input":{},"approval":{"id":"call_1","approved":true}}]}]}`
+	_, rest, done := uiChunks(t, e, "POST", "/v1/ui/chat", body)
+	checkUIStream(t, rest)
+	got = chunkTypes(rest)
+	if !done || rest[0]["messageId"] != "msg_"+runID || !slices.Contains(got, "tool-output-available") || !slices.Contains(got, "text-delta") ||
+		got[len(got)-1] != "finish" {
+		t.Fatalf("the rest of the message: %v (done %v)", got, done)
+	}
+	if slices.Contains(got, "tool-approval-request") {
+		t.Errorf("the continuation repeats the approval request: %v", got)
+	}
+	if r := e.run(t, runID); r != "completed" {
+		t.Errorf("run status %s", r)
+	}
+}
+
+// run is the status of a run.
+func (e *env) run(t *testing.T, id string) string {
+	t.Helper()
+	_, raw := e.do(t, "GET", "/v1/runs/"+id, "")
+	var r struct{ Status string }
+	json.Unmarshal(raw, &r)
+	return r.Status
+}
