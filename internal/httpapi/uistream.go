@@ -22,7 +22,9 @@ func (s *server) uiStream(w http.ResponseWriter, r *http.Request, runID string) 
 // (a start chunk with its id, then the chunks).
 func (s *server) uiStreamFrom(w http.ResponseWriter, r *http.Request, runID string, after int64) error {
 	w.Header().Set("X-Vercel-Ai-Ui-Message-Stream", "v1")
-	c := uiConverter{messageID: uiMessagePrefix + runID, continues: after > 0}
+	// A continuation is inside the step that paused (its model call over): the decided calls' outputs
+	// land on their parts there, and the next model call opens a step of its own.
+	c := uiConverter{messageID: uiMessagePrefix + runID, continues: after > 0, step: after > 0, called: after > 0}
 	return s.follow(w, r, runID, after, func(out *sse.Writer, batch []chat.Event) error {
 		c.buf = c.buf[:0]
 		if c.continues {
