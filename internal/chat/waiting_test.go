@@ -17,7 +17,7 @@ func waitingSetup() setup {
 	var sent atomic.Int32
 	return setup{
 		FlushInterval: -1, // no event log flusher: what is measured is what a waiting run keeps
-		Tools: []tool.Tool{policyTool{info: tool.Info{Name: "mail__send", Description: "Sends mail.", Destructive: true}, calls: &sent}},
+		Tools:         []tool.Tool{policyTool{info: tool.Info{Name: "mail__send", Description: "Sends mail.", Destructive: true}, calls: &sent}},
 		Respond: func(int, llmtest.Request) llmtest.Turn {
 			return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "mail__send", Arguments: `{}`}}}
 		},
