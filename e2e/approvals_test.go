@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // TestApprovalSurvivesRestart: a run whose agent asks before current_time pauses with both of its calls
@@ -187,4 +189,51 @@ func TestUIApprovalWithAISDK(t *testing.T) {
 type uiApprovalPart struct {
 	Type, State, Text string
 	ErrorText         string `json:"errorText"`
+}
+
+// TestBrowserApproval: in the web UI, a run whose two current_time calls wait shows Approve, Deny and
+// Edit on both cards; a reload shows them again; Deny on one (with a reason) and Approve on the other
+// resume the run, whose answer streams into the same message, the approved card done and the denied
+// one failed with the reason.
+func TestBrowserApproval(t *testing.T) {
+	t.Parallel()
+	if findChromium() == "" {
+		t.Skip("no Chromium")
+	}
+	up := newModel(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "chatd.yaml")
+	if err := os.WriteFile(cfg, []byte("agents:\n  default:\n    approvals:\n      - {tools: [current_time], decision: ask, reason: Ask before reading the clock.}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startChatd(t, "chatd", buildChatd(t), filepath.Join(dir, "chatd.db"), append(chatdEnv(up, "5s"), "CHATD_CONFIG="+cfg)...)
+	b := startBrowser(t, p.base)
+	tb := b.newTab(t)
+	tb.open("/")
+	tb.send("What time is it in Paris and Tokyo?")
+	tb.wait("two calls waiting", `document.querySelectorAll('[data-testid="approval"] [data-testid="approve"]').length === 2`)
+	if txt := evalJS[string](tb, `document.querySelector('[data-testid="approval"]').textContent`); !strings.Contains(txt, "Ask before reading the clock.") {
+		t.Errorf("the approval does not say why: %q", txt)
+	}
+	tb.screenshot("20-approval")
+	id := tb.sessionID()
+	tb.open("/c/" + id)
+	tb.wait("the waiting calls after a reload", `document.querySelectorAll('[data-testid="approval"] [data-testid="approve"]').length === 2`)
+	tb.do("deny the Tokyo call", chromedp.Click(chromedp.CSS(`[data-tool-call-id$="_tokyo"] [data-testid="deny"]`)))
+	tb.do("say why", chromedp.SendKeys(chromedp.CSS(`[data-tool-call-id$="_tokyo"] [data-testid="approval-deny-reason"]`), "Tokyo can wait."))
+	tb.do("confirm the denial", chromedp.Click(chromedp.CSS(`[data-tool-call-id$="_tokyo"] [data-testid="deny-confirm"]`)))
+	tb.do("approve the Paris call", chromedp.Click(chromedp.CSS(`[data-tool-call-id$="_paris"] [data-testid="approve"]`)))
+	tb.waitAnswer("That is the end of the answer.")
+	tb.wait("the cards decided", `(() => {
+		const paris = document.querySelector('[data-tool-call-id$="_paris"]'), tokyo = document.querySelector('[data-tool-call-id$="_tokyo"]');
+		return paris?.dataset.state === "done" && tokyo?.dataset.state === "error" && tokyo.textContent.includes("Tokyo can wait.");
+	})()`)
+	if n := evalJS[int](tb, `document.querySelectorAll('[data-testid="approval"]').length`); n != 0 {
+		t.Errorf("%d approval forms left after the decisions", n)
+	}
+	if n := evalJS[int](tb, `document.querySelectorAll('[data-testid="message"][data-role="assistant"]').length`); n != 1 {
+		t.Errorf("%d assistant messages, want the one answer", n)
+	}
+	tb.screenshot("21-approved")
+	checkModelRequests(t, up, 0)
 }

@@ -3,9 +3,11 @@ package httpapi
 import (
 	"cmp"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +57,10 @@ type uiPart struct {
 	ToolCallID string      `json:"toolCallId"`
 	State      string      `json:"state"`
 	Approval   *uiApproval `json:"approval"`
+	// Input is the call's input as the client holds it: edited before an approval, it is what the call
+	// runs with. Output is, for an ask_user part the client answered (addToolOutput), the answers.
+	Input  json.RawMessage `json:"input"`
+	Output json.RawMessage `json:"output"`
 }
 
 // uiApproval is a tool part's approval as useChat keeps it.
@@ -226,16 +232,31 @@ func approvalResponses(in *uiChatRequest) (string, []chat.Decision) {
 	}
 	var out []chat.Decision
 	for _, p := range last.Parts {
+		if p.Type == "tool-"+chat.AskUserTool && p.State == "output-available" {
+			var answered struct {
+				Answers []string `json:"answers"`
+			}
+			if json.Unmarshal(p.Output, &answered) == nil && answered.Answers != nil {
+				out = append(out, chat.Decision{ToolCallID: p.ToolCallID, Decision: chat.DecisionAnswer, Answers: answered.Answers})
+			}
+			continue
+		}
 		if p.State != "approval-responded" || p.Approval == nil || p.Approval.Approved == nil {
 			continue
 		}
 		d := chat.Decision{ToolCallID: cmp.Or(p.Approval.ID, p.ToolCallID), Decision: chat.DecisionDeny, Reason: p.Approval.Reason}
 		if *p.Approval.Approved {
-			d.Decision, d.Reason = chat.DecisionApprove, ""
+			d.Decision, d.Reason, d.Arguments = chat.DecisionApprove, "", p.Input
 		}
 		out = append(out, d)
 	}
 	return runID, out
+}
+
+// sameJSON reports whether two JSON texts hold the same value.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
 // uiApprove records the decisions a useChat client sent for a run of the session that waits, and
@@ -256,6 +277,9 @@ func (s *server) uiApprove(w http.ResponseWriter, r *http.Request, sessionID, ru
 			i := slices.IndexFunc(aw.Calls, func(c chat.AwaitingCall) bool { return c.ToolCallID == d.ToolCallID })
 			if i < 0 || aw.Calls[i].Decision != "" {
 				continue
+			}
+			if len(d.Arguments) > 0 && sameJSON(d.Arguments, aw.Calls[i].Arguments) {
+				d.Arguments = nil // the input as the model sent it: not an edit
 			}
 			if _, err := s.Chat.Decide(ctx, user(ctx), runID, d); err != nil {
 				var e *chat.Error
