@@ -338,3 +338,21 @@ func TestAskUser(t *testing.T) {
 		t.Errorf("five questions: %+v", o)
 	}
 }
+
+// TestApprovalInterrupt: a send with on_active_run=interrupt ends a run that waits, as a cancel does,
+// and starts.
+func TestApprovalInterrupt(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	f := newFixture(t, approvalSetup(counts))
+	st := pause(t, f, counts)
+	next := f.send(t, chat.Request{SessionID: st.SessionID, Message: "never mind"}, chat.StartOptions{OnActiveRun: chat.OnActiveInterrupt})
+	if r := storedRun(t, f.db, st.RunID); r.Status != store.RunCancelled {
+		t.Errorf("the interrupted run is %s", r.Status)
+	}
+	if o := f.wait(t, next.RunID); o.Status != store.RunCompleted {
+		t.Errorf("the interrupting run: %+v %+v", o, o.Error)
+	}
+	if rec := toolRecord(t, f.db, st.SessionID, "call_2"); rec.Success == nil || *rec.Success {
+		t.Errorf("the waiting call's record: %+v", rec)
+	}
+}

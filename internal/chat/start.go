@@ -247,6 +247,12 @@ func requestHash(req Request) string {
 func (s *Service) interruptActive(ctx context.Context, user, runID string, deadline time.Time, attempt int) error {
 	live := s.live(user, runID)
 	if live == nil {
+		if r, err := s.opts.Store.Run(ctx, user, runID); err == nil && r.Status == store.RunAwaiting {
+			// Waiting for a person, it runs nowhere: it ends here, at once.
+			if _, err := s.cancelAwaiting(ctx, user, r, "interrupted by a new message"); err == nil {
+				return nil
+			}
+		}
 		s.cancelElsewhere(ctx, user, runID, "interrupted by a new message") // another instance's run
 		pause := time.NewTimer(min(time.Duration(1<<min(attempt, 6))*10*time.Millisecond, time.Until(deadline)))
 		defer pause.Stop()
