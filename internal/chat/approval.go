@@ -176,6 +176,11 @@ func (o *observer) await(res agent.Result) bool {
 	}
 	req := o.p.req
 	req.SessionID, req.CreateSession, req.Regenerate = o.run.SessionID, false, false
+	// The rest of the run is planned from the request, but its message is stored already: its images
+	// are not kept twice (a message of images alone keeps a stand-in text, for the request's checks).
+	if req.Attachments = nil; req.Message == "" {
+		req.Message = "(images)"
+	}
 	reqJSON, err := json.Marshal(req)
 	if err != nil {
 		return false
@@ -435,6 +440,8 @@ func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 			res.Content = "The run was cancelled before this call ran."
 		case c.Kind == KindQuestion:
 			res = askUserResult(c)
+		case c.Decision == DecisionApprove && !tools.allowed[c.Name]:
+			res.Content = "Not run: the tool " + c.Name + " is no longer offered to this agent."
 		case c.Decision == DecisionApprove:
 			obs.Emit(agent.ToolStart{Call: call})
 			obs.Status("Running " + c.Name + "…")
