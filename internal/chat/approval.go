@@ -491,6 +491,7 @@ func (s *Service) endAwaiting(ctx context.Context, user string, r *store.Run, st
 		return err
 	}
 	s.stopExpiry(r.ID)
+	s.queues.kick(r.SessionID) // a run queued behind it starts now
 	return nil
 }
 

@@ -339,6 +339,24 @@ func TestAskUser(t *testing.T) {
 	}
 }
 
+// TestApprovalEnqueue: a send with on_active_run=enqueue waits behind a run that waits, and starts once
+// that run is cancelled.
+func TestApprovalEnqueue(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	f := newFixture(t, approvalSetup(counts))
+	st := pause(t, f, counts)
+	next := f.send(t, chat.Request{SessionID: st.SessionID, Message: "after that"}, chat.StartOptions{OnActiveRun: chat.OnActiveEnqueue})
+	if next.Status != store.RunQueued {
+		t.Fatalf("the send behind a waiting run is %s", next.Status)
+	}
+	if _, err := f.svc.Cancel(t.Context(), user, st.RunID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if o := f.wait(t, next.RunID); o.Status != store.RunCompleted {
+		t.Errorf("the queued run: %+v %+v", o, o.Error)
+	}
+}
+
 // TestApprovalInterrupt: a send with on_active_run=interrupt ends a run that waits, as a cancel does,
 // and starts.
 func TestApprovalInterrupt(t *testing.T) {
