@@ -12,7 +12,9 @@ import (
 
 	"chatd/internal/chat"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
+	"chatd/internal/store/postgres/pgtest"
 	"chatd/internal/tool"
 )
 
@@ -373,4 +375,46 @@ func TestApprovalInterrupt(t *testing.T) {
 	if rec := toolRecord(t, f.db, st.SessionID, "call_2"); rec.Success == nil || *rec.Success {
 		t.Errorf("the waiting call's record: %+v", rec)
 	}
+}
+
+// TestApprovalAcrossInstances: on PostgreSQL with two instances, a run that pauses on a is neither
+// running nor lost for b's sweep once a's lease has long expired; a decision on b resumes it there, and
+// it completes with a history the strict model accepts.
+func TestApprovalAcrossInstances(t *testing.T) {
+	dsn := pgtest.NewSchema(t)
+	clk := newClock()
+	a := newInstance(t, dsn, "a", clk, true, llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "mail__send", Arguments: `{}`}}})
+	b := newInstance(t, dsn, "b", clk, true, llmtest.Turn{Text: "sent on b"})
+	b.up.Strict = true
+	b.up.Requests() // orders the write above before the server's first request (it reads under the lock this takes)
+	var sent atomic.Int32
+	for _, in := range []*instance{a, b} {
+		if err := in.reg.Register(policyTool{info: tool.Info{Name: "mail__send", Description: "Sends mail.", Destructive: true}, calls: &sent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := a.svc.Start(t.Context(), user, chat.Request{Message: "mail bob"}, chat.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := a.svc.Wait(t.Context(), user, st.RunID); err != nil || o.Status != store.RunAwaiting {
+		t.Fatalf("run on a: %+v, %v", o, err)
+	}
+	clk.step(10 * leaseTTL)
+	if err := b.svc.Sweep(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.db.Run(t.Context(), user, st.RunID); err != nil || r.Status != store.RunAwaiting {
+		t.Fatalf("after b's sweep: %+v, %v; want still awaiting approval", r, err)
+	}
+	res, err := b.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_1", Decision: chat.DecisionApprove})
+	if err != nil || res.Status != store.RunRunning {
+		t.Fatalf("decide on b: %+v, %v", res, err)
+	}
+	o, err := b.svc.Wait(t.Context(), user, st.RunID)
+	if err != nil || o.Status != store.RunCompleted || o.Message == nil || o.Message.Content != "sent on b" || sent.Load() != 1 {
+		t.Fatalf("the resumed run: %+v, %v (mail sent %d times)", o, err, sent.Load())
+	}
+	events := readUntil(t, a.svc, st.RunID, 0, isType(runevent.TypeDone))
+	checkRunLog(t, events, 1, true, store.RunCompleted)
 }
