@@ -97,23 +97,7 @@ func TestApprovalsEndpoint(t *testing.T) {
 // resumes the run and streams the rest of the same message; a resume of the chat while it waited
 // replays the request, as a reload needs.
 func TestUIApproval(t *testing.T) {
-	up := llmtest.NewServer(t,
-		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "current_time", Arguments: `{}`}}},
-		llmtest.Turn{Text: "It is nine."})
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, tools := newChat(t, db, up, fixedNow, chat.Options{Agents: map[string]chat.Agent{"default": {
-		Approvals: []tool.ApprovalRule{{Tools: []string{"current_time"}, Decision: tool.Ask}}}}})
-	e := &env{upstream: up, db: db, chat: svc}
-	e.srv = httptest.NewServer(httpapi.New(httpapi.Options{Chat: svc, Store: db, Tools: tools}))
-	t.Cleanup(func() {
-		e.srv.Close()
-		closeChat(t, svc, tools)
-		db.Close()
-	})
-
+	e := approvalEnv(t, `{}`)
 	resp, chunks, done := uiChunks(t, e, "POST", "/v1/ui/chat",
 		`{"id":"chat-approve","trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"time?"}]}]}`)
 	runID := resp.Header.Get("X-Run-Id")
@@ -159,4 +143,56 @@ func (e *env) run(t *testing.T, id string) string {
 	var r struct{ Status string }
 	json.Unmarshal(raw, &r)
 	return r.Status
+}
+
+// approvalEnv is a test server whose default agent asks before current_time, and whose model calls it
+// with args, then answers.
+func approvalEnv(t *testing.T, args string) *env {
+	t.Helper()
+	up := llmtest.NewServer(t,
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "current_time", Arguments: args}}},
+		llmtest.Turn{Text: "It is nine."})
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, tools := newChat(t, db, up, fixedNow, chat.Options{Agents: map[string]chat.Agent{"default": {
+		Approvals: []tool.ApprovalRule{{Tools: []string{"current_time"}, Decision: tool.Ask}}}}})
+	e := &env{upstream: up, db: db, chat: svc}
+	e.srv = httptest.NewServer(httpapi.New(httpapi.Options{Chat: svc, Store: db, Tools: tools}))
+	t.Cleanup(func() {
+		e.srv.Close()
+		closeChat(t, svc, tools)
+		db.Close()
+	})
+	return e
+}
+
+// TestUIApprovalEdited: the web UI's Edit replaces the tool part's input before it approves; chatd runs
+// the call with that input, checked against the tool's schema (an input outside it is a 400), and the
+// model is told the arguments were edited.
+func TestUIApprovalEdited(t *testing.T) {
+	e := approvalEnv(t, `{"timezone":"Europe/Paris"}`)
+	resp, _, _ := uiChunks(t, e, "POST", "/v1/ui/chat",
+		`{"id":"chat-edit","trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"time?"}]}]}`)
+	runID := resp.Header.Get("X-Run-Id")
+	post := func(input string) (*http.Response, []byte) {
+		return e.do(t, "POST", "/v1/ui/chat", `{"id":"chat-edit","trigger":"submit-message","messageId":"msg_`+runID+`","messages":[`+
+			`{"id":"msg_`+runID+`","role":"assistant","parts":[{"type":"step-start"},{"type":"tool-current_time","toolCallId":"call_1",`+
+			`"state":"approval-responded","input":`+input+`,"approval":{"id":"call_1","approved":true}}]}]}`)
+	}
+	if r, raw := post(`{"timezone":7}`); r.StatusCode != 400 || !strings.Contains(string(raw), "invalid_arguments") {
+		t.Fatalf("an edit outside the schema: %d %s", r.StatusCode, raw)
+	}
+	if r, raw := post(`{"timezone":"Asia/Tokyo"}`); r.StatusCode != 200 {
+		t.Fatalf("an edited approval: %d %s", r.StatusCode, raw)
+	}
+	if r := e.run(t, runID); r != "completed" {
+		t.Fatalf("run status %s", r)
+	}
+	reqs := e.upstream.Requests()
+	last := string(reqs[len(reqs)-1].Raw)
+	if !strings.Contains(last, "Asia/Tokyo") || !strings.Contains(last, "edited the arguments") {
+		t.Errorf("the model was not sent the edited call's result: %s", last)
+	}
 }
