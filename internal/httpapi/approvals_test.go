@@ -196,3 +196,44 @@ func TestUIApprovalEdited(t *testing.T) {
 		t.Errorf("the model was not sent the edited call's result: %s", last)
 	}
 }
+
+// TestUIAskUser: through the UI stream an ask_user call shows as its input (the questions), with no
+// approval request; the post useChat sends after addToolOutput (the part output-available with the
+// answers) answers it, and the model gets the answers.
+func TestUIAskUser(t *testing.T) {
+	up := llmtest.NewServer(t,
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_q", Name: "ask_user", Arguments: `{"questions":[{"question":"Which city?","choices":["Paris","Tokyo"]}]}`}}},
+		llmtest.Turn{Text: "Tokyo it is."})
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, tools := newChat(t, db, up, fixedNow, chat.Options{Agents: map[string]chat.Agent{"default": {AskUser: true}}})
+	e := &env{upstream: up, db: db, chat: svc}
+	e.srv = httptest.NewServer(httpapi.New(httpapi.Options{Chat: svc, Store: db, Tools: tools}))
+	t.Cleanup(func() {
+		e.srv.Close()
+		closeChat(t, svc, tools)
+		db.Close()
+	})
+	resp, chunks, done := uiChunks(t, e, "POST", "/v1/ui/chat",
+		`{"id":"chat-ask","trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"go"}]}]}`)
+	runID := resp.Header.Get("X-Run-Id")
+	got := chunkTypes(chunks)
+	if !done || !slices.Contains(got, "tool-input-available") || slices.Contains(got, "tool-approval-request") {
+		t.Fatalf("paused stream: %v", got)
+	}
+	r, raw := e.do(t, "POST", "/v1/ui/chat", `{"id":"chat-ask","trigger":"submit-message","messageId":"msg_`+runID+`","messages":[`+
+		`{"id":"msg_`+runID+`","role":"assistant","parts":[{"type":"step-start"},{"type":"tool-ask_user","toolCallId":"call_q",`+
+		`"state":"output-available","input":{},"output":{"answers":["Tokyo"]}}]}]}`)
+	if r.StatusCode != 200 {
+		t.Fatalf("answer: %d %s", r.StatusCode, raw)
+	}
+	if s := e.run(t, runID); s != "completed" {
+		t.Fatalf("run status %s", s)
+	}
+	reqs := e.upstream.Requests()
+	if last := string(reqs[len(reqs)-1].Raw); !strings.Contains(last, `\"answer\":\"Tokyo\"`) {
+		t.Errorf("the model was not sent the answer: %s", last)
+	}
+}
