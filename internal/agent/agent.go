@@ -27,6 +27,21 @@ type Tools interface {
 	Call(ctx context.Context, call llm.ToolCall) ToolResult
 }
 
+// Approver is an optional capability of Tools: it names the calls that wait for a person's decision
+// before they run. The loop runs the other calls of the turn, stores their results, and ends the run
+// awaiting approval (Result.Waiting), holding nothing: whoever decides resumes it as a new Run on the
+// stored history.
+type Approver interface {
+	// NeedsApproval reports whether call waits for a person, and why (for the person).
+	NeedsApproval(call llm.ToolCall) (reason string, ask bool)
+}
+
+// Waiting is a call of the run's last turn that waits for a person's decision; it has no result yet.
+type Waiting struct {
+	Call   llm.ToolCall
+	Reason string
+}
+
 // ToolResult is the outcome of one tool call.
 type ToolResult struct {
 	Arguments json.RawMessage // the arguments as run (repaired); nil when the call did not run
@@ -80,6 +95,9 @@ const (
 	StatusFailed        Status = "failed"
 	StatusCancelled     Status = "cancelled"
 	StatusMaxIterations Status = "max_iterations"
+	// StatusAwaitingApproval: calls of the last stored turn wait for a person (Result.Waiting); every
+	// other call of the turn has its result stored.
+	StatusAwaitingApproval Status = "awaiting_approval"
 )
 
 // Model is one model a run may call.
@@ -237,6 +255,8 @@ type Result struct {
 	Final *Turn
 	// Err is the failure of a failed run.
 	Err error
+	// Waiting are the calls a run awaiting approval waits on, in call order.
+	Waiting []Waiting
 }
 
 // Run runs the loop on the conversation cfg.Context builds until the model answers without tool calls,
@@ -289,6 +309,10 @@ func (r *runner) run(ctx context.Context) Result {
 		switch {
 		case err != nil || ctx.Err() != nil:
 			return r.end(ctx, t.FinishReason, err)
+		case len(t.waiting) > 0:
+			res := r.end(ctx, t.FinishReason, nil)
+			res.Status, res.Waiting = StatusAwaitingApproval, t.waiting
+			return res
 		case len(t.ToolCalls) == 0 || last:
 			res := r.end(ctx, t.FinishReason, nil)
 			if last {

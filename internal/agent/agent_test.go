@@ -68,6 +68,8 @@ func (r *recorder) Emit(e agent.Event) {
 		r.add("tool_start %s %s %s", e.Call.ID, e.Call.Name, e.Call.Arguments)
 	case agent.ToolComplete:
 		r.add("tool_complete %s %v %s", e.Call.ID, e.Result.Success, e.Result.Content)
+	case agent.ApprovalRequired:
+		r.add("approval_required %s %s", e.Call.ID, e.Reason)
 	default:
 		r.add("unknown event %T", e)
 	}

@@ -17,7 +17,7 @@ type Sink interface {
 }
 
 // Event is one step of a run: a StatusMessage, *TextDelta, *ReasoningDelta, *ToolCallDelta, ToolStart,
-// ToolComplete or Usage.
+// ToolComplete, ApprovalRequired or Usage.
 type Event interface {
 	agentEvent()
 }
@@ -57,19 +57,27 @@ type ToolComplete struct {
 	Result ToolResult
 }
 
+// ApprovalRequired reports a call of a stored turn that waits for a person's decision (Approver) instead
+// of running; the run ends awaiting approval once the turn's other calls have ended.
+type ApprovalRequired struct {
+	Call   llm.ToolCall
+	Reason string
+}
+
 // Usage reports the usage of one model call, and the model that made it.
 type Usage struct {
 	Model Model
 	Usage llm.Usage
 }
 
-func (StatusMessage) agentEvent()   {}
-func (*TextDelta) agentEvent()      {}
-func (*ReasoningDelta) agentEvent() {}
-func (*ToolCallDelta) agentEvent()  {}
-func (ToolStart) agentEvent()       {}
-func (ToolComplete) agentEvent()    {}
-func (Usage) agentEvent()           {}
+func (StatusMessage) agentEvent()    {}
+func (*TextDelta) agentEvent()       {}
+func (*ReasoningDelta) agentEvent()  {}
+func (*ToolCallDelta) agentEvent()   {}
+func (ToolStart) agentEvent()        {}
+func (ToolComplete) agentEvent()     {}
+func (Usage) agentEvent()            {}
+func (ApprovalRequired) agentEvent() {}
 
 // Recorder stores what a run produces. The loop waits for each write, and an error fails the run. Both
 // methods are called from the goroutine that called Run, with a context that is not cancelled when the

@@ -41,6 +41,8 @@ type turnState struct {
 	wg          sync.WaitGroup
 	results     chan toolDone // buffered for every call that can start, made with the first: senders never block
 	running     int           // calls started whose results have not been received
+	// waiting are the calls that wait for a person (Approver), with no result.
+	waiting []Waiting
 }
 
 type pendingCall struct {
@@ -53,6 +55,7 @@ type pendingCall struct {
 	started bool
 	result  ToolResult
 	notRun  string // why the call will not run
+	waiting bool   // the call waits for a person's decision
 	// oversize: the arguments passed a limit; they were dropped and the call will not run.
 	oversize bool
 }

@@ -13,8 +13,12 @@ func (r *runner) startEarly(t *turnState, pc *pendingCall) {
 	if pc.started || pc.oversize || pc.name == "" || r.cfg.Tools == nil || pc.index >= r.cfg.MaxToolCalls || !r.cfg.Tools.ReadOnly(pc.name) {
 		return
 	}
-	if _, ok := pc.arguments(); !ok {
+	args, ok := pc.arguments()
+	if !ok {
 		return
+	}
+	if _, ask := r.approval(llm.ToolCall{Name: pc.name, Arguments: args}); ask {
+		return // decided once the turn is stored
 	}
 	t.assignID(pc)
 	r.start(t, pc)
@@ -67,6 +71,12 @@ func (r *runner) runPhaseTools(ctx context.Context, t *turnState, reason string)
 			pc.notRun = "No tools are available in this conversation."
 		}
 		if pc.notRun == "" {
+			if reason, ask := r.approval(t.ToolCalls[pc.index]); ask {
+				pc.waiting = true
+				t.waiting = append(t.waiting, Waiting{Call: t.ToolCalls[pc.index], Reason: reason})
+				r.sink.Emit(ApprovalRequired{Call: t.ToolCalls[pc.index], Reason: reason})
+				continue
+			}
 			r.start(t, pc)
 			continue
 		}
@@ -81,5 +91,25 @@ func (r *runner) runPhaseTools(ctx context.Context, t *turnState, reason string)
 		store(pc)
 	}
 	t.wg.Wait()
+	if len(t.waiting) > 0 && (err != nil || ctx.Err() != nil) {
+		// The run stops here instead of waiting: the calls that would have waited are closed too.
+		for _, pc := range t.calls {
+			if pc.waiting {
+				pc.result = ToolResult{Content: cmp.Or(notRunReason(ctx, nil, false, 0), "Not run: the run failed before this call was approved.")}
+				r.sink.Emit(ToolComplete{Call: t.ToolCalls[pc.index], Result: pc.result})
+				store(pc)
+			}
+		}
+		t.waiting = nil
+	}
 	return err
+}
+
+// approval asks the tools whether call waits for a person: never when they are no Approver.
+func (r *runner) approval(call llm.ToolCall) (string, bool) {
+	a, ok := r.cfg.Tools.(Approver)
+	if !ok {
+		return "", false
+	}
+	return a.NeedsApproval(call)
 }

@@ -96,6 +96,11 @@ type Agent struct {
 	// TitleModel titles a session from its first exchange: provider/model, TitleNone, or "" for
 	// Options.TitleModel.
 	TitleModel string
+	// Approvals are its approval rules, first match wins (tool.NewApprovals): whether a call runs, is
+	// refused, or waits for a person.
+	Approvals []tool.ApprovalRule
+	// AskUser offers the built-in ask_user tool (AskUserTool).
+	AskUser bool
 }
 
 // Options configure a Service.
@@ -137,6 +142,9 @@ type Options struct {
 	// none: provider/model, TitleNone to keep the title cut from the first message, or "" for the
 	// session's own model.
 	TitleModel string
+	// ApprovalTimeout is how long a run waits for a person's decision before its undecided calls are
+	// denied (default DefaultApprovalTimeout).
+	ApprovalTimeout time.Duration
 }
 
 // Price is what a model costs, in US dollars per million tokens. A cache price of 0 is the input price.
@@ -248,6 +256,10 @@ type Service struct {
 	hist   *histories     // records, kept between runs
 	// payloadTypes are each agent's payload types, their schemas compiled.
 	payloadTypes map[string][]payloadType
+	// approvals are each agent's approval policy, compiled.
+	approvals map[string]*tool.Approvals
+	// expiries are the timers of the runs awaiting approval, by run id: all this process keeps of them.
+	expiries map[string]*time.Timer
 	// interrupters serializes the sends that interrupt a session's run.
 	interrupters keyedMutex
 
@@ -270,8 +282,12 @@ func New(opts Options) *Service {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.ApprovalTimeout <= 0 {
+		opts.ApprovalTimeout = DefaultApprovalTimeout
+	}
 	agents := map[string]Agent{"default": {}}
 	payloadTypes := map[string][]payloadType{}
+	approvals := map[string]*tool.Approvals{}
 	for name, a := range opts.Agents {
 		agents[name] = a
 		types, err := compilePayloadTypes(a.Payloads)
@@ -280,10 +296,16 @@ func New(opts Options) *Service {
 			opts.Logger.Error("agent payload types left out", "agent", name, "err", err)
 		}
 		payloadTypes[name] = types
+		if approvals[name], err = tool.NewApprovals(a.Approvals); err != nil {
+			// Config.Validate checked them: an agent built elsewhere with bad rules asks before every call.
+			opts.Logger.Error("agent approval rules left out", "agent", name, "err", err)
+			approvals[name], _ = tool.NewApprovals([]tool.ApprovalRule{{Tools: []string{"*"}, Decision: tool.Ask}})
+		}
 	}
 	opts.Agents = agents
 	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
-		est: newEstimator(), hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0))), payloadTypes: payloadTypes}
+		est: newEstimator(), hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0))), payloadTypes: payloadTypes,
+		approvals: approvals, expiries: map[string]*time.Timer{}}
 	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)
 	if opts.FlushInterval > 0 {
 		s.events = newEventLog(opts.Store, opts.FlushInterval, opts.Logger)

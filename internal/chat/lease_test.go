@@ -46,6 +46,7 @@ type instance struct {
 	db  *postgres.DB
 	svc *chat.Service
 	up  *llmtest.Server
+	reg *tool.Registry
 }
 
 // newInstance starts an instance named name on the database of dsn whose model answers with turns.
@@ -78,7 +79,7 @@ func newInstance(t *testing.T, dsn, name string, clk *clock, listen bool, turns 
 		l := db.Listen(dsn, svc.Wake, nil)
 		t.Cleanup(l.Close)
 	}
-	return &instance{db: db, svc: svc, up: up}
+	return &instance{db: db, svc: svc, up: up, reg: reg}
 }
 
 // readUntil follows a run on svc from after, until an event pred accepts (or the log ends), and

@@ -76,6 +76,11 @@ type observer struct {
 	// completed, when set, is called with the answer of a run that completed, once its end is stored
 	// and its readers have it (the session's title is made from the first one).
 	completed func(answer string)
+	// approvalTimeout and now set when a run that pauses for approval expires; awaited is told once it
+	// has paused (with a cancel asked meanwhile).
+	approvalTimeout time.Duration
+	now             func() time.Time
+	awaited         func(user, runID string, expires time.Time, cancelReason string)
 }
 
 var (
@@ -92,6 +97,7 @@ type runStore interface {
 	CloseCalls(ctx context.Context, user, runID, reason string) ([]store.Record, error)
 	Run(ctx context.Context, user, id string) (*store.Run, error)
 	FinishRun(ctx context.Context, user, runID string, end store.RunEnd) ([]store.Record, error)
+	AwaitRun(ctx context.Context, user, runID string, a store.Await) error
 }
 
 func (s *Service) newObserver(p *plan, run *Run) *observer {
@@ -104,7 +110,8 @@ func (s *Service) newObserver(p *plan, run *Run) *observer {
 	return &observer{store: timedStore{runStore: s.opts.Store, m: s.opts.Metrics}, log: log, prices: s.opts.Prices, retire: s.retire,
 		closing: s.base.Done(), p: p, run: run, ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{},
 		parser: parser, split: parser.splitter(), keepRequests: s.opts.Limits.DiagnosticsRuns,
-		tracing: s.opts.Tracing, meter: s.opts.Metrics, span: trace.SpanFromContext(context.Background()), started: time.Now()}
+		tracing: s.opts.Tracing, meter: s.opts.Metrics, span: trace.SpanFromContext(context.Background()), started: time.Now(),
+		approvalTimeout: s.opts.ApprovalTimeout, now: time.Now, awaited: s.awaited}
 }
 
 // ready waits, for a run started early, until its commit is known, and reports whether the run may
@@ -163,6 +170,9 @@ func (o *observer) Emit(e agent.Event) {
 		o.ToolComplete(e.Call, e.Result)
 	case agent.Usage:
 		o.Usage(e.Model, e.Usage)
+	case agent.ApprovalRequired:
+		o.run.emit(runevent.TypeApprovalRequired, runevent.Encode(runevent.ApprovalRequired{Kind: kindOf(e.Call.Name), ToolCallID: e.Call.ID,
+			Name: e.Call.Name, Arguments: e.Call.Arguments, Reason: e.Reason}))
 	default:
 		o.log.Error("unknown agent event", "type", fmt.Sprintf("%T", e))
 	}
@@ -350,9 +360,14 @@ func (o *observer) RecordToolResult(ctx context.Context, t *agent.Turn, call llm
 	if parent == nil {
 		return errors.New("tool result for a turn that was not stored")
 	}
+	return o.recordResult(ctx, parent.ID, call, res)
+}
+
+// recordResult stores the result of a call of the assistant record parentID.
+func (o *observer) recordResult(ctx context.Context, parentID string, call llm.ToolCall, res agent.ToolResult) error {
 	ok, ms := res.Success, res.Duration.Milliseconds()
 	rec := &store.Record{
-		SessionID: o.run.SessionID, RunID: o.run.ID, Role: store.RoleTool, ParentID: parent.ID,
+		SessionID: o.run.SessionID, RunID: o.run.ID, Role: store.RoleTool, ParentID: parentID,
 		ToolCallID: call.ID, Name: call.Name, Content: res.Content, Success: &ok, DurationMS: &ms, Payload: res.Payload,
 	}
 	for _, a := range res.Attachments {
@@ -395,6 +410,14 @@ func (o *observer) finish(res agent.Result) {
 	}
 	o.endText() // a turn that was not stored may have left text held
 	o.run.setFinishing()
+	if res.Status == agent.StatusAwaitingApproval {
+		if o.await(res) {
+			return
+		}
+		// It could not pause: it fails, its waiting calls closed as any open call is.
+		res = agent.Result{Status: agent.StatusFailed, FinishReason: "error", Usage: res.Usage, Final: res.Final,
+			Err: errors.New("the run could not be stored as waiting for approval")}
+	}
 	if o.conv != nil {
 		o.conv.release()
 	}

@@ -77,6 +77,9 @@ func (s *Service) Cancel(ctx context.Context, user, id, reason string) (*CancelR
 	if err != nil {
 		return nil, err
 	}
+	if r.Status == store.RunAwaiting {
+		return s.cancelAwaiting(ctx, user, r, reason)
+	}
 	if r.Status == store.RunRunning || r.Status == store.RunQueued {
 		// Another instance's run: its owner cancels it when the request reaches it.
 		if asked, err := s.cancelElsewhere(ctx, user, id, reason); err != nil {
@@ -254,6 +257,10 @@ func (f *Follower) Read(ctx context.Context) ([]Event, bool, error) {
 		return f.tail(ctx, r.LastEventSeq-1)
 	case r.EndedAt != nil:
 		f.ended = true
+	case r.Status == store.RunAwaiting && f.after >= r.LastEventSeq:
+		// Paused for a person: this part of its log is over (awaiting_approval was its last event).
+		// Its log goes on once it is decided, from the next Seq.
+		f.ended = true
 	default:
 		// Not ended, not live when Follow looked: it may have become live here since (a queued run
 		// recovered at start-up), or belong to another process; the next Read looks again.
@@ -338,6 +345,9 @@ func (s *Service) Wait(ctx context.Context, user, id string) (Outcome, error) {
 		}
 		if r.EndedAt != nil {
 			return s.storedOutcome(ctx, user, r)
+		}
+		if r.Status == store.RunAwaiting {
+			return Outcome{Status: r.Status, Usage: r.Usage, ToolHistory: []runevent.ToolHistory{}}, nil
 		}
 		select {
 		case <-time.After(pollInterval):

@@ -28,11 +28,14 @@ const (
 // event log holds it) is stored as an assistant record, its open tool calls get failed tool records,
 // and its log ends with error and done interrupted, so that its session accepts the next message with a
 // history every provider accepts. Call it at start-up, before serving: it assumes that no other process
-// owns a run.
+// owns a run. The runs left awaiting approval stay so: their expiry is kept again.
 //
 // On a store several instances share, it recovers only the runs whose owner's lease ended (Sweep): the
 // runs of live instances are theirs.
 func (s *Service) Recover(ctx context.Context) error {
+	if err := s.keepExpiries(ctx); err != nil {
+		return fmt.Errorf("recover runs: %w", err)
+	}
 	if s.leases != nil {
 		return s.Sweep(ctx)
 	}

@@ -66,6 +66,8 @@ type setup struct {
 	// TitleModel titles sessions after their first answer; "" is chat.TitleNone, so that the scripted
 	// model's answers go to the runs.
 	TitleModel string
+	// ApprovalTimeout is how long a run waits for a decision; 0 is the default.
+	ApprovalTimeout time.Duration
 }
 
 // fixture is a service wired as chatd wires it: a real SQLite store, the openai adapter talking to a
@@ -97,7 +99,7 @@ func newFixture(t *testing.T, s setup) *fixture {
 	}
 	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
 		FlushInterval: s.FlushInterval, RetryBase: time.Millisecond, Agents: s.Agents, Context: s.Context, Logger: s.Logger,
-		Limits: s.Limits, Now: s.Now, TitleModel: titleModel(s.TitleModel)})
+		Limits: s.Limits, Now: s.Now, TitleModel: titleModel(s.TitleModel), ApprovalTimeout: s.ApprovalTimeout})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()

@@ -59,6 +59,9 @@ type plan struct {
 	// parent is the trace of the request that sent the run (its HTTP request's span), which the run's
 	// span continues; invalid when untraced.
 	parent trace.SpanContext
+	// decided is, for a run resumed after its approvals, the calls it waited on, decided: they run (or
+	// are denied) before the loop goes on.
+	decided *awaiting
 }
 
 // sessionID is the id of the plan's session, existing or to be created.
@@ -254,6 +257,12 @@ func requestHash(req Request) string {
 func (s *Service) interruptActive(ctx context.Context, user, runID string, deadline time.Time, attempt int) error {
 	live := s.live(user, runID)
 	if live == nil {
+		if r, err := s.opts.Store.Run(ctx, user, runID); err == nil && r.Status == store.RunAwaiting {
+			// Waiting for a person, it runs nowhere: it ends here, at once.
+			if _, err := s.cancelAwaiting(ctx, user, r, "interrupted by a new message"); err == nil {
+				return nil
+			}
+		}
 		s.cancelElsewhere(ctx, user, runID, "interrupted by a new message") // another instance's run
 		pause := time.NewTimer(min(time.Duration(1<<min(attempt, 6))*10*time.Millisecond, time.Until(deadline)))
 		defer pause.Stop()
@@ -706,6 +715,9 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 	if job := s.titleFor(p, run, records); job != nil {
 		obs.completed = func(answer string) { s.startTitle(job, answer) }
 	}
+	if p.decided != nil {
+		s.runDecided(ctx, p, obs)
+	}
 	cfg := agent.Config{
 		Models:        append([]agent.Model{{Provider: p.provider, Name: p.upstream, ProviderName: p.provName}}, p.fallbacks...),
 		Reasoning:     p.agent.Reasoning,
@@ -812,6 +824,12 @@ func (s *Service) Close(ctx context.Context) error {
 		}
 	}
 	s.cancel()
+	s.mu.Lock()
+	for id, t := range s.expiries {
+		t.Stop()
+		delete(s.expiries, id)
+	}
+	s.mu.Unlock()
 	err := s.wait(ctx)
 	if s.events != nil {
 		s.events.close()

@@ -29,6 +29,8 @@ type toolSet struct {
 	tracing  *tracing.Tracing
 	// payloads are the records whose payloads get_payload reads, when the run offers it (withPayloads).
 	payloads []store.Record
+	// approvals is the agent's approval policy: whether a call runs, is refused, or waits for a person.
+	approvals *tool.Approvals
 }
 
 var _ agent.Tools = (*toolSet)(nil)
@@ -39,8 +41,8 @@ var _ agent.Tools = (*toolSet)(nil)
 func (s *Service) toolsFor(name string, a Agent, reqCtx map[string]any, selected []string) (*toolSet, error) {
 	infos := s.visibleTools(a, reqCtx)
 	for _, n := range selected {
-		if n == GetPayloadTool {
-			continue // offered when the conversation has payloads (withPayloads)
+		if n == GetPayloadTool || (n == AskUserTool && a.AskUser) {
+			continue // offered when the conversation has payloads (withPayloads); ask_user by withAskUser
 		}
 		if _, found := slices.BinarySearchFunc(infos, n, byName); !found {
 			return nil, invalid("unknown_tool", "selected_tools names %q, not a tool of agent %q%s; GET /v1/tools lists them",
@@ -51,7 +53,7 @@ func (s *Service) toolsFor(name string, a Agent, reqCtx map[string]any, selected
 		infos = slices.DeleteFunc(infos, func(info tool.Info) bool { return !slices.Contains(selected, info.Name) })
 	}
 	ts := &toolSet{reg: s.opts.Tools, allowed: make(map[string]bool, len(infos)), now: s.opts.Now,
-		metrics: s.opts.Metrics, tracing: s.opts.Tracing}
+		metrics: s.opts.Metrics, tracing: s.opts.Tracing, approvals: s.approvals[name]}
 	if len(infos) > 0 {
 		ts.specs = make([]llm.ToolSpec, 0, len(infos))
 	}
@@ -59,7 +61,7 @@ func (s *Service) toolsFor(name string, a Agent, reqCtx map[string]any, selected
 		ts.allowed[info.Name] = true
 		ts.specs = append(ts.specs, llm.ToolSpec{Name: info.Name, Description: info.Description, InputSchema: info.InputSchema})
 	}
-	return ts, nil
+	return ts.withAskUser(a, selected), nil
 }
 
 // visibleTools returns the registered tools agent a offers in the request context reqCtx, sorted by
@@ -163,6 +165,36 @@ func (ts *toolSet) call(ctx context.Context, call llm.ToolCall) agent.ToolResult
 	if call.Name == GetPayloadTool && ts.payloads != nil {
 		return ts.getPayload(ctx, call)
 	}
+	if call.Name == AskUserTool {
+		// A valid call waits for the user (NeedsApproval) and never gets here.
+		if _, err := questionsOf(call.Arguments); err != nil {
+			return agent.ToolResult{Arguments: call.Arguments, Content: err.Error()}
+		}
+		return agent.ToolResult{Arguments: call.Arguments, Content: "ask_user could not reach the user in this run."}
+	}
+	if msg := ts.refusal(call); msg != "" {
+		return agent.ToolResult{Content: msg}
+	}
+	return ts.run(ctx, call)
+}
+
+// refusal is the result of a call the agent's approval policy does not let run now, or "".
+func (ts *toolSet) refusal(call llm.ToolCall) string {
+	info, ok := ts.reg.Info(call.Name)
+	if !ok {
+		return "" // the registry reports the unknown tool
+	}
+	switch d, reason := ts.approvals.Decide(info, call.Arguments); d {
+	case tool.Deny:
+		return "Not permitted: " + reason + " Do not try this call again; tell the user if it matters."
+	case tool.Ask:
+		return "Not run: this call needs a person's approval. " + reason
+	}
+	return ""
+}
+
+// run runs a call the policy allows, or a person approved.
+func (ts *toolSet) run(ctx context.Context, call llm.ToolCall) agent.ToolResult {
 	var stop func()
 	if ts.progress != nil {
 		ctx, stop = withProgress(ctx, call.ID, ts.now, ts.progress)

@@ -70,11 +70,14 @@ type Config struct {
 	ToolTimeout time.Duration
 	// DrainTimeout is how long SIGTERM lets running runs finish before cancelling them (default 20s).
 	DrainTimeout time.Duration
-	AllowedHosts []string // Host header values accepted besides loopback names (behind a reverse proxy)
-	Providers    []provider.Config
-	Unconfigured []provider.Unconfigured
-	Agents       map[string]chat.Agent // the agents: section, by name
-	Context      Context
+	// ApprovalTimeout is how long a run waits for a person's decision before its undecided calls are
+	// denied (CHATD_APPROVAL_TIMEOUT, approval_timeout; default 24h).
+	ApprovalTimeout time.Duration
+	AllowedHosts    []string // Host header values accepted besides loopback names (behind a reverse proxy)
+	Providers       []provider.Config
+	Unconfigured    []provider.Unconfigured
+	Agents          map[string]chat.Agent // the agents: section, by name
+	Context         Context
 	// MCPConfig is the path of the MCP servers file in the common {"mcpServers":{…}} shape
 	// (--mcp-config, CHATD_MCP_CONFIG or mcp_config); "" runs no MCP server.
 	MCPConfig string
@@ -330,6 +333,26 @@ type fileAgent struct {
 	Suggestions bool          `yaml:"suggestions"`
 	// TitleModel titles the agent's sessions; absent: the top-level title_model.
 	TitleModel string `yaml:"title_model"`
+	// Approvals are the agent's approval rules, first match wins (tool.ApprovalRule).
+	Approvals []fileApprovalRule `yaml:"approvals"`
+	// AskUser offers the model the built-in ask_user tool.
+	AskUser bool `yaml:"ask_user"`
+}
+
+// fileApprovalRule is an approval rule as the config file writes it, its allow_if a JSON Schema in YAML.
+type fileApprovalRule struct {
+	Tools    []string       `yaml:"tools"`
+	Decision string         `yaml:"decision"`
+	AllowIf  map[string]any `yaml:"allow_if"`
+	Reason   string         `yaml:"reason"`
+}
+
+func (r fileApprovalRule) rule() tool.ApprovalRule {
+	out := tool.ApprovalRule{Tools: r.Tools, Decision: tool.Decision(r.Decision), Reason: r.Reason}
+	if r.AllowIf != nil {
+		out.AllowIf, _ = json.Marshal(r.AllowIf) // YAML maps have string keys: Marshal cannot fail
+	}
+	return out
 }
 
 // filePayload is a payload type as the config file writes it.
@@ -368,9 +391,12 @@ func (a fileAgent) agent() chat.Agent {
 	out := chat.Agent{Description: a.Description, Model: a.Model, Fallbacks: a.Fallbacks, SystemPrompt: a.SystemPrompt, Tools: a.Tools,
 		Scopes: a.ToolScopes, MaxIterations: a.MaxIterations, Temperature: a.Temperature, MaxTokens: a.MaxTokens,
 		Instructions: a.Instructions, Guidelines: a.Guidelines, ToolHistoryRounds: a.ToolHistoryRounds,
-		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Suggestions: a.Suggestions, TitleModel: a.TitleModel}
+		ContextWindow: a.ContextWindow, CompactAt: a.CompactAt, Suggestions: a.Suggestions, TitleModel: a.TitleModel, AskUser: a.AskUser}
 	for _, p := range a.Payloads {
 		out.Payloads = append(out.Payloads, p.payloadType())
+	}
+	for _, r := range a.Approvals {
+		out.Approvals = append(out.Approvals, r.rule())
 	}
 	if r := a.Reasoning; r != nil {
 		out.Reasoning = &llm.Reasoning{Effort: r.Effort, BudgetTokens: r.BudgetTokens}
@@ -391,22 +417,23 @@ func agents(in map[string]fileAgent) map[string]chat.Agent {
 }
 
 type file struct {
-	Addr         string                  `yaml:"addr"`
-	DB           string                  `yaml:"db"`
-	DBListen     string                  `yaml:"db_listen"`
-	LeaseTTL     time.Duration           `yaml:"lease_ttl"`
-	SweepEvery   time.Duration           `yaml:"sweep_interval"`
-	Model        string                  `yaml:"model"`
-	TitleModel   string                  `yaml:"title_model"`
-	LogLevel     string                  `yaml:"log_level"`
-	LogFormat    string                  `yaml:"log_format"`
-	MetricsAddr  string                  `yaml:"metrics_addr"`
-	MetricsToken string                  `yaml:"metrics_token"`
-	ToolTimeout  time.Duration           `yaml:"tool_timeout"`
-	DrainTimeout time.Duration           `yaml:"drain_timeout"`
-	AllowedHosts []string                `yaml:"allowed_hosts"`
-	Providers    map[string]fileProvider `yaml:"providers"`
-	Agents       map[string]fileAgent    `yaml:"agents"`
+	Addr            string                  `yaml:"addr"`
+	DB              string                  `yaml:"db"`
+	DBListen        string                  `yaml:"db_listen"`
+	LeaseTTL        time.Duration           `yaml:"lease_ttl"`
+	SweepEvery      time.Duration           `yaml:"sweep_interval"`
+	Model           string                  `yaml:"model"`
+	TitleModel      string                  `yaml:"title_model"`
+	LogLevel        string                  `yaml:"log_level"`
+	LogFormat       string                  `yaml:"log_format"`
+	MetricsAddr     string                  `yaml:"metrics_addr"`
+	MetricsToken    string                  `yaml:"metrics_token"`
+	ToolTimeout     time.Duration           `yaml:"tool_timeout"`
+	DrainTimeout    time.Duration           `yaml:"drain_timeout"`
+	ApprovalTimeout time.Duration           `yaml:"approval_timeout"`
+	AllowedHosts    []string                `yaml:"allowed_hosts"`
+	Providers       map[string]fileProvider `yaml:"providers"`
+	Agents          map[string]fileAgent    `yaml:"agents"`
 
 	ToolHistoryRounds  *int           `yaml:"tool_history_rounds"`
 	ToolResultMaxBytes int            `yaml:"tool_result_max_bytes"`
@@ -504,6 +531,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		return nil, err
 	}
 	if c.DrainTimeout, err = duration("CHATD_DRAIN_TIMEOUT", getenv("CHATD_DRAIN_TIMEOUT"), f.DrainTimeout, DefaultDrainTimeout); err != nil {
+		return nil, err
+	}
+	if c.ApprovalTimeout, err = duration("CHATD_APPROVAL_TIMEOUT", getenv("CHATD_APPROVAL_TIMEOUT"), f.ApprovalTimeout, chat.DefaultApprovalTimeout); err != nil {
 		return nil, err
 	}
 	if err := c.providers(getenv, f.Providers); err != nil {
@@ -807,6 +837,9 @@ func (c *Config) Validate() error {
 		}
 		if err := chat.CheckPayloadTypes(a.Payloads); err != nil {
 			return fmt.Errorf("config: agent %q: payloads: %w", name, err)
+		}
+		if _, err := tool.NewApprovals(a.Approvals); err != nil {
+			return fmt.Errorf("config: agent %q: %w", name, err)
 		}
 		if a.MaxIterations < 0 || a.MaxTokens < 0 || a.ContextWindow < 0 {
 			return fmt.Errorf("config: agent %q: limits must be positive", name)

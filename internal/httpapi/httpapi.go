@@ -145,6 +145,7 @@ func (s *server) routeTable() []route {
 		{"GET /v1/runs/{id}/events", s.runEvents},
 		{"GET /v1/runs/{id}/diagnostics", s.runDiagnostics},
 		{"POST /v1/runs/{id}/cancel", s.cancelRun},
+		{"POST /v1/runs/{id}/approvals", s.decideRun},
 		{"POST /v1/sessions", s.createSession},
 		{"GET /v1/sessions", s.listSessions},
 		{"GET /v1/sessions/{id}", s.getSession},

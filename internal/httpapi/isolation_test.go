@@ -72,6 +72,10 @@ func isolationCases() map[string]isoCase {
 			byID("POST", "/v1/runs/{run}/cancel", ``, 404, 0),
 			byID("POST", "/v1/runs/{live_run}/cancel", ``, 404, 0),
 		}},
+		"POST /v1/runs/{id}/approvals": {twins: []isoProbe{
+			byID("POST", "/v1/runs/{run}/approvals", `{"tool_call_id":"call_1","decision":"approve"}`, 404, 409),
+			byID("POST", "/v1/runs/{live_run}/approvals", `{"tool_call_id":"call_1","decision":"deny"}`, 404, 409),
+		}},
 		"POST /v1/sessions": {check: (*isoFixture).createSession},
 		"GET /v1/sessions":  {check: (*isoFixture).listSessions},
 		"GET /v1/sessions/{id}": {twins: []isoProbe{

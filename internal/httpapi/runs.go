@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"net/http"
+
+	"chatd/internal/chat"
 	"strconv"
 	"strings"
 )
@@ -54,6 +56,21 @@ func (s *server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 		status = http.StatusOK
 	}
 	return writeJSON(w, status, cancelOf(res))
+}
+
+// decideRun records a person's decision on a call the run waits for: 200 with the run's status —
+// running once nothing it waits for is undecided (it resumed here), else still awaiting_approval.
+func (s *server) decideRun(w http.ResponseWriter, r *http.Request) error {
+	var in approvalRequestJSON
+	if err := s.decode(w, r, &in); err != nil {
+		return err
+	}
+	res, err := s.Chat.Decide(r.Context(), user(r.Context()), r.PathValue("id"), chat.Decision{ToolCallID: in.ToolCallID,
+		Decision: in.Decision, Arguments: in.Arguments, Reason: in.Reason, Answers: in.Answers})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, approvalOf(res))
 }
 
 // runDiagnostics answers GET /v1/runs/{id}/diagnostics?call=N: model call N of the run (default: the

@@ -1,10 +1,14 @@
 package httpapi
 
 import (
+	"cmp"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,6 +52,22 @@ type uiPart struct {
 	MediaType string `json:"mediaType"`
 	URL       string `json:"url"`
 	Filename  string `json:"filename"`
+	// A tool part's call, state and approval: addToolApprovalResponse sends the message back with the
+	// part "approval-responded".
+	ToolCallID string      `json:"toolCallId"`
+	State      string      `json:"state"`
+	Approval   *uiApproval `json:"approval"`
+	// Input is the call's input as the client holds it: edited before an approval, it is what the call
+	// runs with. Output is, for an ask_user part the client answered (addToolOutput), the answers.
+	Input  json.RawMessage `json:"input"`
+	Output json.RawMessage `json:"output"`
+}
+
+// uiApproval is a tool part's approval as useChat keeps it.
+type uiApproval struct {
+	ID       string `json:"id"`
+	Approved *bool  `json:"approved"`
+	Reason   string `json:"reason"`
 }
 
 // uiChat starts a run from the newest user message and streams it as UI message chunks.
@@ -68,6 +88,9 @@ func (s *server) uiChat(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := checkChatID(in.ID); err != nil {
 		return err
+	}
+	if runID, decided := approvalResponses(&in); len(decided) > 0 {
+		return s.uiApprove(w, r, in.ID, runID, decided)
 	}
 	var req chat.Request
 	var err error
@@ -190,4 +213,85 @@ func dataURL(p uiPart) (store.Attachment, error) {
 		mt = strings.TrimSuffix(meta, ";base64")
 	}
 	return store.Attachment{MediaType: mt, Name: p.Filename, Data: b}, nil
+}
+
+// approvalResponses finds, in a post that answers approval requests (useChat's addToolApprovalResponse,
+// then its automatic send), the run they are for and each decision: the last message is the run's
+// assistant message, with tool parts "approval-responded".
+func approvalResponses(in *uiChatRequest) (string, []chat.Decision) {
+	if len(in.Messages) == 0 || in.Trigger == "regenerate-message" {
+		return "", nil
+	}
+	last := &in.Messages[len(in.Messages)-1]
+	if last.Role != "assistant" {
+		return "", nil
+	}
+	runID, ok := strings.CutPrefix(cmp.Or(in.MessageID, last.ID), uiMessagePrefix)
+	if !ok {
+		return "", nil
+	}
+	var out []chat.Decision
+	for _, p := range last.Parts {
+		if p.Type == "tool-"+chat.AskUserTool && p.State == "output-available" {
+			var answered struct {
+				Answers []string `json:"answers"`
+			}
+			if json.Unmarshal(p.Output, &answered) == nil && answered.Answers != nil {
+				out = append(out, chat.Decision{ToolCallID: p.ToolCallID, Decision: chat.DecisionAnswer, Answers: answered.Answers})
+			}
+			continue
+		}
+		if p.State != "approval-responded" || p.Approval == nil || p.Approval.Approved == nil {
+			continue
+		}
+		d := chat.Decision{ToolCallID: cmp.Or(p.Approval.ID, p.ToolCallID), Decision: chat.DecisionDeny, Reason: p.Approval.Reason}
+		if *p.Approval.Approved {
+			d.Decision, d.Reason, d.Arguments = chat.DecisionApprove, "", p.Input
+		}
+		out = append(out, d)
+	}
+	return runID, out
+}
+
+// sameJSON reports whether two JSON texts hold the same value.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+// uiApprove records the decisions a useChat client sent for a run of the session that waits, and
+// streams the rest of the run's message: what it does once resumed. A decision the run no longer
+// waits for (a retried post, another tab) is skipped.
+func (s *server) uiApprove(w http.ResponseWriter, r *http.Request, sessionID, runID string, decided []chat.Decision) error {
+	ctx := r.Context()
+	run, err := s.Chat.RunInfo(ctx, user(ctx), runID)
+	if err != nil {
+		return err
+	}
+	if run.SessionID != sessionID {
+		return &apiError{status: http.StatusNotFound, code: "run_not_found", message: "no run " + strconv.Quote(runID) + " in this chat"}
+	}
+	after := run.LastEventSeq // the pause: awaiting_approval is the log's last event
+	if aw := chat.AwaitingOf(run); aw != nil {
+		for _, d := range decided {
+			i := slices.IndexFunc(aw.Calls, func(c chat.AwaitingCall) bool { return c.ToolCallID == d.ToolCallID })
+			if i < 0 || aw.Calls[i].Decision != "" {
+				continue
+			}
+			if len(d.Arguments) > 0 && sameJSON(d.Arguments, aw.Calls[i].Arguments) {
+				d.Arguments = nil // the input as the model sent it: not an edit
+			}
+			if _, err := s.Chat.Decide(ctx, user(ctx), runID, d); err != nil {
+				var e *chat.Error
+				if errors.As(err, &e) && (e.Code == "already_decided" || e.Code == "not_awaiting_approval") {
+					continue
+				}
+				return err
+			}
+		}
+	}
+	h := w.Header()
+	h.Set("X-Run-Id", runID)
+	h.Set("X-Session-Id", sessionID)
+	return s.uiStreamFrom(w, r, runID, after)
 }

@@ -15,10 +15,23 @@ import (
 // uiStream writes the run's events from its start as UI message chunks until the run has ended. An
 // event that does not decode ends the stream: the log holds only what chat encoded, so it is a bug.
 func (s *server) uiStream(w http.ResponseWriter, r *http.Request, runID string) error {
+	return s.uiStreamFrom(w, r, runID, 0)
+}
+
+// uiStreamFrom writes the run's events after Seq after as UI message chunks: from 0, the whole run;
+// from a pause for approval, what the run did once resumed, as the rest of the same assistant message
+// (a start chunk with its id, then the chunks).
+func (s *server) uiStreamFrom(w http.ResponseWriter, r *http.Request, runID string, after int64) error {
 	w.Header().Set("X-Vercel-Ai-Ui-Message-Stream", "v1")
-	c := uiConverter{messageID: uiMessagePrefix + runID}
-	return s.follow(w, r, runID, 0, func(out *sse.Writer, batch []chat.Event) error {
+	// A continuation is inside the step that paused (its model call over): the decided calls' outputs
+	// land on their parts there, and the next model call opens a step of its own.
+	c := uiConverter{messageID: uiMessagePrefix + runID, continues: after > 0, step: after > 0, called: after > 0}
+	return s.follow(w, r, runID, after, func(out *sse.Writer, batch []chat.Event) error {
 		c.buf = c.buf[:0]
+		if c.continues {
+			c.continues = false
+			c.chunk(map[string]any{"type": "start", "messageId": c.messageID})
+		}
 		for _, ev := range batch {
 			if err := c.event(ev); err != nil {
 				s.log.Error("ui stream: convert event", "run", runID, "seq", ev.Seq, "type", ev.Type, "err", err)
@@ -51,6 +64,9 @@ type uiConverter struct {
 	ended    bool // [DONE] is written
 	// suggested says a data-suggestions part is written: a later answer without suggestions empties it.
 	suggested bool
+	// continues: the stream goes on with a message streamed before (after a pause for approval); its
+	// first batch begins with a start chunk naming it.
+	continues bool
 }
 
 // event converts one run event: one method per event type, each given the event's decoded data.
@@ -86,6 +102,12 @@ func (c *uiConverter) event(ev chat.Event) error {
 		return on(ev.Data, c.done)
 	case runevent.TypeRecord:
 		return on(ev.Data, c.record)
+	case runevent.TypeApprovalRequired:
+		return on(ev.Data, c.approvalRequired)
+	case runevent.TypeAwaitingApproval:
+		return on(ev.Data, c.awaitingApproval)
+	case runevent.TypeApprovalDecided:
+		return on(ev.Data, c.approvalDecided)
 	case runevent.TypeStatus:
 		return nil
 	}
@@ -165,6 +187,40 @@ func (c *uiConverter) toolStart(d runevent.ToolStart) {
 	c.closeText()
 	c.inStep()
 	c.chunk(map[string]any{"type": "tool-input-available", "toolCallId": d.ToolCallID, "toolName": d.Name, "input": d.Arguments})
+}
+
+// approvalRequired shows a call that waits: its input (it never started, so no tool_start gave it), then
+// the AI SDK's approval request, whose approvalId is the call's id. A question (ask_user) has no
+// approval request: the UI answers its input's questions (POST /v1/runs/{id}/approvals).
+func (c *uiConverter) approvalRequired(d runevent.ApprovalRequired) {
+	c.closeText()
+	c.inStep()
+	c.chunk(map[string]any{"type": "tool-input-available", "toolCallId": d.ToolCallID, "toolName": d.Name, "input": d.Arguments})
+	if d.Kind == "question" {
+		return
+	}
+	c.chunk(map[string]any{"type": "tool-approval-request", "approvalId": d.ToolCallID, "toolCallId": d.ToolCallID, "reason": d.Reason})
+}
+
+// awaitingApproval ends the message for now: useChat is ready for addToolApprovalResponse, whose
+// request (POST /v1/ui/chat) resumes the run and streams the rest of this message.
+func (c *uiConverter) awaitingApproval(runevent.AwaitingApproval) {
+	c.finishStep()
+	c.finish("tool-calls", nil)
+	c.buf = append(c.buf, "data: [DONE]\n\n"...)
+	c.ended = true
+}
+
+// approvalDecided replays a decision: what the client sent, for a stream read again from the start.
+func (c *uiConverter) approvalDecided(d runevent.ApprovalDecided) {
+	if d.Decision == "answer" {
+		return // the answers are the call's output
+	}
+	m := map[string]any{"type": "tool-approval-response", "approvalId": d.ToolCallID, "approved": d.Decision == "approve"}
+	if d.Reason != "" {
+		m["reason"] = d.Reason
+	}
+	c.chunk(m)
 }
 
 // toolProgress passes the event's data on as it is, in a transient data part.

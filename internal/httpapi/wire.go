@@ -44,12 +44,57 @@ type runJSON struct {
 	StartedAt    *time.Time     `json:"started_at,omitempty"`
 	EndedAt      *time.Time     `json:"ended_at,omitempty"`
 	LastEventID  int64          `json:"last_event_id"`
+	// Awaiting is, for a run awaiting approval, what it waits for.
+	Awaiting *awaitingJSON `json:"awaiting,omitempty"`
+}
+
+// awaitingJSON is what a run awaiting approval waits for: its calls, and when it stops waiting.
+type awaitingJSON struct {
+	ExpiresAt time.Time          `json:"expires_at"`
+	Calls     []awaitingCallJSON `json:"calls"`
+}
+
+type awaitingCallJSON struct {
+	Kind       string          `json:"kind"` // approval, or question (ask_user: its arguments hold the questions)
+	ToolCallID string          `json:"tool_call_id"`
+	Name       string          `json:"name"`
+	Arguments  json.RawMessage `json:"arguments"`
+	Reason     string          `json:"reason"`
+	Decision   string          `json:"decision,omitempty"` // approve or deny, once decided
 }
 
 func runOf(r *store.Run) runJSON {
-	return runJSON{ID: r.ID, SessionID: r.SessionID, Status: r.Status, Agent: r.Agent, Model: r.Model,
+	out := runJSON{ID: r.ID, SessionID: r.SessionID, Status: r.Status, Agent: r.Agent, Model: r.Model,
 		FinishReason: r.FinishReason, Error: r.Error, Usage: runevent.UsageOf(r.Usage), CreatedAt: r.CreatedAt,
 		StartedAt: r.StartedAt, EndedAt: r.EndedAt, LastEventID: r.LastEventSeq}
+	if a := chat.AwaitingOf(r); a != nil {
+		out.Awaiting = &awaitingJSON{ExpiresAt: a.ExpiresAt, Calls: []awaitingCallJSON{}}
+		for _, c := range a.Calls {
+			out.Awaiting.Calls = append(out.Awaiting.Calls, awaitingCallJSON{Kind: c.Kind, ToolCallID: c.ToolCallID, Name: c.Name,
+				Arguments: c.Arguments, Reason: c.Reason, Decision: c.Decision})
+		}
+	}
+	return out
+}
+
+// approvalRequestJSON is the body of POST /v1/runs/{id}/approvals.
+type approvalRequestJSON struct {
+	ToolCallID string          `json:"tool_call_id"`
+	Decision   string          `json:"decision"`            // approve or deny
+	Arguments  json.RawMessage `json:"arguments,omitempty"` // approve: the edited arguments to run with
+	Reason     string          `json:"reason,omitempty"`    // deny: what the model is told
+	Answers    []string        `json:"answers,omitempty"`   // answer: an ask_user call's answers, in order
+}
+
+// approvalJSON answers POST /v1/runs/{id}/approvals.
+type approvalJSON struct {
+	RunID   string `json:"run_id"`
+	Status  string `json:"status"`  // running (resumed) or awaiting_approval (other calls undecided)
+	Pending int    `json:"pending"` // calls still undecided
+}
+
+func approvalOf(a *chat.ApprovalResult) approvalJSON {
+	return approvalJSON{RunID: a.RunID, Status: a.Status, Pending: a.Pending}
 }
 
 // cancelJSON answers POST /v1/runs/{id}/cancel.

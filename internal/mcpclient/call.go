@@ -58,7 +58,10 @@ func (s *server) newTool(t *mcp.Tool) (*mcpTool, error) {
 		Name:        ToolName(s.cfg.Name, t.Name),
 		Description: desc,
 		InputSchema: schema,
-		ReadOnly:    t.Annotations != nil && t.Annotations.ReadOnlyHint,
+		ReadOnly:    ann != nil && ann.ReadOnlyHint,
+		// Only an explicit destructiveHint counts: the spec's default (true) would make every tool of
+		// a server that says nothing wait for a person.
+		Destructive: ann != nil && !ann.ReadOnlyHint && ann.DestructiveHint != nil && *ann.DestructiveHint,
 		Timeout:     timeout,
 		Source:      s.source,
 	}}, nil

@@ -274,8 +274,11 @@ func TestToolInfo(t *testing.T) {
 			t.Errorf("srv__look: %+v, want read-only, from mcp:srv, with its description and the server's timeout", look)
 		}
 		echo, _ := reg.Info("srv__echo")
-		if echo.ReadOnly || !bytes.Contains(echo.InputSchema, []byte(`"text"`)) {
-			t.Errorf("srv__echo: %+v, want not read-only, with its input schema", echo)
+		if echo.ReadOnly || echo.Destructive || !bytes.Contains(echo.InputSchema, []byte(`"text"`)) {
+			t.Errorf("srv__echo: %+v, want neither read-only nor destructive (it says nothing), with its input schema", echo)
+		}
+		if wipe, _ := reg.Info("srv__wipe"); !wipe.Destructive || look.Destructive {
+			t.Errorf("srv__wipe destructive %v (want true), srv__look %v (want false)", wipe.Destructive, look.Destructive)
 		}
 		if sleep, _ := reg.Info("srv__sleep"); sleep.Timeout != 3*time.Second {
 			t.Errorf("srv__sleep times out after %s, want the tool's own 3s", sleep.Timeout)

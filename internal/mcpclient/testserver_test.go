@@ -116,6 +116,10 @@ func (ts *testServer) addTools() {
 	ts.AddTool(&mcp.Tool{Name: "look", Description: "Reads nothing.", InputSchema: objectSchema,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("looked"), nil })
+	destructive := true
+	ts.AddTool(&mcp.Tool{Name: "wipe", Description: "Wipes nothing.", InputSchema: objectSchema,
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &destructive}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("wiped"), nil })
 	ts.raw("args", func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return text(string(req.Params.Arguments)), nil
 	})

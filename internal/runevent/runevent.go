@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 )
 
@@ -33,7 +34,42 @@ const (
 	TypeError          = "error"
 	TypeCancelled      = "cancelled"
 	TypeDone           = "done"
+	// A run that waits for a person: each call that waits, then the pause that ends this part of the
+	// stream; each decision once it is made.
+	TypeApprovalRequired = "approval_required"
+	TypeAwaitingApproval = "awaiting_approval"
+	TypeApprovalDecided  = "approval_decided"
 )
+
+// ApprovalRequired is a tool call that waits for a person's decision instead of running: it has no
+// result until one is made (POST /v1/runs/{id}/approvals).
+type ApprovalRequired struct {
+	// Kind is "approval" (approve or deny the call) or "question" (ask_user: answer its questions,
+	// which are its arguments).
+	Kind       string          `json:"kind"`
+	ToolCallID string          `json:"tool_call_id"`
+	Name       string          `json:"name"`
+	Arguments  json.RawMessage `json:"arguments"`
+	Reason     string          `json:"reason"`
+}
+
+// AwaitingApproval ends the part of a run's stream before a pause: the run's status is now
+// awaiting_approval, it runs nowhere, and its log goes on (the next Seq) once every call it waits for
+// is decided, or it is cancelled, or it expires (ExpiresAt) with every open call denied.
+type AwaitingApproval struct {
+	Calls     []ApprovalRequired `json:"calls"`
+	ExpiresAt time.Time          `json:"expires_at"`
+}
+
+// ApprovalDecided is a decision on a call that waited: approve (with the arguments it runs with),
+// deny (with the reason the model is told) or answer (a question's answers, in order).
+type ApprovalDecided struct {
+	ToolCallID string          `json:"tool_call_id"`
+	Decision   string          `json:"decision"`
+	Arguments  json.RawMessage `json:"arguments,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	Answers    []string        `json:"answers,omitempty"`
+}
 
 // RunStart is the first event of a run.
 type RunStart struct {
@@ -147,7 +183,7 @@ type Done struct {
 // Data is the set of event data types.
 type Data interface {
 	RunStart | Status | Text | ToolCallDelta | ToolStart | ToolProgress | ToolComplete | RecordEvent |
-		UsageEvent | Complete | Error | Cancelled | Done
+		UsageEvent | Complete | Error | Cancelled | Done | ApprovalRequired | AwaitingApproval | ApprovalDecided
 }
 
 // Encode returns an event's data as JSON. The types above always encode: a failure is a bug.

@@ -67,6 +67,15 @@ func TestEventsGolden(t *testing.T) {
 		ToolHistory: history, SuggestedValues: answer.SuggestedValues, SuggestedActions: answer.SuggestedActions,
 		Payloads: append(runevent.PayloadsOf(&store.Record{ID: "rec_3", Role: store.RoleTool, ToolCallID: "call_a", Name: "current_time",
 			Payload: json.RawMessage(`{"time":"10:00"}`)}), answer.Payloads...)})
+	pay := runevent.ApprovalRequired{Kind: "approval", ToolCallID: "call_b", Name: "bank__pay", Arguments: json.RawMessage(`{"amount":250}`),
+		Reason: "Payments over 100 need a person."}
+	roundTrip(t, &out, runevent.TypeApprovalRequired, pay)
+	roundTrip(t, &out, runevent.TypeAwaitingApproval, runevent.AwaitingApproval{Calls: []runevent.ApprovalRequired{pay}, ExpiresAt: at.Add(24 * time.Hour)})
+	roundTrip(t, &out, runevent.TypeApprovalDecided, runevent.ApprovalDecided{ToolCallID: "call_b", Decision: "approve", Arguments: json.RawMessage(`{"amount":200}`)})
+	roundTrip(t, &out, runevent.TypeApprovalDecided, runevent.ApprovalDecided{ToolCallID: "call_c", Decision: "deny", Reason: "Not today."})
+	roundTrip(t, &out, runevent.TypeApprovalRequired, runevent.ApprovalRequired{Kind: "question", ToolCallID: "call_d", Name: "ask_user",
+		Arguments: json.RawMessage(`{"questions":[{"question":"Which account?","choices":["checking","savings"]}]}`), Reason: "The assistant has a question for you."})
+	roundTrip(t, &out, runevent.TypeApprovalDecided, runevent.ApprovalDecided{ToolCallID: "call_d", Decision: "answer", Answers: []string{"savings"}})
 	roundTrip(t, &out, runevent.TypeError, runevent.Error{Code: "upstream_auth", Message: "openai: auth (HTTP 401)", Retryable: false})
 	roundTrip(t, &out, runevent.TypeCancelled, runevent.Cancelled{Reason: "the user stopped the run"})
 	roundTrip(t, &out, runevent.TypeDone, runevent.Done{Status: "completed"})

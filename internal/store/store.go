@@ -43,10 +43,14 @@ const (
 	RoleSystem    = "system"
 )
 
-// Run statuses. Queued and running are the non-terminal ones.
+// Run statuses. Queued, running and awaiting approval are the non-terminal ones.
 const (
-	RunQueued        = "queued"
-	RunRunning       = "running"
+	RunQueued  = "queued"
+	RunRunning = "running"
+	// RunAwaiting: calls of the run's last turn wait for a person's decision (Run.Awaiting). The run
+	// holds its session as a running run does, but no process runs it: no lease, no recovery; a
+	// decision resumes it (ResumeRun), a cancel or its expiry ends it (FinishRun).
+	RunAwaiting      = "awaiting_approval"
 	RunCompleted     = "completed"
 	RunFailed        = "failed"
 	RunCancelled     = "cancelled"
@@ -270,6 +274,9 @@ type Run struct {
 	// Request is the caller's request of a queued run, opaque to the store: what the chat layer needs to
 	// start it later, also after a restart.
 	Request json.RawMessage
+	// Awaiting is, for a run awaiting approval, what it waits for, opaque to the store: the chat layer's
+	// waiting calls and the decisions made so far. Nil otherwise.
+	Awaiting json.RawMessage
 
 	// NewSession, given to CreateRun, is a session to create in the same transaction as the run (under
 	// SessionID, or an assigned id): a send to a new conversation stores its session, run and message
@@ -310,6 +317,14 @@ type RunEnd struct {
 	// Request, and their RequestOmitted becomes RequestsDropped. The rest of each call stays.
 	KeepRequests    int
 	RequestsDropped string
+}
+
+// Await is what AwaitRun stores with a run that waits for a person.
+type Await struct {
+	Awaiting json.RawMessage // what it waits for (Run.Awaiting), with what resumes it; required
+	// Events are appended to the run's log in the same transaction (the events up to the wait); each
+	// must carry the run's id.
+	Events []Event
 }
 
 // Reservation raises a run's ReservedSeq to Seq (never lowers it).
@@ -430,10 +445,23 @@ type Store interface {
 	// UnfinishedRuns returns, for every user, the runs still running or queued, oldest first, with UserID
 	// and Request. It is for start-up, to end the runs of a process that died and start the queued ones.
 	UnfinishedRuns(ctx context.Context) ([]Run, error)
+	// AwaitRun makes a running run await approval, storing what it waits for and appending its events,
+	// in one transaction. ErrConflict when the run is not running.
+	AwaitRun(ctx context.Context, user, runID string, a Await) error
+	// UpdateAwaiting replaces what a run awaiting approval waits for (Run.Awaiting), when it is still
+	// before: ErrConflict when the run is not awaiting approval, or another write changed it first.
+	UpdateAwaiting(ctx context.Context, user, runID string, before, after json.RawMessage) error
+	// ResumeRun makes a run awaiting approval running again, when what it waits for is still before,
+	// raising its ReservedSeq to reserve; Request and Awaiting are cleared. ErrConflict when it is not
+	// awaiting approval or before changed: another decision, a cancel or its expiry came first.
+	ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64) error
+	// AwaitingRuns returns, for every user, the runs awaiting approval, oldest first, with UserID and
+	// Awaiting: for start-up, to keep their expiry.
+	AwaitingRuns(ctx context.Context) ([]Run, error)
 	// CloseCalls appends a failed tool record (content reason) for every tool call of the run that has
 	// none, in call order, and returns them.
 	CloseCalls(ctx context.Context, user, runID, reason string) ([]Record, error)
-	// FinishRun ends a running or queued run: in one transaction it closes the run's open calls as
+	// FinishRun ends a running, queued or awaiting run: in one transaction it closes the run's open calls as
 	// CloseCalls does (content end.Reason), appends end.Events to the run's log, and sets the run's
 	// status, finish reason, error, usage and EndedAt. It returns the tool records it appended. A run
 	// that already ended is ErrConflict.

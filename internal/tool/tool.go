@@ -34,6 +34,9 @@ type Info struct {
 	ReadOnly    bool            // may start while the model is still streaming
 	Timeout     time.Duration   // 0: the registry's default
 	Source      string          // "builtin", or "mcp:<server>"; "" is reported as "builtin"
+	// Destructive: the tool may change or delete data in ways that cannot be undone (an MCP server's
+	// destructiveHint, not read-only). An approval policy asks a person before it runs by default.
+	Destructive bool
 }
 
 // Result is what a tool returns to the registry.

@@ -209,14 +209,23 @@ func (db *DB) notifyEnd(ctx context.Context, tx *sql.Tx, runID, sessionID string
 	if db.instance == "" {
 		return nil
 	}
+	if err := db.notifyEvents(ctx, tx, runID); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, notifySQL, db.channel+chanSession, sessionID)
+	return err
+}
+
+// notifyEvents tells the other instances that the run's log holds new events, up to its last.
+func (db *DB) notifyEvents(ctx context.Context, tx *sql.Tx, runID string) error {
+	if db.instance == "" {
+		return nil
+	}
 	var last int64
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = $1`, runID).Scan(&last); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, notifySQL, db.channel+chanEvents, runID+" "+strconv.FormatInt(last, 10)); err != nil {
-		return err
-	}
-	_, err := tx.ExecContext(ctx, notifySQL, db.channel+chanSession, sessionID)
+	_, err := tx.ExecContext(ctx, notifySQL, db.channel+chanEvents, runID+" "+strconv.FormatInt(last, 10))
 	return err
 }
 

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -26,7 +27,7 @@ CASE WHEN r.ended_at IS NULL THEN u.cache_write ELSE r.cache_write_tokens END,
 CASE WHEN r.ended_at IS NULL THEN u.reasoning ELSE r.reasoning_tokens END,
 COALESCE(r.idempotency_key, ''), r.request_hash, r.created_at, r.started_at, r.ended_at, r.recovered_from,
 r.reserved_seq, r.key_id,
-COALESCE((SELECT MAX(e.seq) FROM run_events e WHERE e.run_id = r.id), 0)`
+COALESCE((SELECT MAX(e.seq) FROM run_events e WHERE e.run_id = r.id), 0), r.awaiting`
 
 // runJoins sums the usage entries of a run not ended yet (of its user: run ids are labels there).
 const runJoins = ` FROM runs r CROSS JOIN LATERAL (SELECT
@@ -44,11 +45,13 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 	titleSessionSQL = `UPDATE sessions SET title = $3 WHERE id = $1 AND user_id = $2 AND title = ''`
 
 	selectRunSQL  = `SELECT ` + runColumns + runJoins + `WHERE r.id = $1 AND r.user_id = $2`
-	activeRunSQL  = `SELECT ` + runColumns + runJoins + `WHERE r.session_id = $1 AND r.user_id = $2 AND r.status = 'running'`
+	activeRunSQL  = `SELECT ` + runColumns + runJoins + `WHERE r.session_id = $1 AND r.user_id = $2 AND r.status IN ('running', 'awaiting_approval')`
 	runByKeySQL   = `SELECT ` + runColumns + runJoins + `WHERE r.user_id = $1 AND r.idempotency_key = $2`
 	unfinishedSQL = `SELECT ` + runColumns + `, r.user_id, r.request` + runJoins +
 		`WHERE r.status IN ('queued', 'running') ORDER BY r.created_at, r.id`
-	runningInSQL = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status = 'running'`
+	awaitingSQL = `SELECT ` + runColumns + `, r.user_id, r.request` + runJoins +
+		`WHERE r.status = 'awaiting_approval' ORDER BY r.created_at, r.id`
+	runningInSQL = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	keyTakenSQL  = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
 
 	// lockRunSessionSQL locks the session of one of the user's runs (see lockSessionSQL) and returns
@@ -71,8 +74,16 @@ request = NULL, (input_tokens, output_tokens, cache_read_tokens, cache_write_tok
 		CASE WHEN $13 THEN COALESCE(SUM(u.cache_read_tokens), 0)::bigint ELSE $8 END,
 		CASE WHEN $13 THEN COALESCE(SUM(u.cache_write_tokens), 0)::bigint ELSE $9 END,
 		CASE WHEN $13 THEN COALESCE(SUM(u.reasoning_tokens), 0)::bigint ELSE $10 END
-	FROM usage u WHERE $13 AND u.run_id = $1 AND u.user_id = $2)
-WHERE id = $1 AND user_id = $2 AND status IN ('queued', 'running')`
+	FROM usage u WHERE $13 AND u.run_id = $1 AND u.user_id = $2), awaiting = NULL
+WHERE id = $1 AND user_id = $2 AND status IN ('queued', 'running', 'awaiting_approval')`
+
+	awaitRunSQL = `UPDATE runs SET status = 'awaiting_approval', awaiting = $3
+WHERE id = $1 AND user_id = $2 AND status = 'running'`
+	updateAwaitingSQL = `UPDATE runs SET awaiting = $4
+WHERE id = $1 AND user_id = $2 AND status = 'awaiting_approval' AND awaiting = $3`
+	resumeRunSQL = `UPDATE runs SET status = 'running', request = NULL, awaiting = NULL,
+reserved_seq = GREATEST(reserved_seq, $4), owner = COALESCE($5, owner), lease_expires_at = COALESCE($6, lease_expires_at)
+WHERE id = $1 AND user_id = $2 AND status = 'awaiting_approval' AND awaiting = $3`
 
 	// The run's calls still open, in the order they were made.
 	openRunCallsSQL = `SELECT c.record_id, c.call_id, c.name
@@ -303,9 +314,19 @@ func (db *DB) runBy(ctx context.Context, what, id, query string, args ...any) (*
 
 // UnfinishedRuns returns every user's running and queued runs, oldest first.
 func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
-	rows, err := db.pool.QueryContext(ctx, unfinishedSQL)
+	return db.runsAcrossUsers(ctx, "unfinished runs", unfinishedSQL)
+}
+
+// AwaitingRuns returns every user's runs awaiting approval, oldest first.
+func (db *DB) AwaitingRuns(ctx context.Context) ([]store.Run, error) {
+	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL)
+}
+
+// runsAcrossUsers reads the runs of query, of every user, with their user ids and requests.
+func (db *DB) runsAcrossUsers(ctx context.Context, what, query string) ([]store.Run, error) {
+	rows, err := db.pool.QueryContext(ctx, query)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: unfinished runs: %w", err)
+		return nil, fmt.Errorf("postgres: %s: %w", what, err)
 	}
 	defer rows.Close()
 	var runs []store.Run
@@ -313,13 +334,13 @@ func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
 		var request []byte
 		r, err := scanRun(rows, &request)
 		if err != nil {
-			return nil, fmt.Errorf("postgres: unfinished runs: %w", err)
+			return nil, fmt.Errorf("postgres: %s: %w", what, err)
 		}
 		r.Request = request
 		runs = append(runs, *r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: unfinished runs: %w", err)
+		return nil, fmt.Errorf("postgres: %s: %w", what, err)
 	}
 	return runs, nil
 }
@@ -328,11 +349,12 @@ func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
 func scanRun(row scanner, extra ...any) (*store.Run, error) {
 	var r store.Run
 	var started, ended sql.NullTime
+	var awaiting sql.NullString
 	u := &r.Usage
 	dest := []any{&r.ID, &r.SessionID, &r.Status, &r.Agent, &r.Model, &r.FinishReason, &r.Error,
 		&u.InputTokens, &u.OutputTokens, &u.CacheReadTokens, &u.CacheWriteTokens, &u.ReasoningTokens,
 		&r.IdempotencyKey, &r.RequestHash, &r.CreatedAt, &started, &ended, &r.RecoveredFrom, &r.ReservedSeq, &r.KeyID,
-		&r.LastEventSeq}
+		&r.LastEventSeq, &awaiting}
 	if len(extra) > 0 {
 		dest = append(dest, &r.UserID)
 		dest = append(dest, extra...)
@@ -342,6 +364,9 @@ func scanRun(row scanner, extra ...any) (*store.Run, error) {
 	}
 	r.CreatedAt = r.CreatedAt.UTC()
 	r.StartedAt, r.EndedAt = timeOf(started), timeOf(ended)
+	if awaiting.Valid {
+		r.Awaiting = []byte(awaiting.String)
+	}
 	return &r, nil
 }
 
@@ -380,7 +405,7 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 		if err != nil {
 			return err
 		}
-		if status != store.RunRunning && status != store.RunQueued {
+		if status != store.RunRunning && status != store.RunQueued && status != store.RunAwaiting {
 			return conflict("run %q already ended (%s)", runID, status)
 		}
 		now := db.clock()
@@ -579,4 +604,71 @@ func usageArgs(user string, u store.UsageEntry, now time.Time) []any {
 	}
 	return []any{uuid.Must(uuid.NewV7()).String(), user, u.RunID, u.SessionID, u.Agent, u.Model, u.InputTokens,
 		u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.ReasoningTokens, at, u.KeyID, u.CostNanoUSD, u.Estimated}
+}
+
+// AwaitRun makes a running run await approval, with its request, what it waits for, and its events.
+func (db *DB) AwaitRun(ctx context.Context, user, runID string, a store.Await) error {
+	if len(a.Awaiting) == 0 {
+		return fmt.Errorf("postgres: await run: %w", conflict("run %q waits for nothing", runID))
+	}
+	for _, e := range a.Events {
+		if e.RunID != runID {
+			return fmt.Errorf("postgres: await run: %w", conflict("event %d belongs to run %q", e.Seq, e.RunID))
+		}
+	}
+	return db.write(ctx, "await run", func(tx *sql.Tx) error {
+		_, status, err := lockRun(ctx, tx, user, runID)
+		if err != nil {
+			return err
+		}
+		if status != store.RunRunning {
+			return conflict("run %q is %s, not running", runID, status)
+		}
+		if err := insertEvents(ctx, tx, a.Events, nil); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, awaitRunSQL, runID, user, string(a.Awaiting)); err != nil {
+			return err
+		}
+		return db.notifyEvents(ctx, tx, runID)
+	})
+}
+
+// UpdateAwaiting replaces what an awaiting run waits for, when it is still before.
+func (db *DB) UpdateAwaiting(ctx context.Context, user, runID string, before, after json.RawMessage) error {
+	return db.write(ctx, "update awaiting", func(tx *sql.Tx) error {
+		return awaitingChange(ctx, tx, user, runID, updateAwaitingSQL, string(before), string(after))
+	})
+}
+
+// ResumeRun makes an awaiting run running again, owned by this instance, when what it waits for is still
+// before.
+func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64) error {
+	return db.write(ctx, "resume run", func(tx *sql.Tx) error {
+		now := db.clock()
+		return awaitingChange(ctx, tx, user, runID, resumeRunSQL, string(before), reserve, nullable(db.instance), db.leaseUntil(now))
+	})
+}
+
+// awaitingChange runs an update of an awaiting run that names it by id, user and what it waits for
+// ($1–$3), under its session's lock, reporting a run that is not the user's as not found and one that
+// changed as a conflict.
+func awaitingChange(ctx context.Context, tx *sql.Tx, user, runID, query string, args ...any) error {
+	_, status, err := lockRun(ctx, tx, user, runID)
+	if err != nil {
+		return err
+	}
+	if status != store.RunAwaiting {
+		return conflict("run %q is %s, not awaiting approval", runID, status)
+	}
+	res, err := tx.ExecContext(ctx, query, append([]any{runID, user}, args...)...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return conflict("run %q: what it waits for has changed", runID)
+	}
+	return nil
 }

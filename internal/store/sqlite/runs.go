@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,7 +19,7 @@ const defaultCutReason = "the run ended before this call finished"
 
 const runColumns = `id, session_id, status, agent, model, finish_reason, error, input_tokens, output_tokens,
 cache_read_tokens, cache_write_tokens, reasoning_tokens, COALESCE(idempotency_key, ''), request_hash, created_at,
-started_at, ended_at, recovered_from, reserved_seq, key_id`
+started_at, ended_at, recovered_from, reserved_seq, key_id, awaiting`
 
 const (
 	// insertRunSQL inserts nothing unless the session is the user's. The CASTs are for PostgreSQL, which
@@ -32,10 +33,11 @@ FROM sessions WHERE id = $2 AND user_id = $3`
 	titleSessionSQL = `UPDATE sessions SET title = $3 WHERE id = $1 AND user_id = $2 AND title = ''`
 
 	selectRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE id = $1 AND user_id = $2`
-	activeRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE session_id = $1 AND user_id = $2 AND status = 'running'`
+	activeRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	runByKeySQL     = `SELECT ` + runColumns + ` FROM runs WHERE user_id = $1 AND idempotency_key = $2`
 	unfinishedSQL   = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status IN ('queued', 'running') ORDER BY created_at, id`
-	runningInSQL    = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status = 'running'`
+	awaitingSQL     = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status = 'awaiting_approval' ORDER BY created_at, id`
+	runningInSQL    = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	keyTakenSQL     = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
 	lastEventSeqSQL = `SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = $1`
 
@@ -58,8 +60,16 @@ ORDER BY r.seq, c.idx`
 
 	endRunSQL = `UPDATE runs SET status = $3, finish_reason = $4, error = $5, input_tokens = $6,
 output_tokens = $7, cache_read_tokens = $8, cache_write_tokens = $9, reasoning_tokens = $10, ended_at = $11,
-recovered_from = $12, request = NULL
-WHERE id = $1 AND user_id = $2 AND status IN ('queued', 'running')`
+recovered_from = $12, request = NULL, awaiting = NULL
+WHERE id = $1 AND user_id = $2 AND status IN ('queued', 'running', 'awaiting_approval')`
+
+	awaitRunSQL = `UPDATE runs SET status = 'awaiting_approval', awaiting = $3
+WHERE id = $1 AND user_id = $2 AND status = 'running'`
+	updateAwaitingSQL = `UPDATE runs SET awaiting = $4
+WHERE id = $1 AND user_id = $2 AND status = 'awaiting_approval' AND awaiting = $3`
+	resumeRunSQL = `UPDATE runs SET status = 'running', request = NULL, awaiting = NULL,
+reserved_seq = CASE WHEN reserved_seq < $4 THEN $4 ELSE reserved_seq END
+WHERE id = $1 AND user_id = $2 AND status = 'awaiting_approval' AND awaiting = $3`
 
 	insertUsageSQL = `INSERT INTO usage (id, user_id, run_id, session_id, agent, model, input_tokens,
 output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, created_at, key_id, cost_nanousd, estimated)
@@ -288,9 +298,19 @@ func (db *DB) runBy(ctx context.Context, user, what, id, query string, args ...a
 
 // UnfinishedRuns returns every user's running and queued runs, oldest first.
 func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
+	return db.runsAcrossUsers(ctx, "unfinished runs", unfinishedSQL)
+}
+
+// AwaitingRuns returns every user's runs awaiting approval, oldest first.
+func (db *DB) AwaitingRuns(ctx context.Context) ([]store.Run, error) {
+	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL)
+}
+
+// runsAcrossUsers reads the runs of query, of every user, with their user ids and requests.
+func (db *DB) runsAcrossUsers(ctx context.Context, what, query string) ([]store.Run, error) {
 	var runs []store.Run
-	err := db.read(ctx, "unfinished runs", func(tx txn) error {
-		rows, err := tx.QueryContext(ctx, unfinishedSQL)
+	err := db.read(ctx, what, func(tx txn) error {
+		rows, err := tx.QueryContext(ctx, query)
 		if err != nil {
 			return err
 		}
@@ -325,10 +345,11 @@ func scanRun(row scanner, extra ...any) (*store.Run, error) {
 	var r store.Run
 	var created int64
 	var started, ended sql.NullInt64
+	var awaiting sql.NullString
 	u := &r.Usage
 	dest := []any{&r.ID, &r.SessionID, &r.Status, &r.Agent, &r.Model, &r.FinishReason, &r.Error,
 		&u.InputTokens, &u.OutputTokens, &u.CacheReadTokens, &u.CacheWriteTokens, &u.ReasoningTokens,
-		&r.IdempotencyKey, &r.RequestHash, &created, &started, &ended, &r.RecoveredFrom, &r.ReservedSeq, &r.KeyID}
+		&r.IdempotencyKey, &r.RequestHash, &created, &started, &ended, &r.RecoveredFrom, &r.ReservedSeq, &r.KeyID, &awaiting}
 	if len(extra) > 0 {
 		dest = append(dest, &r.UserID)
 		dest = append(dest, extra...)
@@ -337,6 +358,9 @@ func scanRun(row scanner, extra ...any) (*store.Run, error) {
 		return nil, err
 	}
 	r.CreatedAt = fromMicros(created)
+	if awaiting.Valid {
+		r.Awaiting = []byte(awaiting.String)
+	}
 	if started.Valid {
 		t := fromMicros(started.Int64)
 		r.StartedAt = &t
@@ -392,7 +416,7 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 		if err != nil {
 			return err
 		}
-		if status != store.RunRunning && status != store.RunQueued {
+		if status != store.RunRunning && status != store.RunQueued && status != store.RunAwaiting {
 			return conflict("run %q already ended (%s)", runID, status)
 		}
 		now := db.clock()
@@ -636,4 +660,66 @@ func insertUsage(ctx context.Context, tx txn, user string, u store.UsageEntry, n
 		u.SessionID, u.Agent, u.Model, u.InputTokens, u.OutputTokens, u.CacheReadTokens,
 		u.CacheWriteTokens, u.ReasoningTokens, at.UnixMicro(), u.KeyID, u.CostNanoUSD, u.Estimated)
 	return err
+}
+
+// AwaitRun makes a running run await approval, with its request, what it waits for, and its events.
+func (db *DB) AwaitRun(ctx context.Context, user, runID string, a store.Await) error {
+	if len(a.Awaiting) == 0 {
+		return fmt.Errorf("sqlite: await run: %w", conflict("run %q waits for nothing", runID))
+	}
+	for _, e := range a.Events {
+		if e.RunID != runID {
+			return fmt.Errorf("sqlite: await run: %w", conflict("event %d belongs to run %q", e.Seq, e.RunID))
+		}
+	}
+	return db.write(ctx, "await run", func(tx txn) error {
+		_, status, err := runState(ctx, tx, user, runID)
+		if err != nil {
+			return err
+		}
+		if status != store.RunRunning {
+			return conflict("run %q is %s, not running", runID, status)
+		}
+		if err := insertEvents(ctx, tx, a.Events); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, awaitRunSQL, runID, user, string(a.Awaiting))
+		return err
+	})
+}
+
+// UpdateAwaiting replaces what an awaiting run waits for, when it is still before.
+func (db *DB) UpdateAwaiting(ctx context.Context, user, runID string, before, after json.RawMessage) error {
+	return db.write(ctx, "update awaiting", func(tx txn) error {
+		return awaitingChange(ctx, tx, user, runID, updateAwaitingSQL, string(before), string(after))
+	})
+}
+
+// ResumeRun makes an awaiting run running again, when what it waits for is still before.
+func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64) error {
+	return db.write(ctx, "resume run", func(tx txn) error {
+		return awaitingChange(ctx, tx, user, runID, resumeRunSQL, string(before), reserve)
+	})
+}
+
+// awaitingChange runs an update of an awaiting run that names it by id, user and what it waits for
+// ($1–$3), reporting a run that is not the user's as not found and one that changed as a conflict.
+func awaitingChange(ctx context.Context, tx txn, user, runID, query string, args ...any) error {
+	_, status, err := runState(ctx, tx, user, runID)
+	if err != nil {
+		return err
+	}
+	if status != store.RunAwaiting {
+		return conflict("run %q is %s, not awaiting approval", runID, status)
+	}
+	res, err := tx.ExecContext(ctx, query, append([]any{runID, user}, args...)...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return conflict("run %q: what it waits for has changed", runID)
+	}
+	return nil
 }

@@ -42,7 +42,7 @@ WHERE id = $1 AND user_id = $2
 RETURNING ` + sessionColumns
 
 	deleteSessionSQL = `DELETE FROM sessions WHERE id = $1 AND user_id = $2`
-	unendedInSQL     = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('queued', 'running') ORDER BY created_at LIMIT 1`
+	unendedInSQL     = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('queued', 'running', 'awaiting_approval') ORDER BY created_at LIMIT 1`
 )
 
 // CreateSession stores s, assigning ID (when empty), CreatedAt and UpdatedAt, and Metadata {} when nil.

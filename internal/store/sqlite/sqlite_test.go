@@ -427,3 +427,63 @@ func TestReadySchemaBehind(t *testing.T) {
 		t.Errorf("Ready with the last migration undone = %v, want a schema error", err)
 	}
 }
+
+// TestMigrateAwaiting upgrades a database of schema 10 whose runs have event logs to the schema with
+// awaiting_approval: runs is rebuilt (SQLite cannot change its CHECK in place), and the events that
+// refer to it survive — dropping the old table with foreign keys on would have deleted them all —, as
+// do the runs' columns; the new status is then accepted, and the foreign keys hold again.
+func TestMigrateAwaiting(t *testing.T) {
+	path, ctx := tempPath(t), t.Context()
+	migrateTo(t, path, 10, []string{
+		`INSERT INTO sessions (id, user_id, last_seq, created_at, updated_at) VALUES ('s1', 'u', 0, 0, 0)`,
+		`INSERT INTO runs (id, session_id, user_id, status, model, created_at, ended_at, reserved_seq, key_id, input_tokens)
+			VALUES ('r1', 's1', 'u', 'completed', 'm', 1700000000000000, 1700000000000009, 300, 'k1', 42)`,
+		`INSERT INTO run_events (run_id, seq, type, data) VALUES ('r1', 1, 'run_start', '{}'), ('r1', 2, 'done', '{"status":"completed"}')`,
+	})
+	db := openTest(t, path, Options{})
+	r, err := db.Run(ctx, "u", "r1")
+	if err != nil || r.Status != store.RunCompleted || r.ReservedSeq != 300 || r.KeyID != "k1" || r.Usage.InputTokens != 42 || r.LastEventSeq != 2 {
+		t.Fatalf("run after the migration: %+v, %v", r, err)
+	}
+	events, err := db.Events(ctx, "u", "r1", 0, 10)
+	if err != nil || len(events) != 2 {
+		t.Fatalf("events after the migration: %+v, %v", events, err)
+	}
+	var fk int
+	if err := db.writer.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil || fk != 1 {
+		t.Errorf("foreign keys after the migration: %d, %v", fk, err)
+	}
+	if _, err := db.writer.ExecContext(ctx, `UPDATE runs SET status = 'awaiting_approval' WHERE id = 'r1'`); err != nil {
+		t.Errorf("the new status: %v", err)
+	}
+	wantErr := db.DeleteSession(ctx, "u", "s1")
+	if !errors.Is(wantErr, store.ErrBusy) {
+		t.Errorf("deleting a session whose run awaits approval: %v, want busy", wantErr)
+	}
+	if _, err := db.writer.ExecContext(ctx, `UPDATE runs SET status = 'completed' WHERE id = 'r1'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteSession(ctx, "u", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(mustEvents(t, db)); n != 0 {
+		t.Errorf("%d events left after deleting the session: the cascade is gone", n)
+	}
+}
+
+// mustEvents reads every stored event, of every run.
+func mustEvents(t *testing.T, db *DB) []string {
+	t.Helper()
+	rows, err := db.writer.QueryContext(t.Context(), "SELECT run_id FROM run_events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		out = append(out, id)
+	}
+	return out
+}

@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ToolCallIDReusedAcrossTurns", testToolCallIDReuse},
 		{"ToolCallValidation", testToolCallValidation},
 		{"FinishRun", testFinishRun},
+		{"AwaitingRun", testAwaitingRun},
 		{"FinishRunOwnCallsOnly", testFinishRunOwnCallsOnly},
 		{"CloseCalls", testCloseCalls},
 		{"RunUsageSoFar", testRunUsageSoFar},

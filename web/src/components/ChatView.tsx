@@ -2,12 +2,13 @@
 // the answer of a run that is still going.
 import { useCallback, useEffect, useMemo, useRef, useState, type DragEvent } from 'react'
 import { useChat } from '@ai-sdk/react'
-import { DefaultChatTransport, type FileUIPart } from 'ai'
+import { DefaultChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses, type FileUIPart } from 'ai'
 import { api, apiFetch, errorText, type Agent, type ApiError, type ChatMessage, type Model, type SuggestedAction, type Tool, type ToolProgress } from '../api'
 import { Composer, type ComposerHandle } from './Composer'
 import { DiagnosticsDialog } from './Diagnostics'
 import { AlertIcon, CloseIcon, RetryIcon, SendIcon, Spinner } from './icons'
 import { Message, TypingDots } from './Message'
+import type { Decide, ToolPartLike } from './ToolCard'
 
 export type ChatSettings = {
   model: string
@@ -136,7 +137,13 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
         },
         // chatd keeps the conversation and takes only the newest user message: only that one is
         // sent, so that a chat with many images does not outgrow the body limit.
+        // A post that answers calls the run waits on (approvals, ask_user answers) sends the assistant
+        // message that holds them instead.
         prepareSendMessagesRequest: ({ id, messages, body, trigger, messageId }) => {
+          const tail = messages[messages.length - 1]
+          if (trigger === 'submit-message' && tail?.role === 'assistant') {
+            return { body: { ...body, id, trigger, messageId: messageId ?? tail.id, messages: [tail] } }
+          }
           const last = [...messages].reverse().find((m) => m.role === 'user')
           return { body: { ...body, id, trigger, messageId, messages: last ? [last] : [] } }
         },
@@ -161,12 +168,22 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
   const [progress, setProgress] = useState<Record<string, ToolProgress>>({})
   // Follow the answer while the view is at the bottom; a user who scrolled up is left alone.
   const stick = useRef(true)
-  const { messages, status, error, sendMessage, regenerate, stop, clearError, resumeStream } = useChat<ChatMessage>({
+  // answered is set when the user answers an ask_user call: its output then goes back to chatd, which
+  // takes the answers and resumes the run (an approval goes back by addToolApprovalResponse).
+  const answered = useRef(false)
+  const { messages, status, error, sendMessage, regenerate, stop, clearError, resumeStream, addToolApprovalResponse, addToolOutput, setMessages } = useChat<ChatMessage>({
     id: chatId,
     messages: initial,
     transport,
     resume,
     throttle: 40,
+    sendAutomaticallyWhen: ({ messages }) => {
+      if (answered.current) {
+        answered.current = false
+        return true
+      }
+      return lastAssistantMessageIsCompleteWithApprovalResponses({ messages })
+    },
     onData: (part) => {
       if (part.type === 'data-tool-progress') {
         const id = part.id ?? (part.data as ToolProgress)?.tool_call_id
@@ -253,6 +270,37 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
   }
 
   const onSend = useCallback((text: string) => send(text), [send])
+
+  // decide answers the calls a run waits on. Edited arguments replace the part's input before the
+  // approval goes back: chatd runs the call with the input the message carries.
+  const decide = useMemo<Decide>(
+    () => ({
+      approve: (part: ToolPartLike, input?: unknown) => {
+        const id = part.approval?.id ?? part.toolCallId
+        if (input !== undefined) {
+          setMessages((ms) =>
+            ms.map((m) =>
+              m.role !== 'assistant'
+                ? m
+                : { ...m, parts: m.parts.map((p) => ((p as unknown as ToolPartLike).toolCallId === part.toolCallId ? ({ ...p, input } as typeof p) : p)) },
+            ),
+          )
+        }
+        stick.current = true
+        void Promise.resolve(addToolApprovalResponse({ id, approved: true })).catch(() => undefined)
+      },
+      deny: (part: ToolPartLike, reason: string) => {
+        stick.current = true
+        void Promise.resolve(addToolApprovalResponse({ id: part.approval?.id ?? part.toolCallId, approved: false, reason: reason || undefined })).catch(() => undefined)
+      },
+      answer: (part: ToolPartLike, answers: string[]) => {
+        answered.current = true
+        stick.current = true
+        void Promise.resolve(addToolOutput({ tool: 'ask_user' as never, toolCallId: part.toolCallId, output: { answers } as never })).catch(() => undefined)
+      },
+    }),
+    [addToolApprovalResponse, addToolOutput, setMessages],
+  )
   // A server action runs its tool as a run of the session: once chatd has started it, the chat follows
   // it as it follows any run, by the resume stream of that run, which brings it as a new message.
   const [actionError, setActionError] = useState('')
@@ -358,6 +406,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
               onAction={onAction}
               onRegenerate={onRegenerate}
               onDiagnostics={onDiagnostics}
+              decide={m.id === lastAssistantId ? decide : undefined}
             />
           ))}
           {status === 'submitted' && last?.role !== 'assistant' ? (

@@ -5,7 +5,7 @@ import type { ChatMessage, PayloadData, SuggestedAction, Suggestions, ToolProgre
 import { CopyButton, MarkdownText } from './Markdown'
 import { InspectIcon, RetryIcon, SparkIcon } from './icons'
 import { Payload, isObject } from './Payload'
-import { ToolCard, type ToolPartLike } from './ToolCard'
+import { ToolCard, type Decide, type ToolPartLike } from './ToolCard'
 
 type Part = ChatMessage['parts'][number]
 
@@ -21,6 +21,8 @@ export type MessageProps = {
   onAction: (a: SuggestedAction) => void
   onRegenerate: () => void
   onDiagnostics: (runId: string) => void
+  /** decide answers the calls that wait for a person; only the last message's can be decided */
+  decide?: Decide
 }
 
 function textOf(m: ChatMessage): string {
@@ -158,7 +160,7 @@ function UserMessage({ message }: { message: ChatMessage }) {
 }
 
 function AssistantMessage(props: MessageProps) {
-  const { message, streaming, busy, canRegenerate, progress, onSend, onAction, onRegenerate, onDiagnostics } = props
+  const { message, streaming, busy, canRegenerate, progress, onSend, onAction, onRegenerate, onDiagnostics, decide } = props
   const meta = message.metadata
   const runId = meta?.run_id
   const text = textOf(message)
@@ -197,7 +199,7 @@ function AssistantMessage(props: MessageProps) {
       default:
         if (p.type === 'dynamic-tool' || p.type.startsWith('tool-')) {
           const tp = p as unknown as ToolPartLike
-          out.push(<ToolCard key={key} part={tp} streaming={streaming} progress={progress[tp.toolCallId]} />)
+          out.push(<ToolCard key={key} part={tp} streaming={streaming} progress={progress[tp.toolCallId]} decide={decide} busy={busy} />)
         }
     }
   })

@@ -1,5 +1,5 @@
 // One tool call: its name, arguments, state, live progress, result, payload and error.
-import { memo } from 'react'
+import { memo, useState } from 'react'
 import type { ToolProgress } from '../api'
 import { AlertIcon, CheckIcon, Spinner, ToolIcon } from './icons'
 import { Payload, isObject, pretty, prettyText } from './Payload'
@@ -13,6 +13,139 @@ export type ToolPartLike = {
   input?: unknown
   output?: unknown
   errorText?: string
+  /** set while the call waits for a person (approval-requested) and once decided */
+  approval?: { id: string; approved?: boolean; reason?: string; requestReason?: string }
+}
+
+/** What a person can do with a call that waits: approve it (with edited arguments), deny it, or answer
+ * an ask_user call's questions. */
+export type Decide = {
+  approve: (part: ToolPartLike, input?: unknown) => void
+  deny: (part: ToolPartLike, reason: string) => void
+  answer: (part: ToolPartLike, answers: string[]) => void
+}
+
+type Question = { question: string; choices?: string[] }
+
+/** questionsOf reads an ask_user call's questions from its input. */
+export function questionsOf(input: unknown): Question[] {
+  const qs = isObject(input) ? input.questions : undefined
+  if (!Array.isArray(qs)) return []
+  return qs.filter((q): q is Question => isObject(q) && typeof q.question === 'string')
+}
+
+/** waiting reports whether the call waits for a person: an approval request, or an ask_user call whose
+ * input has arrived and that has no answer yet in a message that is not streaming. */
+export function waiting(part: ToolPartLike, streaming: boolean): boolean {
+  if (part.state === 'approval-requested') return true
+  return toolName(part) === 'ask_user' && part.state === 'input-available' && !streaming
+}
+
+function ApprovalForm({ part, decide, disabled }: { part: ToolPartLike; decide: Decide; disabled: boolean }) {
+  const [editing, setEditing] = useState(false)
+  const [denying, setDenying] = useState(false)
+  const [args, setArgs] = useState(() => pretty(part.input ?? {}))
+  const [reason, setReason] = useState('')
+  const [bad, setBad] = useState('')
+  const approveEdited = () => {
+    try {
+      const v: unknown = JSON.parse(args)
+      if (!isObject(v)) throw new Error('the arguments must be a JSON object')
+      decide.approve(part, v)
+    } catch (e) {
+      setBad(e instanceof Error ? e.message : String(e))
+    }
+  }
+  return (
+    <div className="approval" data-testid="approval" role="group" aria-label="Approval">
+      <div className="approval-reason">{part.approval?.requestReason || 'This call needs your approval.'}</div>
+      {editing ? (
+        <div className="approval-edit">
+          <label className="section-label" htmlFor={`args-${part.toolCallId}`}>
+            Arguments
+          </label>
+          <textarea id={`args-${part.toolCallId}`} data-testid="approval-args" value={args} rows={6} onChange={(e) => setArgs(e.target.value)} />
+          {bad ? <div className="approval-bad" role="alert">{bad}</div> : null}
+        </div>
+      ) : null}
+      {denying ? (
+        <input
+          className="approval-deny-reason"
+          data-testid="approval-deny-reason"
+          placeholder="Why not? (the assistant is told)"
+          value={reason}
+          onChange={(e) => setReason(e.target.value)}
+        />
+      ) : null}
+      <div className="approval-buttons">
+        {editing ? (
+          <button type="button" className="btn primary" data-testid="approve-edited" disabled={disabled} onClick={approveEdited}>
+            Approve with these arguments
+          </button>
+        ) : (
+          <button type="button" className="btn primary" data-testid="approve" disabled={disabled} onClick={() => decide.approve(part)}>
+            Approve
+          </button>
+        )}
+        {denying ? (
+          <button type="button" className="btn" data-testid="deny-confirm" disabled={disabled} onClick={() => decide.deny(part, reason.trim())}>
+            Deny
+          </button>
+        ) : (
+          <button type="button" className="btn" data-testid="deny" disabled={disabled} onClick={() => setDenying(true)}>
+            Deny
+          </button>
+        )}
+        {!editing ? (
+          <button type="button" className="btn" data-testid="edit" disabled={disabled} onClick={() => setEditing(true)}>
+            Edit
+          </button>
+        ) : null}
+      </div>
+    </div>
+  )
+}
+
+function QuestionForm({ part, decide, disabled }: { part: ToolPartLike; decide: Decide; disabled: boolean }) {
+  const qs = questionsOf(part.input)
+  const [answers, setAnswers] = useState<string[]>(() => qs.map(() => ''))
+  const set = (i: number, v: string) => setAnswers((a) => a.map((x, j) => (j === i ? v : x)))
+  const complete = answers.every((a) => a.trim() !== '')
+  return (
+    <form
+      className="approval question"
+      data-testid="question-form"
+      onSubmit={(e) => {
+        e.preventDefault()
+        if (complete) decide.answer(part, answers)
+      }}
+    >
+      {qs.map((q, i) => (
+        <div key={i} className="question-item">
+          <label className="question-text" htmlFor={`q-${part.toolCallId}-${i}`}>
+            {q.question}
+          </label>
+          {q.choices?.length ? (
+            <select id={`q-${part.toolCallId}-${i}`} value={answers[i]} onChange={(e) => set(i, e.target.value)}>
+              <option value="">Choose…</option>
+              {q.choices.map((c) => (
+                <option key={c} value={c}>
+                  {c}
+                </option>
+              ))}
+            </select>
+          ) : (
+            <input id={`q-${part.toolCallId}-${i}`} value={answers[i]} onChange={(e) => set(i, e.target.value)} />
+          )}
+        </div>
+      ))}
+      <div className="approval-buttons">
+        <button type="submit" className="btn primary" data-testid="answer" disabled={disabled || !complete}>
+          Answer
+        </button>
+      </div>
+    </form>
+  )
 }
 
 export type CardState = 'running' | 'done' | 'error'
@@ -119,11 +252,12 @@ function Progress({ p }: { p: ToolProgress }) {
   )
 }
 
-type Props = { part: ToolPartLike; streaming: boolean; progress?: ToolProgress }
+type Props = { part: ToolPartLike; streaming: boolean; progress?: ToolProgress; decide?: Decide; busy?: boolean }
 
-export const ToolCard = memo(function ToolCard({ part, streaming, progress }: Props) {
+export const ToolCard = memo(function ToolCard({ part, streaming, progress, decide, busy }: Props) {
   const name = toolName(part)
-  const state = cardState(part, streaming)
+  const waits = waiting(part, streaming)
+  const state = waits ? 'running' : cardState(part, streaming)
   const sep = name.indexOf('__')
   const server = sep > 0 ? name.slice(0, sep) : ''
   const short = sep > 0 ? name.slice(sep + 2) : name
@@ -157,7 +291,7 @@ export const ToolCard = memo(function ToolCard({ part, streaming, progress }: Pr
         <span className="tool-args-preview truncate">{argsPreview(part.input)}</span>
         <span className="tool-meta small">
           <span className="visually-hidden">State: </span>
-          {state === 'running' ? 'running' : state === 'done' ? duration || 'done' : 'failed'}
+          {waits ? (name === 'ask_user' ? 'asks you' : 'needs approval') : state === 'running' ? 'running' : state === 'done' ? duration || 'done' : 'failed'}
         </span>
       </div>
       <div className="tool-body">
@@ -169,6 +303,8 @@ export const ToolCard = memo(function ToolCard({ part, streaming, progress }: Pr
             <pre className="json tool-args">{pretty(part.input)}</pre>
           </details>
         ) : null}
+        {waits && decide && part.state === 'approval-requested' ? <ApprovalForm part={part} decide={decide} disabled={!!busy} /> : null}
+        {waits && decide && name === 'ask_user' ? <QuestionForm part={part} decide={decide} disabled={!!busy} /> : null}
         {state === 'running' && progress ? <Progress p={progress} /> : null}
         {state === 'done' && content !== undefined && content !== null && content !== '' ? (
           <Result text={typeof content === 'string' ? content : pretty(content)} />

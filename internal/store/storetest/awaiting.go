@@ -1,0 +1,87 @@
+package storetest
+
+import (
+	"encoding/json"
+	"testing"
+
+	"chatd/internal/store"
+)
+
+// testAwaitingRun: a running run that waits for a person keeps its session busy, is no unfinished
+// work for recovery, keeps what it waits for and its request, changes what it waits for only from
+// what the caller last read, and resumes or ends once; another user sees none of it.
+func testAwaitingRun(t *testing.T, s store.Store) {
+	ctx, alice, bob := t.Context(), newUser("alice"), newUser("bob")
+	sess := createSession(t, s, alice)
+	run := createRun(t, s, alice, sess.ID)
+	mustAppend(t, s, alice, store.Record{SessionID: sess.ID, RunID: run.ID, Role: store.RoleUser, Content: "pay"})
+	asst := mustAppend(t, s, alice, runAssistant(run, "call_1", "call_2"))
+	mustAppend(t, s, alice, toolResult(asst, "call_1"))
+
+	waits := json.RawMessage(`{"calls":[{"id":"call_2"}]}`)
+	a := store.Await{Awaiting: waits,
+		Events: []store.Event{{RunID: run.ID, Seq: 1, Type: "approval_required", Data: []byte(`{}`)}}}
+	wantErr(t, "AwaitRun of another user", s.AwaitRun(ctx, bob, run.ID, a), store.ErrNotFound)
+	wantErr(t, "AwaitRun waiting for nothing", s.AwaitRun(ctx, alice, run.ID, store.Await{}), store.ErrConflict)
+	if err := s.AwaitRun(ctx, alice, run.ID, a); err != nil {
+		t.Fatalf("AwaitRun: %v", err)
+	}
+	wantErr(t, "second AwaitRun", s.AwaitRun(ctx, alice, run.ID, a), store.ErrConflict)
+	got, err := s.Run(ctx, alice, run.ID)
+	if err != nil || got.Status != store.RunAwaiting || string(got.Awaiting) != string(waits) || got.LastEventSeq != 1 {
+		t.Fatalf("Run = %+v, %v; want awaiting with what it waits for and its event", got, err)
+	}
+	if active, err := s.ActiveRun(ctx, alice, sess.ID); err != nil || active.ID != run.ID {
+		t.Errorf("ActiveRun = %+v, %v; want the awaiting run", active, err)
+	}
+	wantErr(t, "a second running run", s.CreateRun(ctx, alice, &store.Run{SessionID: sess.ID}, nil), store.ErrBusy)
+	unfinished, err := s.UnfinishedRuns(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range unfinished {
+		if r.ID == run.ID {
+			t.Error("UnfinishedRuns lists the awaiting run: recovery would end it")
+		}
+	}
+	awaiting, err := s.AwaitingRuns(ctx)
+	if err != nil || len(awaiting) != 1 || awaiting[0].ID != run.ID || awaiting[0].UserID != alice ||
+		string(awaiting[0].Awaiting) != string(waits) {
+		t.Fatalf("AwaitingRuns = %+v, %v", awaiting, err)
+	}
+
+	decided := json.RawMessage(`{"calls":[{"id":"call_2","decision":"approve"}]}`)
+	wantErr(t, "UpdateAwaiting of another user", s.UpdateAwaiting(ctx, bob, run.ID, waits, decided), store.ErrNotFound)
+	wantErr(t, "UpdateAwaiting from a stale read", s.UpdateAwaiting(ctx, alice, run.ID, decided, waits), store.ErrConflict)
+	if err := s.UpdateAwaiting(ctx, alice, run.ID, waits, decided); err != nil {
+		t.Fatalf("UpdateAwaiting: %v", err)
+	}
+	wantErr(t, "ResumeRun from a stale read", s.ResumeRun(ctx, alice, run.ID, waits, 10), store.ErrConflict)
+	wantErr(t, "ResumeRun of another user", s.ResumeRun(ctx, bob, run.ID, decided, 10), store.ErrNotFound)
+	if err := s.ResumeRun(ctx, alice, run.ID, decided, 10); err != nil {
+		t.Fatalf("ResumeRun: %v", err)
+	}
+	wantErr(t, "second ResumeRun", s.ResumeRun(ctx, alice, run.ID, decided, 10), store.ErrConflict)
+	got, err = s.Run(ctx, alice, run.ID)
+	if err != nil || got.Status != store.RunRunning || got.Awaiting != nil || got.ReservedSeq != 10 {
+		t.Fatalf("resumed Run = %+v, %v; want running, waiting for nothing, reserved to 10", got, err)
+	}
+
+	// Waiting again, a cancel ends it: the open call is closed with a failed record.
+	a.Events = nil
+	if err := s.AwaitRun(ctx, alice, run.ID, a); err != nil {
+		t.Fatalf("AwaitRun again: %v", err)
+	}
+	end := store.RunEnd{Status: store.RunCancelled, FinishReason: "cancelled", Reason: "cancelled while it waited"}
+	added, err := s.FinishRun(ctx, alice, run.ID, end)
+	if err != nil || len(added) != 1 || added[0].ToolCallID != "call_2" || added[0].Content != end.Reason {
+		t.Fatalf("FinishRun of an awaiting run = %+v, %v", added, err)
+	}
+	if got, err := s.Run(ctx, alice, run.ID); err != nil || got.Status != store.RunCancelled || got.Awaiting != nil {
+		t.Errorf("ended Run = %+v, %v", got, err)
+	}
+	if awaiting, err := s.AwaitingRuns(ctx); err != nil || len(awaiting) != 0 {
+		t.Errorf("AwaitingRuns after the end = %+v, %v", awaiting, err)
+	}
+	wantErr(t, "UpdateAwaiting of an ended run", s.UpdateAwaiting(ctx, alice, run.ID, waits, decided), store.ErrConflict)
+}
