@@ -77,7 +77,9 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	// No compaction: the history runs measure loading and sending a long conversation, not summarizing it.
 	b.config = filepath.Join(b.work, "chatd.yaml")
-	return os.WriteFile(b.config, []byte("context_windows: {\"openai/m\": 1000000000}\n"), 0o600)
+	// No title calls: a session's title is a second model call after its first run has ended, off the
+	// chat's path, which would double the mock's streams for every new session measured.
+	return os.WriteFile(b.config, []byte("context_windows: {\"openai/m\": 1000000000}\ntitle_model: none\n"), 0o600)
 }
 
 // measureFsync measures the fsync of the temp dir's disk once more: at the start and in every round,
