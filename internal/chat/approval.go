@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -152,7 +153,7 @@ func (ts *toolSet) NeedsApproval(call llm.ToolCall) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	d, reason := ts.approvals.Decide(info, call.Arguments)
+	d, reason := ts.decide(info, call)
 	return reason, d == tool.Ask
 }
 
@@ -228,7 +229,7 @@ func (o *observer) await(res agent.Result) bool {
 // waits for is decided, the run resumes here. Another user's run is not found; a run that does not
 // wait, a call it does not wait for or one decided already is refused.
 func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*ApprovalResult, error) {
-	if err := checkDecision(d); err != nil {
+	if err := checkDecision(d, cmp.Or(s.opts.Limits.Model.ArgumentBytes, agent.DefaultArgumentBytes)); err != nil {
 		return nil, err
 	}
 	return s.decide(ctx, user, runID, func(aw *awaiting) error {
@@ -268,7 +269,7 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 }
 
 // checkDecision checks what a decision says, before the run is read.
-func checkDecision(d Decision) error {
+func checkDecision(d Decision, argumentBytes int) error {
 	switch {
 	case d.ToolCallID == "":
 		return invalid("invalid_decision", "tool_call_id is required: the id of the call to decide (approval_required names it)")
@@ -280,8 +281,8 @@ func checkDecision(d Decision) error {
 		return invalid("invalid_decision", "arguments go with approve: a denied call does not run")
 	case len(d.Reason) > maxDecisionReason:
 		return invalid("invalid_decision", "reason is %d bytes; the limit is %d", len(d.Reason), maxDecisionReason)
-	case len(d.Arguments) > agent.DefaultArgumentBytes:
-		return invalid("invalid_decision", "arguments are %d bytes; the limit is %d", len(d.Arguments), agent.DefaultArgumentBytes)
+	case len(d.Arguments) > argumentBytes:
+		return invalid("invalid_decision", "arguments are %d bytes; the limit is %d (limits.tool_argument_bytes)", len(d.Arguments), argumentBytes)
 	}
 	return nil
 }
@@ -480,7 +481,7 @@ func (s *Service) endAwaiting(ctx context.Context, user string, r *store.Run, st
 	}
 	add(runevent.TypeDone, runevent.Encode(runevent.Done{Status: status}))
 	end := store.RunEnd{Status: status, FinishReason: finish, UsageFromEntries: true, Events: evs,
-		Reason: "Not run: " + strings.TrimSuffix(reason, ".") + "."}
+		Reason: "Not run: " + strings.TrimSuffix(reason, ".") + ".", WhileAwaiting: true}
 	if status == store.RunFailed {
 		end.Error = reason
 	}

@@ -418,3 +418,47 @@ func TestApprovalAcrossInstances(t *testing.T) {
 	events := readUntil(t, a.svc, st.RunID, 0, isType(runevent.TypeDone))
 	checkRunLog(t, events, 1, true, store.RunCompleted)
 }
+
+// TestApprovalAllowIfSeesRepairedArguments: allow_if is checked against the arguments as the tool would
+// run with them — a nested object sent as a JSON string, which the registry repairs into the object,
+// cannot pass a limit the object breaks.
+func TestApprovalAllowIfSeesRepairedArguments(t *testing.T) {
+	var pay atomic.Int32
+	f := newFixture(t, setup{
+		Tools: []tool.Tool{
+			policyTool{info: tool.Info{Name: "bank__pay", Description: "Pays.", InputSchema: json.RawMessage(
+				`{"type":"object","properties":{"payment":{"type":"object","properties":{"amount":{"type":"number"}},"required":["amount"]}},"required":["payment"]}`)},
+				calls: &pay},
+		},
+		Agents: map[string]chat.Agent{"careful": {Approvals: []tool.ApprovalRule{
+			{Tools: []string{"bank__pay"}, Decision: tool.Deny, AllowIf: json.RawMessage(
+				`{"properties":{"payment":{"properties":{"amount":{"type":"number","maximum":100}}}}}`)},
+		}}},
+		Turns: []llmtest.Turn{
+			{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "bank__pay", Arguments: `{"payment":"{\"amount\":5000}"}`}}},
+			{Text: "I could not pay."},
+		}})
+	st := f.send(t, chat.Request{Agent: "careful", Message: "pay"}, chat.StartOptions{})
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Fatalf("run: %+v %+v", o, o.Error)
+	}
+	if pay.Load() != 0 {
+		t.Errorf("bank__pay ran %d times: allow_if passed a string the tool runs as {\"amount\":5000}", pay.Load())
+	}
+}
+
+// TestApprovalEditedArgumentsLimit: edited arguments are bounded by limits.tool_argument_bytes as the
+// model's are.
+func TestApprovalEditedArgumentsLimit(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	su := approvalSetup(counts)
+	su.Limits.Model.ArgumentBytes = 1024
+	f := newFixture(t, su)
+	st := pause(t, f, counts)
+	big := json.RawMessage(`{"to":"` + strings.Repeat("a", 2048) + `"}`)
+	_, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_2", Decision: chat.DecisionApprove, Arguments: big})
+	var ce *chat.Error
+	if !errors.As(err, &ce) || ce.Code != "invalid_decision" {
+		t.Fatalf("edited arguments of %d bytes under a 1 KiB limit: %v, want invalid_decision", len(big), err)
+	}
+}

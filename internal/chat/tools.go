@@ -184,13 +184,24 @@ func (ts *toolSet) refusal(call llm.ToolCall) string {
 	if !ok {
 		return "" // the registry reports the unknown tool
 	}
-	switch d, reason := ts.approvals.Decide(info, call.Arguments); d {
+	switch d, reason := ts.decide(info, call); d {
 	case tool.Deny:
 		return "Not permitted: " + reason + " Do not try this call again; tell the user if it matters."
 	case tool.Ask:
 		return "Not run: this call needs a person's approval. " + reason
 	}
 	return ""
+}
+
+// decide is the policy's decision on call, made on its arguments as the tool would run with them (the
+// registry's repairs applied: a string holding a JSON object where the schema wants one is checked as
+// that object), so that allow_if sees exactly what runs.
+func (ts *toolSet) decide(info tool.Info, call llm.ToolCall) (tool.Decision, string) {
+	args := call.Arguments
+	if prepared, err := ts.reg.CheckArguments(call.Name, args); err == nil {
+		args = prepared
+	}
+	return ts.approvals.Decide(info, args)
 }
 
 // run runs a call the policy allows, or a person approved.

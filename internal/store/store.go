@@ -317,6 +317,10 @@ type RunEnd struct {
 	// Request, and their RequestOmitted becomes RequestsDropped. The rest of each call stays.
 	KeepRequests    int
 	RequestsDropped string
+	// WhileAwaiting ends the run only if it still awaits approval: a run a decision resumed since the
+	// caller read it (it runs its approved calls now) is refused with ErrConflict, so that a stale cancel
+	// cannot close as "not run" a call that is running.
+	WhileAwaiting bool
 }
 
 // Await is what AwaitRun stores with a run that waits for a person.

@@ -142,7 +142,7 @@ func (db *DB) Counts(ctx context.Context) (map[string]int64, error) {
 // say when they find some.
 var pairingChecks = []struct{ what, query string }{
 	{"tool calls of ended runs without an answer", `SELECT COUNT(*) FROM tool_calls c JOIN runs r ON r.id = c.run_id
-WHERE c.answer_id IS NULL AND r.status NOT IN ('queued', 'running')`},
+WHERE c.answer_id IS NULL AND r.status NOT IN ('queued', 'running', 'awaiting_approval')`},
 	{"tool calls whose answer is not their tool record", `SELECT COUNT(*) FROM tool_calls c
 WHERE c.answer_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records t
 	WHERE t.id = c.answer_id AND t.parent_id = c.record_id AND t.tool_call_id = c.call_id)`},

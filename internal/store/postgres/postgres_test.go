@@ -145,3 +145,9 @@ func TestIsDSN(t *testing.T) {
 		}
 	}
 }
+
+// TestPairingWhileAwaiting: chatd migrate's pairing check accepts a run awaiting approval.
+func TestPairingWhileAwaiting(t *testing.T) {
+	db := openTest(t, pgtest.NewSchema(t))
+	storetest.PairingWhileAwaiting(t, db, db.CheckPairing)
+}

@@ -419,6 +419,9 @@ func (db *DB) FinishRun(ctx context.Context, user, runID string, end store.RunEn
 		if status != store.RunRunning && status != store.RunQueued && status != store.RunAwaiting {
 			return conflict("run %q already ended (%s)", runID, status)
 		}
+		if end.WhileAwaiting && status != store.RunAwaiting {
+			return conflict("run %q no longer awaits approval (%s)", runID, status)
+		}
 		now := db.clock()
 		if added, err = closeCalls(ctx, tx, user, sessionID, runID, end.Reason, now); err != nil {
 			return err

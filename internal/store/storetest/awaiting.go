@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"chatd/internal/store"
@@ -84,4 +86,44 @@ func testAwaitingRun(t *testing.T, s store.Store) {
 		t.Errorf("AwaitingRuns after the end = %+v, %v", awaiting, err)
 	}
 	wantErr(t, "UpdateAwaiting of an ended run", s.UpdateAwaiting(ctx, alice, run.ID, waits, decided), store.ErrConflict)
+}
+
+// testStaleCancel: an end asked only while the run awaits approval (a cancel that read it waiting) is
+// refused once a decision has resumed it, so that the call the run now runs is not closed as not run.
+func testStaleCancel(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	sess := createSession(t, s, alice)
+	run := createRun(t, s, alice, sess.ID)
+	mustAppend(t, s, alice, store.Record{SessionID: sess.ID, RunID: run.ID, Role: store.RoleUser, Content: "pay"})
+	mustAppend(t, s, alice, runAssistant(run, "call_2"))
+	waits := json.RawMessage(`{"calls":[{"id":"call_2","decision":"approve"}]}`)
+	if err := s.AwaitRun(ctx, alice, run.ID, store.Await{Awaiting: waits}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ResumeRun(ctx, alice, run.ID, waits, 10); err != nil { // a decision, after the cancel's read
+		t.Fatal(err)
+	}
+	end := store.RunEnd{Status: store.RunCancelled, FinishReason: "cancelled", Reason: "Not run: cancelled while waiting.", WhileAwaiting: true}
+	if added, err := s.FinishRun(ctx, alice, run.ID, end); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("FinishRun of a resumed run while awaiting = %d records, %v; want ErrConflict", len(added), err)
+	}
+	if got, err := s.Run(ctx, alice, run.ID); err != nil || got.Status != store.RunRunning {
+		t.Errorf("the resumed run after the stale cancel: %+v, %v; want running", got, err)
+	}
+}
+
+// PairingWhileAwaiting checks that check, a store's check of the pairing invariant (as chatd migrate
+// runs it), accepts a run awaiting approval: its waiting call has no tool record by design.
+func PairingWhileAwaiting(t *testing.T, s store.Store, check func(context.Context) error) {
+	ctx, alice := t.Context(), newUser("alice")
+	sess := createSession(t, s, alice)
+	run := createRun(t, s, alice, sess.ID)
+	mustAppend(t, s, alice, store.Record{SessionID: sess.ID, RunID: run.ID, Role: store.RoleUser, Content: "pay"})
+	mustAppend(t, s, alice, runAssistant(run, "call_2"))
+	if err := s.AwaitRun(ctx, alice, run.ID, store.Await{Awaiting: json.RawMessage(`{"calls":[]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(ctx); err != nil {
+		t.Errorf("the pairing check with a run awaiting approval: %v", err)
+	}
 }

@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ToolCallValidation", testToolCallValidation},
 		{"FinishRun", testFinishRun},
 		{"AwaitingRun", testAwaitingRun},
+		{"StaleCancelOfAResumedRun", testStaleCancel},
 		{"FinishRunOwnCallsOnly", testFinishRunOwnCallsOnly},
 		{"CloseCalls", testCloseCalls},
 		{"RunUsageSoFar", testRunUsageSoFar},
