@@ -172,7 +172,7 @@ func (o *observer) await(res agent.Result) bool {
 	run := o.run
 	parent := o.parents[res.Final]
 	if parent == nil || len(res.Waiting) == 0 {
-		o.log.Error("a run awaits approval without a stored turn", "run", run.ID)
+		o.log.Error("a run awaits approval without a stored turn")
 		return false
 	}
 	req := o.p.req
@@ -206,7 +206,7 @@ func (o *observer) await(res agent.Result) bool {
 		a.Events = append(pending, store.Event{RunID: run.ID, Seq: last[0].Seq, Type: last[0].Type, Data: last[0].Data})
 	}
 	if err := o.store.AwaitRun(o.ctx, o.p.user, run.ID, a); err != nil {
-		o.log.Error("store a run awaiting approval", "run", run.ID, "err", err)
+		o.log.Error("store a run awaiting approval", "err", err)
 		return false
 	}
 	if o.conv != nil {
@@ -356,7 +356,7 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 	if err != nil {
 		// The run cannot go on as it was asked (its agent is gone, its request no longer fits): it ends
 		// failed, its calls closed.
-		s.log.Warn("an awaiting run cannot resume", "run", r.ID, "err", err)
+		s.log.Warn("an awaiting run cannot resume", append(storedRunAttrs(r), "err", err)...)
 		return s.endAwaiting(ctx, user, r, store.RunFailed, "The run could not resume after its approval: "+err.Error())
 	}
 	p.decided = aw
@@ -458,7 +458,7 @@ func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 		}
 		obs.Emit(agent.ToolComplete{Call: call, Result: res})
 		if err := obs.recordResult(context.WithoutCancel(ctx), aw.Turn, call, res); err != nil {
-			s.log.Error("store the result of a decided call", "run", obs.run.ID, "call", c.ToolCallID, "err", err)
+			obs.log.Error("store the result of a decided call", "call", c.ToolCallID, "err", err)
 		}
 	}
 }
