@@ -198,8 +198,10 @@ func (ts *toolSet) refusal(call llm.ToolCall) string {
 // that object), so that allow_if sees exactly what runs.
 func (ts *toolSet) decide(info tool.Info, call llm.ToolCall) (tool.Decision, string) {
 	args := call.Arguments
-	if prepared, err := ts.reg.CheckArguments(call.Name, args); err == nil {
-		args = prepared
+	if ts.approvals.ReadsArguments(call.Name) { // else no second pass over them before the call's own
+		if prepared, err := ts.reg.CheckArguments(call.Name, args); err == nil {
+			args = prepared
+		}
 	}
 	return ts.approvals.Decide(info, args)
 }

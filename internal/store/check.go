@@ -208,3 +208,17 @@ func NewRun(r *Run, first *Record, now time.Time, newID func() string) (Run, Ses
 	}
 	return run, sess, rec, nil
 }
+
+// StoredCall completes c from the columns both stores keep a model call's text in: system NULL (valid
+// false) when it is the run's previous call's, tools a JSON array, output NULL when there is none.
+func StoredCall(c *ModelCall, system string, systemSet bool, tools, settings string, output string, outputSet bool) error {
+	c.System, c.SameSystem = system, !systemSet
+	if err := json.Unmarshal([]byte(tools), &c.Tools); err != nil {
+		return fmt.Errorf("tools: %w", err)
+	}
+	c.Settings = json.RawMessage(settings)
+	if outputSet {
+		c.Output = json.RawMessage(output)
+	}
+	return nil
+}

@@ -102,6 +102,20 @@ func (a *Approvals) Decide(info Info, args json.RawMessage) (Decision, string) {
 	return Allow, ""
 }
 
+// ReadsArguments reports whether the policy's decision on a call of the tool name depends on its
+// arguments: whether the first rule for it has an allow_if. Otherwise the arguments need no preparing.
+func (a *Approvals) ReadsArguments(name string) bool {
+	if a == nil {
+		return false
+	}
+	for _, r := range a.rules {
+		if MatchAny(r.Tools, name) {
+			return r.allowIf != nil
+		}
+	}
+	return false
+}
+
 func (r approvalRule) reason(name string) string {
 	switch {
 	case r.Reason != "":

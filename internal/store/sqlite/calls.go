@@ -103,13 +103,8 @@ func (db *DB) ModelCalls(ctx context.Context, user, runID string) ([]store.Model
 			&output, &at); err != nil {
 			return nil, fmt.Errorf("sqlite: model calls: %w", err)
 		}
-		c.System, c.SameSystem = system.String, !system.Valid
-		if err := json.Unmarshal([]byte(tools), &c.Tools); err != nil {
-			return nil, fmt.Errorf("sqlite: model calls: tools: %w", err)
-		}
-		c.Settings = json.RawMessage(settings)
-		if output.Valid {
-			c.Output = json.RawMessage(output.String)
+		if err := store.StoredCall(&c, system.String, system.Valid, tools, settings, output.String, output.Valid); err != nil {
+			return nil, fmt.Errorf("sqlite: model calls: %w", err)
 		}
 		c.CreatedAt = time.UnixMicro(at).UTC()
 		out = append(out, c)
