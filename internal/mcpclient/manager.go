@@ -156,8 +156,10 @@ func (m *Manager) client(s *server) *mcp.Client {
 		keepAlive = 0
 	}
 	return mcp.NewClient(&mcp.Implementation{Name: "chatd", Version: m.opts.Version}, &mcp.ClientOptions{
-		// No roots, sampling or elicitation: chatd offers the server nothing but calls.
-		Capabilities:                &mcp.ClientCapabilities{},
+		// No roots or sampling. Elicitation in form mode only: a call's question goes to the person
+		// whose run made the call (elicit.go); chatd cannot send a person to a URL.
+		Capabilities:                &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}}},
+		ElicitationHandler:          s.elicit,
 		ToolListChangedHandler:      func(context.Context, *mcp.ToolListChangedRequest) { s.poke(s.relist) },
 		ProgressNotificationHandler: s.progressed,
 		KeepAlive:                   keepAlive,
