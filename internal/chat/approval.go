@@ -94,6 +94,9 @@ type Decision struct {
 	Reason string
 	// Answers, with answer (an ask_user call), are the answers to its questions, in order.
 	Answers []string
+	// Content, with answer to a question from an MCP server, is the value of each of its fields, as a
+	// JSON object.
+	Content json.RawMessage
 }
 
 // Awaiting is what a run awaiting approval waits for.
@@ -110,6 +113,11 @@ type AwaitingCall struct {
 	Arguments  json.RawMessage
 	Reason     string
 	Decision   string
+	// Source, Message and Fields are a question from an MCP server's (Source SourceMCP): the run is
+	// running, and its call waits for the answer.
+	Source  string
+	Message string
+	Fields  []runevent.Field
 }
 
 // AwaitingOf returns what a stored run awaiting approval waits for; nil for any other run.
@@ -232,6 +240,17 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 	if err := checkDecision(d, cmp.Or(s.opts.Limits.Model.ArgumentBytes, agent.DefaultArgumentBytes)); err != nil {
 		return nil, err
 	}
+	if live := s.live(user, runID); live != nil {
+		if res, ok, err := s.answerLive(live, d); ok {
+			return res, err
+		}
+	}
+	if d.Content != nil {
+		// The answer to a question from an MCP server, which only the run's own instance holds.
+		return s.decide(ctx, user, runID, func(*awaiting) error {
+			return invalid("invalid_decision", "content answers a question from an MCP server; run %s waits for none on tool call %q", runID, d.ToolCallID)
+		})
+	}
 	return s.decide(ctx, user, runID, func(aw *awaiting) error {
 		i := slices.IndexFunc(aw.Calls, func(c waitingCall) bool { return c.ToolCallID == d.ToolCallID })
 		if i < 0 {
@@ -277,6 +296,10 @@ func checkDecision(d Decision, argumentBytes int) error {
 		return invalid("invalid_decision", "decision is %q; it must be approve, deny, or answer (ask_user)", d.Decision)
 	case d.Decision != DecisionAnswer && d.Answers != nil:
 		return invalid("invalid_decision", "answers go with answer, for an ask_user call")
+	case d.Decision != DecisionAnswer && d.Content != nil:
+		return invalid("invalid_decision", "content goes with answer, for a question from an MCP server")
+	case len(d.Content) > argumentBytes:
+		return invalid("invalid_answer", "content is %d bytes; the limit is %d (limits.tool_argument_bytes)", len(d.Content), argumentBytes)
 	case d.Decision == DecisionDeny && len(d.Arguments) > 0:
 		return invalid("invalid_decision", "arguments go with approve: a denied call does not run")
 	case len(d.Reason) > maxDecisionReason:
@@ -311,6 +334,11 @@ func (s *Service) decide(ctx context.Context, user, runID string, change func(*a
 		}
 		if err != nil {
 			return nil, err
+		}
+		if (r.Status == store.RunRunning || r.Status == store.RunQueued) && s.live(user, runID) == nil {
+			// Another instance runs it: a question its call waits on is in that instance's memory.
+			return nil, &Error{Kind: ErrBusy, Code: "run_not_here", RunID: runID,
+				Message: fmt.Sprintf("run %s is running on another chatd instance: a question from an MCP server can be answered only on the instance that runs it; try again (another request may reach it)", runID)}
 		}
 		if r.Status != store.RunAwaiting {
 			return nil, &Error{Kind: ErrBusy, Code: "not_awaiting_approval", RunID: runID,
@@ -426,7 +454,7 @@ func (s *Service) loadLog(ctx context.Context, run *Run, user string) error {
 // denials, each answering its call of the stored turn as the loop's own results do.
 func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 	aw := p.decided
-	tools := p.tools.withProgress(obs.ToolProgress)
+	tools := p.tools.observed(obs)
 	obs.open += len(aw.Calls)
 	for _, c := range aw.Calls {
 		obs.run.emit(runevent.TypeApprovalDecided, runevent.Encode(runevent.ApprovalDecided{ToolCallID: c.ToolCallID,
@@ -573,7 +601,7 @@ func (s *Service) expire(user, runID string) {
 	var e *Error
 	switch {
 	case err == nil, errors.Is(err, errNotExpired):
-	case errors.As(err, &e) && (e.Code == "not_awaiting_approval" || e.Code == "run_not_found"):
+	case errors.As(err, &e) && (e.Code == "not_awaiting_approval" || e.Code == "run_not_found" || e.Code == "run_not_here"):
 		// Decided, cancelled or deleted meanwhile.
 	default:
 		s.log.Error("expire a run awaiting approval", "run", runID, "err", err)
