@@ -57,7 +57,11 @@ func (a runAsker) Ask(ctx context.Context, q tool.Question) (tool.Answer, error)
 	if err != nil {
 		return tool.Answer{}, err
 	}
+	// It waits for the approval timeout at most, and no longer than the call may run.
 	wait := o.approvalTimeout
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d))
+	}
 	expires := o.now().Add(wait).UTC().Truncate(time.Second)
 	args := a.call.Arguments
 	if len(args) == 0 {

@@ -62,8 +62,14 @@ func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Elici
 		return declined, nil
 	}
 	// The wait ends with the server's request (its cancel, the session's end) or with the call (its
-	// timeout, the run's cancel), whichever is first.
-	ctx, cancel := context.WithCancel(ctx)
+	// timeout, the run's cancel), whichever is first; it has the call's deadline, for the asker to
+	// tell the person.
+	var cancel context.CancelFunc
+	if d, ok := call.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(ctx, d)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
 	defer cancel()
 	defer context.AfterFunc(call, cancel)()
 	a, err := asker.Ask(ctx, q)

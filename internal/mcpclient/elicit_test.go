@@ -78,6 +78,9 @@ func TestElicitation(t *testing.T) {
 			done := make(chan tool.Outcome, 1)
 			go func() { done <- reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit", json.RawMessage(`{}`)) }()
 			x := receive(t, a.questions, "the elicitation did not reach the asker")
+			if _, ok := x.ctx.Deadline(); !ok {
+				t.Error("the asker's context has no deadline: the call's timeout does not bound the wait")
+			}
 			if x.q.Message != "Who are you?" || !strings.Contains(string(x.q.Schema), `"name":{"title":"Name","type":"string"}`) {
 				t.Errorf("question: %q %s", x.q.Message, x.q.Schema)
 			}
