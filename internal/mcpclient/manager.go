@@ -3,7 +3,8 @@
 // pages, again on notifications/tools/list_changed) into the tool registry as <server>__<tool>, and
 // reconnects with backoff after a failed start, a transport error, a crashed child or an HTTP 404
 // session expiry. Calls carry a progress token and are cancelled with their context; a server that is
-// down or hung gives a failed tool result within the call's timeout, never a stuck run.
+// down or hung gives a failed tool result within the call's timeout, never a stuck run. A server's
+// elicitation (form mode) during a call goes to the tool.Asker of the call's context (elicit.go).
 //
 // It imports the tool package and the SDK; nothing else of chatd.
 package mcpclient
