@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/chromedp/chromedp"
 )
 
 // TestMCPElicitation runs server-everything's trigger-elicitation-request through the real binary: the
@@ -26,8 +28,12 @@ func TestMCPElicitation(t *testing.T) {
 	}
 }
 
+// elicitTimeout gives trigger-elicitation-request a timeout that a person — or a loaded machine — does
+// not run out of: the call waits for the answer.
+var elicitTimeout = map[string]any{"tools": map[string]any{"trigger-elicitation-request": map[string]any{"timeout": "5m"}}}
+
 func testMCPElicitation(t *testing.T, m *mcpPeers, transport string) {
-	p := m.startChatd(t, map[string]any{"everything": m.startEverything(t, transport, nil).entry})
+	p := m.startChatd(t, map[string]any{"everything": m.startEverything(t, transport, elicitTimeout).entry})
 	if !slices.ContainsFunc(listTools(t, p), func(tl toolWire) bool { return tl.Name == "everything__trigger-elicitation-request" }) {
 		t.Fatalf("GET /v1/tools has no everything__trigger-elicitation-request: the server did not see the elicitation capability")
 	}
@@ -132,5 +138,44 @@ func testMCPElicitation(t *testing.T, m *mcpPeers, transport string) {
 	if content := fmt.Sprint(last.Content); last.Role != "tool" || last.ToolCallID != "call_elicit" || !strings.Contains(content, "- Name: Ada Lovelace") ||
 		!strings.Contains(content, "- Favorite Integer: 7") {
 		t.Errorf("the second upstream request ends with %+v, want the call's result with the answers", last)
+	}
+}
+
+// TestBrowserElicitation: in the web UI, server-everything's question shows as a form of its fields,
+// shows again after a reload while the call waits, and its answer reaches the server: the run goes on
+// to the model's answer, and the form says it was answered.
+func TestBrowserElicitation(t *testing.T) {
+	t.Parallel()
+	if findChromium() == "" {
+		t.Skip("no Chromium")
+	}
+	m := newMCPPeers(t)
+	p := m.startChatd(t, map[string]any{"everything": m.startEverything(t, "stdio", elicitTimeout).entry})
+	tb := startBrowser(t, p.base).newTab(t)
+	tb.open("/")
+	message := "[mcp-elicit] in the browser"
+	tb.send(message)
+	const form = `document.querySelector('[data-testid="elicitation"][data-state="waiting"]')`
+	const name = `#el-call_elicit-name`
+	tb.wait("the question's form", form+` && !!document.querySelector("`+name+`")`)
+	if txt := evalJS[string](tb, form+`.textContent`); !strings.Contains(txt, "Please provide inputs for the following fields:") {
+		t.Errorf("the form does not show the server's message: %q", txt)
+	}
+	tb.screenshot("elicit-01-form")
+	id := tb.sessionID()
+	tb.open("/c/" + id)
+	tb.wait("the question's form after a reload", form+` && !!document.querySelector("`+name+`")`)
+	tb.do("type a name", chromedp.SendKeys(chromedp.CSS(name), "Ada Lovelace"))
+	tb.do("submit", chromedp.Click(chromedp.CSS(`[data-testid="elicitation-submit"]`)))
+	tb.waitAnswer("Thanks: the server has your details.")
+	tb.wait("the form decided", `[...document.querySelectorAll('[data-testid="elicitation"]')].some(e => e.dataset.state === "decided" && e.textContent.includes("You answered."))`)
+	tb.screenshot("elicit-02-answered")
+	up := upstreamRequests(t, m.mock, message)
+	if len(up) != 2 {
+		t.Fatalf("%d upstream requests for %q, want 2", len(up), message)
+	}
+	msgs := up[1].Body.Messages
+	if last := msgs[len(msgs)-1]; !strings.Contains(fmt.Sprint(last.Content), "- Name: Ada Lovelace") {
+		t.Errorf("the second upstream request ends with %+v, want the call's result with the name", last)
 	}
 }
