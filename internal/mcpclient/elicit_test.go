@@ -143,6 +143,24 @@ func TestElicitationDeclined(t *testing.T) {
 	}
 }
 
+// TestElicitationURL: a URL-mode elicitation is refused, saying so, and nobody is asked.
+func TestElicitationURL(t *testing.T) {
+	elicitTransports(t, func(t *testing.T, m *Manager, reg *tool.Registry) {
+		a := newAsker()
+		out := reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit_url", json.RawMessage(`{}`))
+		// The server's SDK may refuse it itself (chatd does not offer URL mode); else chatd does.
+		if out.Success || !strings.Contains(out.Content, "chatd supports form elicitation only") &&
+			!strings.Contains(out.Content, `client does not support "url" elicitation`) {
+			t.Errorf("srv__elicit_url: %+v, want a failure saying URL mode is not supported", out)
+		}
+		select {
+		case x := <-a.questions:
+			t.Errorf("the asker was asked %q", x.q.Message)
+		default:
+		}
+	})
+}
+
 // TestElicitationTooBig: a requested schema over chatd's limits is refused with an error that says so,
 // and nobody is asked.
 func TestElicitationTooBig(t *testing.T) {

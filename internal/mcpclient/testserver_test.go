@@ -217,6 +217,13 @@ func (ts *testServer) addTools() {
 		return nil, ctx.Err()
 	})
 	ts.raw("elicit", ts.elicit)
+	ts.raw("elicit_url", func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if r, ok := req.Params.InputResponses["site"].(*mcp.ElicitResult); ok {
+			return text(r.Action), nil
+		}
+		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"site": &mcp.ElicitParams{Mode: "url",
+			Message: "Sign in there.", URL: "https://example.com/signin", ElicitationID: "e1"}}}, nil
+	})
 	for _, ref := range []string{"file:///etc/passwd", "http://127.0.0.1:1/schema.json"} {
 		name := "ref_" + strings.SplitN(ref, ":", 2)[0]
 		schema := json.RawMessage(`{"type":"object","properties":{"p":{"$ref":"` + ref + `"}}}`)
