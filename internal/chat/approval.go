@@ -246,10 +246,7 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 		}
 	}
 	if d.Content != nil {
-		// The answer to a question from an MCP server, which only the run's own instance holds.
-		return s.decide(ctx, user, runID, func(*awaiting) error {
-			return invalid("invalid_decision", "content answers a question from an MCP server; run %s waits for none on tool call %q", runID, d.ToolCallID)
-		})
+		return nil, s.notAsking(ctx, user, runID, d.ToolCallID)
 	}
 	return s.decide(ctx, user, runID, func(aw *awaiting) error {
 		i := slices.IndexFunc(aw.Calls, func(c waitingCall) bool { return c.ToolCallID == d.ToolCallID })
@@ -334,11 +331,6 @@ func (s *Service) decide(ctx context.Context, user, runID string, change func(*a
 		}
 		if err != nil {
 			return nil, err
-		}
-		if (r.Status == store.RunRunning || r.Status == store.RunQueued) && s.live(user, runID) == nil {
-			// Another instance runs it: a question its call waits on is in that instance's memory.
-			return nil, &Error{Kind: ErrBusy, Code: "run_not_here", RunID: runID,
-				Message: fmt.Sprintf("run %s is running on another chatd instance: a question from an MCP server can be answered only on the instance that runs it; try again (another request may reach it)", runID)}
 		}
 		if r.Status != store.RunAwaiting {
 			return nil, &Error{Kind: ErrBusy, Code: "not_awaiting_approval", RunID: runID,
@@ -601,7 +593,7 @@ func (s *Service) expire(user, runID string) {
 	var e *Error
 	switch {
 	case err == nil, errors.Is(err, errNotExpired):
-	case errors.As(err, &e) && (e.Code == "not_awaiting_approval" || e.Code == "run_not_found" || e.Code == "run_not_here"):
+	case errors.As(err, &e) && (e.Code == "not_awaiting_approval" || e.Code == "run_not_found"):
 		// Decided, cancelled or deleted meanwhile.
 	default:
 		s.log.Error("expire a run awaiting approval", "run", runID, "err", err)

@@ -206,6 +206,24 @@ func (s *Service) answerLive(run *Run, d Decision) (*ApprovalResult, bool, error
 	return &ApprovalResult{RunID: run.ID, Status: store.RunRunning, Pending: len(run.openQuestions())}, true, nil
 }
 
+// notAsking is the error of an answer (content) to a question from an MCP server that no live run of
+// the user's on this instance asks: the run is another user's or none (404), another instance runs it
+// (409 run_not_here: the question is in that instance's memory), or it asks nothing on that call.
+func (s *Service) notAsking(ctx context.Context, user, runID, callID string) error {
+	r, err := s.opts.Store.Run(ctx, user, runID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return notFound(runID)
+	case err != nil:
+		return err
+	case (r.Status == store.RunRunning || r.Status == store.RunQueued) && s.live(user, runID) == nil:
+		return &Error{Kind: ErrBusy, Code: "run_not_here", RunID: runID, Message: fmt.Sprintf("run %s runs on another chatd instance, "+
+			"and a question from an MCP server can be answered only on the instance that runs it; send the answer again (it may reach that instance)", runID)}
+	}
+	return &Error{Kind: ErrBusy, Code: "not_awaiting_approval", RunID: runID,
+		Message: fmt.Sprintf("run %s (%s) waits for no answer on tool call %q: content answers a question from an MCP server", runID, r.Status, callID)}
+}
+
 // fieldsOf reads the fields of a requested schema, in the order of its properties.
 func fieldsOf(schema json.RawMessage) ([]runevent.Field, error) {
 	var root struct {

@@ -14,6 +14,7 @@ import (
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
+	"chatd/internal/store/postgres/pgtest"
 	"chatd/internal/tool"
 )
 
@@ -219,5 +220,39 @@ func TestElicitationCancelled(t *testing.T) {
 	}
 	if d, _ := runevent.Decode[runevent.ApprovalDecided](events[i].Data); d.Decision != chat.DecisionCancel {
 		t.Errorf("approval_decided: %+v, want cancel", d)
+	}
+}
+
+// TestElicitationOnAnotherInstance: with two instances on one PostgreSQL database, an answer sent to
+// the instance that does not run the run is refused with run_not_here (the question is in the other's
+// memory), and the one that runs it takes it.
+func TestElicitationOnAnotherInstance(t *testing.T) {
+	dsn := pgtest.NewSchema(t)
+	clk := newClock()
+	a := newInstance(t, dsn, "a", clk, true,
+		llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "crm__signup", Arguments: `{}`}}}, llmtest.Turn{Text: "Done."})
+	b := newInstance(t, dsn, "b", clk, true)
+	for _, in := range []*instance{a, b} {
+		if err := in.reg.Register(askingTool{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := a.svc.Start(t.Context(), user, chat.Request{Message: "sign me up"}, chat.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, a.svc, st.RunID, 0, isType(runevent.TypeApprovalRequired))
+	answer := chat.Decision{ToolCallID: "call_1", Decision: chat.DecisionAnswer, Content: json.RawMessage(`{"name":"Ada"}`)}
+	if _, err := b.svc.Decide(t.Context(), user, st.RunID, answer); decideErr(err) != "run_not_here" {
+		t.Errorf("the answer on b: %v, want run_not_here", err)
+	}
+	if aw := b.svc.LiveAwaiting(user, st.RunID); aw != nil {
+		t.Errorf("b says the run waits on %+v", aw)
+	}
+	if _, err := a.svc.Decide(t.Context(), user, st.RunID, answer); err != nil {
+		t.Fatalf("the answer on a: %v", err)
+	}
+	if o, err := a.svc.Wait(t.Context(), user, st.RunID); err != nil || o.Status != store.RunCompleted {
+		t.Fatalf("the run: %+v, %v", o, err)
 	}
 }
