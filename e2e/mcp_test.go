@@ -24,9 +24,9 @@ import (
 // result. Each subtest runs its own chatd with its own servers; they share aimock and the binary, and
 // tell their upstream requests apart by their user message.
 
-// everythingTools is how many tools server-everything 2026.8.31 lists to a client that offers no
-// capabilities.
-const everythingTools = 13
+// everythingTools is how many tools server-everything 2026.8.31 lists to chatd, which offers elicitation
+// in form mode: its 13 tools for a client that offers no capabilities, and trigger-elicitation-request.
+const everythingTools = 14
 
 // mcpPeers is what every MCP test needs: node, the servers' entry points, the chatd binary and aimock.
 type mcpPeers struct {

@@ -39,7 +39,7 @@ var conformanceScenarios = map[string]conformanceScenario{
 func conformanceUnsupported(name string) string {
 	switch {
 	case strings.HasPrefix(name, "elicitation"):
-		return "chatd's MCP client offers servers no elicitation"
+		return "chatd's MCP client puts an elicitation to the person behind a run's call, and this command runs no run: it would decline"
 	case strings.HasPrefix(name, "auth/"):
 		return "chatd's MCP client does not do OAuth; it sends the headers configured for a server"
 	}

@@ -147,7 +147,7 @@ func (s *Service) executeAction(ctx context.Context, p *plan, run *Run, records 
 	obs.parents[t], obs.last, obs.open = first, first, 1
 	obs.Emit(agent.StatusMessage{Message: fmt.Sprintf("Running %s…", call.Name)})
 	obs.Emit(agent.ToolStart{Call: call})
-	res := p.tools.withProgress(obs.ToolProgress).Call(ctx, call)
+	res := p.tools.observed(obs).Call(ctx, call)
 	obs.Emit(agent.ToolComplete{Call: call, Result: res})
 	end := agent.Result{Status: agent.StatusCompleted, FinishReason: "stop", Final: t}
 	if err := obs.RecordToolResult(context.WithoutCancel(ctx), t, call, res); err != nil {

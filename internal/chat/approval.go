@@ -94,6 +94,9 @@ type Decision struct {
 	Reason string
 	// Answers, with answer (an ask_user call), are the answers to its questions, in order.
 	Answers []string
+	// Content, with answer to a question from an MCP server, is the value of each of its fields, as a
+	// JSON object.
+	Content json.RawMessage
 }
 
 // Awaiting is what a run awaiting approval waits for.
@@ -110,6 +113,11 @@ type AwaitingCall struct {
 	Arguments  json.RawMessage
 	Reason     string
 	Decision   string
+	// Source, Message and Fields are a question from an MCP server's (Source SourceMCP): the run is
+	// running, and its call waits for the answer.
+	Source  string
+	Message string
+	Fields  []runevent.Field
 }
 
 // AwaitingOf returns what a stored run awaiting approval waits for; nil for any other run.
@@ -232,6 +240,14 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 	if err := checkDecision(d, cmp.Or(s.opts.Limits.Model.ArgumentBytes, agent.DefaultArgumentBytes)); err != nil {
 		return nil, err
 	}
+	if live := s.live(user, runID); live != nil {
+		if res, ok, err := s.answerLive(live, d); ok {
+			return res, err
+		}
+	}
+	if d.Content != nil {
+		return nil, s.notAsking(ctx, user, runID, d.ToolCallID)
+	}
 	return s.decide(ctx, user, runID, func(aw *awaiting) error {
 		i := slices.IndexFunc(aw.Calls, func(c waitingCall) bool { return c.ToolCallID == d.ToolCallID })
 		if i < 0 {
@@ -277,6 +293,10 @@ func checkDecision(d Decision, argumentBytes int) error {
 		return invalid("invalid_decision", "decision is %q; it must be approve, deny, or answer (ask_user)", d.Decision)
 	case d.Decision != DecisionAnswer && d.Answers != nil:
 		return invalid("invalid_decision", "answers go with answer, for an ask_user call")
+	case d.Decision != DecisionAnswer && d.Content != nil:
+		return invalid("invalid_decision", "content goes with answer, for a question from an MCP server")
+	case len(d.Content) > argumentBytes:
+		return invalid("invalid_answer", "content is %d bytes; the limit is %d (limits.tool_argument_bytes)", len(d.Content), argumentBytes)
 	case d.Decision == DecisionDeny && len(d.Arguments) > 0:
 		return invalid("invalid_decision", "arguments go with approve: a denied call does not run")
 	case len(d.Reason) > maxDecisionReason:
@@ -426,7 +446,7 @@ func (s *Service) loadLog(ctx context.Context, run *Run, user string) error {
 // denials, each answering its call of the stored turn as the loop's own results do.
 func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 	aw := p.decided
-	tools := p.tools.withProgress(obs.ToolProgress)
+	tools := p.tools.observed(obs)
 	obs.open += len(aw.Calls)
 	for _, c := range aw.Calls {
 		obs.run.emit(runevent.TypeApprovalDecided, runevent.Encode(runevent.ApprovalDecided{ToolCallID: c.ToolCallID,

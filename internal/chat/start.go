@@ -723,7 +723,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		Reasoning:     p.agent.Reasoning,
 		System:        system,
 		ToolSpecs:     p.tools.specs,
-		Tools:         p.tools.withProgress(obs.ToolProgress),
+		Tools:         p.tools.observed(obs),
 		Temperature:   cmp.Or(p.req.Temperature, p.agent.Temperature),
 		MaxTokens:     cmp.Or(p.req.MaxTokens, p.agent.MaxTokens),
 		MaxIterations: cmp.Or(p.req.MaxIterations, p.agent.MaxIterations),

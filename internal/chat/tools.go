@@ -24,9 +24,12 @@ type toolSet struct {
 	specs   []llm.ToolSpec
 	// progress receives the progress reports of running calls; nil drops them.
 	progress func(callID string, p tool.Progress)
-	now      func() time.Time // paces progress reports
-	metrics  *metrics.Metrics
-	tracing  *tracing.Tracing
+	// obs, when set, asks the run's person what a running call asks (elicit.go); nil: a call's
+	// questions are declined.
+	obs     *observer
+	now     func() time.Time // paces progress reports
+	metrics *metrics.Metrics
+	tracing *tracing.Tracing
 	// payloads are the records whose payloads get_payload reads, when the run offers it (withPayloads).
 	payloads []store.Record
 	// approvals is the agent's approval policy: whether a call runs, is refused, or waits for a person.
@@ -212,6 +215,9 @@ func (ts *toolSet) run(ctx context.Context, call llm.ToolCall) agent.ToolResult 
 	if ts.progress != nil {
 		ctx, stop = withProgress(ctx, call.ID, ts.now, ts.progress)
 	}
+	if ts.obs != nil {
+		ctx = tool.WithAsker(ctx, runAsker{o: ts.obs, call: call})
+	}
 	out := ts.reg.Call(ctx, call.Name, call.Arguments)
 	if stop != nil {
 		stop()
@@ -221,6 +227,13 @@ func (ts *toolSet) run(ctx context.Context, call llm.ToolCall) agent.ToolResult 
 		res.Attachments = append(res.Attachments, llm.Part{Kind: llm.PartImage, MediaType: a.MediaType, Text: a.Name, Data: a.Data})
 	}
 	return res
+}
+
+// observed returns a copy of ts whose calls report progress to the run of obs, and ask its person.
+func (ts *toolSet) observed(obs *observer) *toolSet {
+	c := ts.withProgress(obs.ToolProgress)
+	c.obs = obs
+	return c
 }
 
 // withProgress returns a copy of ts whose calls report progress to f.

@@ -14,7 +14,7 @@ func (s *server) getRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, runOf(run))
+	return writeJSON(w, http.StatusOK, runOf(run, s.Chat.LiveAwaiting(user(r.Context()), run.ID)))
 }
 
 // runEvents replays a run's events after Last-Event-ID (or ?after=N), then follows it live until done.
@@ -66,7 +66,7 @@ func (s *server) decideRun(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	res, err := s.Chat.Decide(r.Context(), user(r.Context()), r.PathValue("id"), chat.Decision{ToolCallID: in.ToolCallID,
-		Decision: in.Decision, Arguments: in.Arguments, Reason: in.Reason, Answers: in.Answers})
+		Decision: in.Decision, Arguments: in.Arguments, Reason: in.Reason, Answers: in.Answers, Content: in.Content})
 	if err != nil {
 		return err
 	}

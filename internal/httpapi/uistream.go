@@ -67,6 +67,8 @@ type uiConverter struct {
 	// continues: the stream goes on with a message streamed before (after a pause for approval); its
 	// first batch begins with a start chunk naming it.
 	continues bool
+	// elicitations are the questions from MCP servers shown, by call id, for their decision to repeat.
+	elicitations map[string]map[string]any
 }
 
 // event converts one run event: one method per event type, each given the event's decoded data.
@@ -193,6 +195,10 @@ func (c *uiConverter) toolStart(d runevent.ToolStart) {
 // the AI SDK's approval request, whose approvalId is the call's id. A question (ask_user) has no
 // approval request: the UI answers its input's questions (POST /v1/runs/{id}/approvals).
 func (c *uiConverter) approvalRequired(d runevent.ApprovalRequired) {
+	if d.Source == chat.SourceMCP {
+		c.elicitation(d)
+		return
+	}
 	c.closeText()
 	c.inStep()
 	c.chunk(map[string]any{"type": "tool-input-available", "toolCallId": d.ToolCallID, "toolName": d.Name, "input": d.Arguments})
@@ -213,6 +219,10 @@ func (c *uiConverter) awaitingApproval(runevent.AwaitingApproval) {
 
 // approvalDecided replays a decision: what the client sent, for a stream read again from the start.
 func (c *uiConverter) approvalDecided(d runevent.ApprovalDecided) {
+	if d.Source == chat.SourceMCP {
+		c.elicitationDecided(d)
+		return
+	}
 	if d.Decision == "answer" {
 		return // the answers are the call's output
 	}
@@ -221,6 +231,41 @@ func (c *uiConverter) approvalDecided(d runevent.ApprovalDecided) {
 		m["reason"] = d.Reason
 	}
 	c.chunk(m)
+}
+
+// elicitation shows a question from an MCP server, which a running call waits on, as a data part
+// "data-elicitation" whose id is the call's: {tool_call_id, name, message, fields, expires_at,
+// state: "waiting"}. The client answers it with POST /v1/runs/{id}/approvals; its decision comes as the
+// same part again (useChat replaces a data part of the same id), state "decided", with decision and
+// content.
+func (c *uiConverter) elicitation(d runevent.ApprovalRequired) {
+	c.closeText()
+	data := map[string]any{"tool_call_id": d.ToolCallID, "name": d.Name, "message": d.Message, "fields": d.Fields, "state": "waiting"}
+	if d.ExpiresAt != nil {
+		data["expires_at"] = d.ExpiresAt
+	}
+	if c.elicitations == nil {
+		c.elicitations = map[string]map[string]any{}
+	}
+	c.elicitations[d.ToolCallID] = data
+	c.chunk(map[string]any{"type": "data-elicitation", "id": d.ToolCallID, "data": data})
+}
+
+// elicitationDecided shows the decision on a question from an MCP server.
+func (c *uiConverter) elicitationDecided(d runevent.ApprovalDecided) {
+	data := map[string]any{"tool_call_id": d.ToolCallID}
+	for k, v := range c.elicitations[d.ToolCallID] {
+		data[k] = v
+	}
+	delete(c.elicitations, d.ToolCallID)
+	data["state"], data["decision"] = "decided", d.Decision
+	if len(d.Content) > 0 {
+		data["content"] = d.Content
+	}
+	if d.Reason != "" {
+		data["reason"] = d.Reason
+	}
+	c.chunk(map[string]any{"type": "data-elicitation", "id": d.ToolCallID, "data": data})
 }
 
 // toolProgress passes the event's data on as it is, in a transient data part.

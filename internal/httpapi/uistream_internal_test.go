@@ -46,3 +46,32 @@ func TestUIConverterRefusesBadData(t *testing.T) {
 		t.Errorf("converted %q", got)
 	}
 }
+
+// TestUIConverterElicitation: a question from an MCP server becomes a data-elicitation part with the
+// call's id, and its decision the same part again, decided; neither is an approval request.
+func TestUIConverterElicitation(t *testing.T) {
+	c := uiConverter{messageID: "msg_x"}
+	for _, ev := range []chat.Event{
+		{Seq: 1, Type: runevent.TypeToolStart, Data: runevent.Encode(runevent.ToolStart{ToolCallID: "call_1", Name: "crm__signup", Arguments: []byte(`{}`)})},
+		{Seq: 2, Type: runevent.TypeApprovalRequired, Data: runevent.Encode(runevent.ApprovalRequired{Kind: "question", ToolCallID: "call_1",
+			Name: "crm__signup", Arguments: []byte(`{}`), Source: "mcp", Message: "Who are you?", Fields: []runevent.Field{{Name: "name", Type: "string"}}})},
+		{Seq: 3, Type: runevent.TypeApprovalDecided, Data: runevent.Encode(runevent.ApprovalDecided{ToolCallID: "call_1", Decision: "answer",
+			Source: "mcp", Content: []byte(`{"name":"Ada"}`)})},
+	} {
+		if err := c.event(ev); err != nil {
+			t.Fatalf("%s: %v", ev.Type, err)
+		}
+	}
+	got := string(c.buf)
+	for _, want := range []string{
+		`data: {"data":{"fields":[{"name":"name","type":"string"}],"message":"Who are you?","name":"crm__signup","state":"waiting","tool_call_id":"call_1"},"id":"call_1","type":"data-elicitation"}`,
+		`data: {"data":{"content":{"name":"Ada"},"decision":"answer","fields":[{"name":"name","type":"string"}],"message":"Who are you?","name":"crm__signup","state":"decided","tool_call_id":"call_1"},"id":"call_1","type":"data-elicitation"}`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("converted:\n%s\nwant a chunk\n%s", got, want)
+		}
+	}
+	if strings.Contains(got, "tool-approval") || strings.Count(got, "tool-input-available") != 1 {
+		t.Errorf("converted %s", got)
+	}
+}

@@ -44,7 +44,8 @@ type runJSON struct {
 	StartedAt    *time.Time     `json:"started_at,omitempty"`
 	EndedAt      *time.Time     `json:"ended_at,omitempty"`
 	LastEventID  int64          `json:"last_event_id"`
-	// Awaiting is, for a run awaiting approval, what it waits for.
+	// Awaiting is, for a run awaiting approval, what it waits for; for a running run, the questions
+	// from MCP servers its calls wait on (source mcp), when there are some.
 	Awaiting *awaitingJSON `json:"awaiting,omitempty"`
 }
 
@@ -61,17 +62,28 @@ type awaitingCallJSON struct {
 	Arguments  json.RawMessage `json:"arguments"`
 	Reason     string          `json:"reason"`
 	Decision   string          `json:"decision,omitempty"` // approve or deny, once decided
+	// Source, Message and Fields are a question from an MCP server's (source "mcp"), as in
+	// approval_required.
+	Source  string           `json:"source,omitempty"`
+	Message string           `json:"message,omitempty"`
+	Fields  []runevent.Field `json:"fields,omitempty"`
 }
 
-func runOf(r *store.Run) runJSON {
+// runOf is a run as the API shows it; live, when the stored run does not wait, is what it waits on
+// while it runs (questions from MCP servers), or nil.
+func runOf(r *store.Run, live *chat.Awaiting) runJSON {
 	out := runJSON{ID: r.ID, SessionID: r.SessionID, Status: r.Status, Agent: r.Agent, Model: r.Model,
 		FinishReason: r.FinishReason, Error: r.Error, Usage: runevent.UsageOf(r.Usage), CreatedAt: r.CreatedAt,
 		StartedAt: r.StartedAt, EndedAt: r.EndedAt, LastEventID: r.LastEventSeq}
-	if a := chat.AwaitingOf(r); a != nil {
+	a := chat.AwaitingOf(r)
+	if a == nil {
+		a = live
+	}
+	if a != nil {
 		out.Awaiting = &awaitingJSON{ExpiresAt: a.ExpiresAt, Calls: []awaitingCallJSON{}}
 		for _, c := range a.Calls {
 			out.Awaiting.Calls = append(out.Awaiting.Calls, awaitingCallJSON{Kind: c.Kind, ToolCallID: c.ToolCallID, Name: c.Name,
-				Arguments: c.Arguments, Reason: c.Reason, Decision: c.Decision})
+				Arguments: c.Arguments, Reason: c.Reason, Decision: c.Decision, Source: c.Source, Message: c.Message, Fields: c.Fields})
 		}
 	}
 	return out
@@ -84,6 +96,8 @@ type approvalRequestJSON struct {
 	Arguments  json.RawMessage `json:"arguments,omitempty"` // approve: the edited arguments to run with
 	Reason     string          `json:"reason,omitempty"`    // deny: what the model is told
 	Answers    []string        `json:"answers,omitempty"`   // answer: an ask_user call's answers, in order
+	// Content, with answer, is the values of the fields of a question from an MCP server (source mcp).
+	Content json.RawMessage `json:"content,omitempty"`
 }
 
 // approvalJSON answers POST /v1/runs/{id}/approvals.

@@ -144,7 +144,8 @@ func answered(rpc *jsonrpc.Error) bool {
 // reporter; reports arriving once it has returned are dropped.
 func (s *server) call(ctx context.Context, sess *mcp.ClientSession, name string, args json.RawMessage) (*mcp.CallToolResult, error) {
 	token := "chatd-" + strconv.FormatUint(s.tokens.Add(1), 10)
-	s.calls.Store(token, ctx)
+	ctx = context.WithValue(ctx, callKey{}, token)
+	s.calls.Store(token, inFlight{ctx: ctx, sess: sess})
 	defer s.calls.Delete(token)
 	p := &mcp.CallToolParams{Name: name, Arguments: args}
 	p.SetProgressToken(token)
@@ -179,7 +180,7 @@ func (s *server) progressed(_ context.Context, req *mcp.ProgressNotificationClie
 	if !ok {
 		return // late: the call has returned
 	}
-	ctx := v.(context.Context)
+	ctx := v.(inFlight).ctx
 	if ctx.Err() != nil {
 		return // cancelled: the server may not have stopped yet
 	}

@@ -3,7 +3,8 @@
 // pages, again on notifications/tools/list_changed) into the tool registry as <server>__<tool>, and
 // reconnects with backoff after a failed start, a transport error, a crashed child or an HTTP 404
 // session expiry. Calls carry a progress token and are cancelled with their context; a server that is
-// down or hung gives a failed tool result within the call's timeout, never a stuck run.
+// down or hung gives a failed tool result within the call's timeout, never a stuck run. A server's
+// elicitation (form mode) during a call goes to the tool.Asker of the call's context (elicit.go).
 //
 // It imports the tool package and the SDK; nothing else of chatd.
 package mcpclient
@@ -156,8 +157,10 @@ func (m *Manager) client(s *server) *mcp.Client {
 		keepAlive = 0
 	}
 	return mcp.NewClient(&mcp.Implementation{Name: "chatd", Version: m.opts.Version}, &mcp.ClientOptions{
-		// No roots, sampling or elicitation: chatd offers the server nothing but calls.
-		Capabilities:                &mcp.ClientCapabilities{},
+		// No roots or sampling. Elicitation in form mode only: a call's question goes to the person
+		// whose run made the call (elicit.go); chatd cannot send a person to a URL.
+		Capabilities:                &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}}},
+		ElicitationHandler:          s.elicit,
 		ToolListChangedHandler:      func(context.Context, *mcp.ToolListChangedRequest) { s.poke(s.relist) },
 		ProgressNotificationHandler: s.progressed,
 		KeepAlive:                   keepAlive,

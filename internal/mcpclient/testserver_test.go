@@ -216,6 +216,14 @@ func (ts *testServer) addTools() {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
+	ts.raw("elicit", ts.elicit)
+	ts.raw("elicit_url", func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if r, ok := req.Params.InputResponses["site"].(*mcp.ElicitResult); ok {
+			return text(r.Action), nil
+		}
+		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"site": &mcp.ElicitParams{Mode: "url",
+			Message: "Sign in there.", URL: "https://example.com/signin", ElicitationID: "e1"}}}, nil
+	})
 	for _, ref := range []string{"file:///etc/passwd", "http://127.0.0.1:1/schema.json"} {
 		name := "ref_" + strings.SplitN(ref, ":", 2)[0]
 		schema := json.RawMessage(`{"type":"object","properties":{"p":{"$ref":"` + ref + `"}}}`)
@@ -223,6 +231,33 @@ func (ts *testServer) addTools() {
 			return text("must not be called"), nil
 		})
 	}
+}
+
+// elicit asks the client for a name and an age — or, with {"fields": n}, for n strings — as an input
+// request of its result (the SDK's server sends it as elicitation/create to a client on an earlier
+// protocol), and returns what it got as JSON: {"action": …, "content": …}.
+func (ts *testServer) elicit(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if r, ok := req.Params.InputResponses["who"].(*mcp.ElicitResult); ok {
+		b, _ := json.Marshal(map[string]any{"action": r.Action, "content": r.Content})
+		return text(string(b)), nil
+	}
+	var in struct {
+		Fields int `json:"fields"`
+	}
+	_ = json.Unmarshal(req.Params.Arguments, &in)
+	schema := map[string]any{"type": "object", "required": []string{"name"}, "properties": map[string]any{
+		"name": map[string]any{"type": "string", "title": "Name"},
+		"age":  map[string]any{"type": "integer", "minimum": 0},
+	}}
+	if in.Fields > 0 {
+		props := map[string]any{}
+		for i := range in.Fields {
+			props["f"+strconv.Itoa(i)] = map[string]any{"type": "string"}
+		}
+		schema = map[string]any{"type": "object", "properties": props}
+	}
+	return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{
+		"who": &mcp.ElicitParams{Message: "Who are you?", RequestedSchema: schema}}}, nil
 }
 
 // progressed is a progress call's session and token.

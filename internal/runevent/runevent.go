@@ -51,6 +51,43 @@ type ApprovalRequired struct {
 	Name       string          `json:"name"`
 	Arguments  json.RawMessage `json:"arguments"`
 	Reason     string          `json:"reason"`
+	// Source is "mcp" for a question an MCP server asks while its tool runs (an elicitation): the run
+	// stays running and waits for the answer in memory, on the instance that runs it. Its Message and
+	// Fields say what the server asks; the answer is the values of the fields (decision answer, with
+	// content). Empty for the model's calls that wait (approvals, ask_user).
+	Source  string  `json:"source,omitempty"`
+	Message string  `json:"message,omitempty"`
+	Fields  []Field `json:"fields,omitempty"`
+	// ExpiresAt, for a question from an MCP server, is when it is declined if nobody has answered.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// Field is one value an MCP server's question asks for: a property of its requested schema.
+type Field struct {
+	Name        string `json:"name"`
+	Title       string `json:"title,omitempty"`
+	Description string `json:"description,omitempty"`
+	// Type is string, number, integer, boolean or array (several of Choices: Multiple is set).
+	Type     string `json:"type"`
+	Format   string `json:"format,omitempty"` // a string's: email, uri, date or date-time
+	Required bool   `json:"required,omitempty"`
+	// Default is the value the form starts with, as the server gave it.
+	Default  json.RawMessage `json:"default,omitempty"`
+	Choices  []Choice        `json:"choices,omitempty"`
+	Multiple bool            `json:"multiple,omitempty"`
+	Minimum  *float64        `json:"minimum,omitempty"`
+	Maximum  *float64        `json:"maximum,omitempty"`
+	// MinLength and MaxLength bound a string's characters; MinItems and MaxItems an array's choices.
+	MinLength *int `json:"min_length,omitempty"`
+	MaxLength *int `json:"max_length,omitempty"`
+	MinItems  *int `json:"min_items,omitempty"`
+	MaxItems  *int `json:"max_items,omitempty"`
+}
+
+// Choice is one value a field may take, and what a person reads for it.
+type Choice struct {
+	Value string `json:"value"`
+	Label string `json:"label"`
 }
 
 // AwaitingApproval ends the part of a run's stream before a pause: the run's status is now
@@ -62,13 +99,17 @@ type AwaitingApproval struct {
 }
 
 // ApprovalDecided is a decision on a call that waited: approve (with the arguments it runs with),
-// deny (with the reason the model is told) or answer (a question's answers, in order).
+// deny (with the reason the model is told) or answer (a question's answers, in order). For a question
+// from an MCP server (Source "mcp") it is answer with Content (the values sent to the server), deny
+// (declined), or cancel: nobody answered before the call, or the run, ended or the wait expired.
 type ApprovalDecided struct {
 	ToolCallID string          `json:"tool_call_id"`
 	Decision   string          `json:"decision"`
 	Arguments  json.RawMessage `json:"arguments,omitempty"`
 	Reason     string          `json:"reason,omitempty"`
 	Answers    []string        `json:"answers,omitempty"`
+	Source     string          `json:"source,omitempty"`
+	Content    json.RawMessage `json:"content,omitempty"`
 }
 
 // RunStart is the first event of a run.

@@ -76,6 +76,16 @@ func TestEventsGolden(t *testing.T) {
 	roundTrip(t, &out, runevent.TypeApprovalRequired, runevent.ApprovalRequired{Kind: "question", ToolCallID: "call_d", Name: "ask_user",
 		Arguments: json.RawMessage(`{"questions":[{"question":"Which account?","choices":["checking","savings"]}]}`), Reason: "The assistant has a question for you."})
 	roundTrip(t, &out, runevent.TypeApprovalDecided, runevent.ApprovalDecided{ToolCallID: "call_d", Decision: "answer", Answers: []string{"savings"}})
+	lo, hi, most := 1.0, 100.0, 3
+	expires := at.Add(time.Hour)
+	roundTrip(t, &out, runevent.TypeApprovalRequired, runevent.ApprovalRequired{Kind: "question", ToolCallID: "call_e", Name: "crm__signup",
+		Arguments: json.RawMessage(`{}`), Reason: "Who are you?", Source: "mcp", Message: "Who are you?", ExpiresAt: &expires, Fields: []runevent.Field{
+			{Name: "name", Title: "Name", Type: "string", Required: true},
+			{Name: "age", Type: "integer", Minimum: &lo, Maximum: &hi, Default: json.RawMessage(`42`)},
+			{Name: "pets", Type: "array", Multiple: true, MaxItems: &most, Choices: []runevent.Choice{{Value: "cat", Label: "Cats"}, {Value: "dog", Label: "Dogs"}}},
+		}})
+	roundTrip(t, &out, runevent.TypeApprovalDecided, runevent.ApprovalDecided{ToolCallID: "call_e", Decision: "answer", Source: "mcp",
+		Content: json.RawMessage(`{"age":36,"name":"Ada","pets":["cat"]}`)})
 	roundTrip(t, &out, runevent.TypeError, runevent.Error{Code: "upstream_auth", Message: "openai: auth (HTTP 401)", Retryable: false})
 	roundTrip(t, &out, runevent.TypeCancelled, runevent.Cancelled{Reason: "the user stopped the run"})
 	roundTrip(t, &out, runevent.TypeDone, runevent.Done{Status: "completed"})

@@ -32,10 +32,44 @@ export type SuggestedAction = { label: string; action: string; handler?: string;
 /** PayloadData is a data-payload part's data: a tool's payload or an answer's marked block. */
 export type PayloadData = { id: string; type: string; source: 'tool' | 'marker'; summary: string; data: unknown }
 
+/** ElicitationField is one value an MCP server's question asks for (a property of its schema). */
+export type ElicitationField = {
+  name: string
+  title?: string
+  description?: string
+  type: 'string' | 'number' | 'integer' | 'boolean' | 'array'
+  format?: string
+  required?: boolean
+  default?: unknown
+  choices?: { value: string; label: string }[]
+  multiple?: boolean
+  minimum?: number
+  maximum?: number
+  min_length?: number
+  max_length?: number
+  min_items?: number
+  max_items?: number
+}
+
+/** ElicitationData is a data-elicitation part: a question an MCP server asks while its tool runs,
+ * answered with POST /v1/runs/{id}/approvals; state decided once answered, declined or cancelled. */
+export type ElicitationData = {
+  tool_call_id: string
+  name?: string
+  message?: string
+  fields?: ElicitationField[] | null
+  expires_at?: string
+  state: 'waiting' | 'decided'
+  decision?: 'answer' | 'deny' | 'cancel'
+  content?: Record<string, unknown>
+  reason?: string
+}
+
 export type DataParts = {
   'tool-progress': ToolProgress
   suggestions: Suggestions
   payload: PayloadData
+  elicitation: ElicitationData
 }
 
 export type ChatMessage = UIMessage<MessageMeta, DataParts>
@@ -229,6 +263,16 @@ export const api = {
     request<{ tools: Tool[] | null }>('GET', `/v1/tools${agent ? `?agent=${enc(agent)}` : ''}`),
   chat: (id: string, signal?: AbortSignal) => request<StoredChat>('GET', `/v1/ui/chat/${enc(id)}`, undefined, signal),
   cancelRun: (runId: string) => request<unknown>('POST', `/v1/runs/${enc(runId)}/cancel`, {}),
+  /** elicit answers (or, with content undefined, declines) a question an MCP server asks while the
+   * run's call waits. */
+  elicit: (runId: string, toolCallId: string, content?: Record<string, unknown>) =>
+    request<unknown>(
+      'POST',
+      `/v1/runs/${enc(runId)}/approvals`,
+      content === undefined
+        ? { tool_call_id: toolCallId, decision: 'deny' }
+        : { tool_call_id: toolCallId, decision: 'answer', content },
+    ),
   /** runAction starts a server action's run and returns its id once chatd has started it; the run's
    * events come by the chat's resume stream, so this answer's own stream is not read. The tools the
    * user left on (selectedTools, when not all) bound the tool it may run, as they bound a message's. */

@@ -5,6 +5,7 @@ import type { ChatMessage, PayloadData, SuggestedAction, Suggestions, ToolProgre
 import { CopyButton, MarkdownText } from './Markdown'
 import { InspectIcon, RetryIcon, SparkIcon } from './icons'
 import { Payload, isObject } from './Payload'
+import { ElicitationCard } from './Elicitation'
 import { ToolCard, type Decide, type ToolPartLike } from './ToolCard'
 
 type Part = ChatMessage['parts'][number]
@@ -195,6 +196,9 @@ function AssistantMessage(props: MessageProps) {
         break
       case 'data-payload':
         out.push(<PayloadPart key={key} data={p.data} />)
+        break
+      case 'data-elicitation':
+        out.push(<ElicitationCard key={key} data={p.data} runId={runId} live={streaming} />)
         break
       default:
         if (p.type === 'dynamic-tool' || p.type.startsWith('tool-')) {

@@ -1,0 +1,138 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"chatd/internal/tool"
+)
+
+// A server's elicitation (form mode) becomes a question to the person whose run made the call: the
+// call's context carries their tool.Asker. On protocol 2026-07-28 and later the elicitation comes back
+// as an input request in the call's own result (multi round-trip, SEP-2322), which the SDK fulfils
+// with the call's context: it is that call's. On earlier versions the server sends elicitation/create
+// on its own, and the request names no call (the SDK hands it over without the request it belongs to,
+// over stdio and over HTTP alike): it is taken to belong to the one call in flight on its session.
+// With none or several in flight it is declined: a question raised by one person's call must never
+// reach another person.
+
+// callKey marks the context of a call, for a handler to tell it from a server's own request.
+type callKey struct{}
+
+// inFlight is one call in flight: its context (the run's asker, its progress reporter) and the session
+// it went out on.
+type inFlight struct {
+	ctx  context.Context
+	sess *mcp.ClientSession
+}
+
+// declined is the answer to an elicitation chatd cannot put to a person.
+var declined = &mcp.ElicitResult{Action: tool.ActionDecline}
+
+// elicit handles elicitation/create. The SDK has checked the requested schema (a flat object of
+// primitive properties) before, and checks the accepted content against it after.
+func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	log := s.m.log.With("mcp_server", s.cfg.Name)
+	p := req.Params
+	if p.Mode == "url" || p.URL != "" {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+			Message: "chatd supports form elicitation only: it cannot send its user to a URL"}
+	}
+	q, err := questionOf(p)
+	if err != nil {
+		log.Warn("MCP server asked an elicitation chatd refuses", "err", err)
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+	}
+	call := ctx
+	if _, own := ctx.Value(callKey{}).(string); !own {
+		var n int
+		if call, n = s.onlyCall(req.Session); n != 1 {
+			log.Warn("MCP server asked an elicitation that chatd cannot tie to one call; declined",
+				"calls_in_flight", n)
+			return declined, nil
+		}
+	}
+	asker, ok := tool.AskerFrom(call)
+	if !ok {
+		log.Warn("MCP server asked an elicitation during a call no person waits on; declined")
+		return declined, nil
+	}
+	// The wait ends with the server's request (its cancel, the session's end) or with the call (its
+	// timeout, the run's cancel), whichever is first; it has the call's deadline, for the asker to
+	// tell the person.
+	var cancel context.CancelFunc
+	if d, ok := call.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(ctx, d)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	defer cancel()
+	defer context.AfterFunc(call, cancel)()
+	a, err := asker.Ask(ctx, q)
+	if err != nil {
+		if ctx.Err() != nil {
+			return &mcp.ElicitResult{Action: tool.ActionCancel}, nil
+		}
+		log.Warn("an MCP server's elicitation could not be asked; declined", "err", err)
+		return declined, nil
+	}
+	switch a.Action {
+	case tool.ActionAccept:
+		content := a.Content
+		if content == nil {
+			content = map[string]any{}
+		}
+		return &mcp.ElicitResult{Action: tool.ActionAccept, Content: content}, nil
+	case tool.ActionCancel:
+		return &mcp.ElicitResult{Action: tool.ActionCancel}, nil
+	default:
+		return declined, nil
+	}
+}
+
+// questionOf checks an elicitation's size and returns it as a question.
+func questionOf(p *mcp.ElicitParams) (tool.Question, error) {
+	if len(p.Message) > tool.MaxQuestionMessage {
+		return tool.Question{}, fmt.Errorf("the elicitation's message is %d bytes; chatd takes at most %d", len(p.Message), tool.MaxQuestionMessage)
+	}
+	schema, err := json.Marshal(p.RequestedSchema)
+	if err != nil {
+		return tool.Question{}, fmt.Errorf("the elicitation's requestedSchema: %w", err)
+	}
+	if string(schema) == "null" {
+		schema = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	if len(schema) > tool.MaxQuestionSchema {
+		return tool.Question{}, fmt.Errorf("the elicitation's requestedSchema is %d bytes; chatd takes at most %d", len(schema), tool.MaxQuestionSchema)
+	}
+	var shape struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if err := json.Unmarshal(schema, &shape); err != nil {
+		return tool.Question{}, fmt.Errorf("the elicitation's requestedSchema is not a JSON object: %w", err)
+	}
+	if n := len(shape.Properties); n > tool.MaxQuestionFields {
+		return tool.Question{}, fmt.Errorf("the elicitation asks for %d fields; chatd takes at most %d", n, tool.MaxQuestionFields)
+	}
+	return tool.Question{Message: p.Message, Schema: schema}, nil
+}
+
+// onlyCall returns the context of the call in flight on sess when it is the only one, and how many
+// there are. A call whose context has ended counts until it returns: the request may be its own.
+func (s *server) onlyCall(sess *mcp.ClientSession) (context.Context, int) {
+	var only context.Context
+	n := 0
+	s.calls.Range(func(_, v any) bool {
+		c := v.(inFlight)
+		if c.sess == sess {
+			only = c.ctx
+			n++
+		}
+		return true
+	})
+	return only, n
+}

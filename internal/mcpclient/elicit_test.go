@@ -1,0 +1,179 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"chatd/internal/tool"
+)
+
+// asked is one question a fakeAsker got, with the way to answer it.
+type asked struct {
+	ctx    context.Context
+	q      tool.Question
+	answer chan tool.Answer
+}
+
+// fakeAsker hands each question to the test, and waits for its answer or for its context to end.
+type fakeAsker struct {
+	questions chan asked
+}
+
+func newAsker() *fakeAsker { return &fakeAsker{questions: make(chan asked, 4)} }
+
+func (a *fakeAsker) Ask(ctx context.Context, q tool.Question) (tool.Answer, error) {
+	x := asked{ctx: ctx, q: q, answer: make(chan tool.Answer, 1)}
+	a.questions <- x
+	select {
+	case ans := <-x.answer:
+		return ans, nil
+	case <-ctx.Done():
+		return tool.Answer{}, ctx.Err()
+	}
+}
+
+// elicited reads what the test server's elicit tool got back.
+func elicited(t *testing.T, out tool.Outcome) map[string]any {
+	t.Helper()
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out.Content), &got); err != nil {
+		t.Fatalf("srv__elicit: %q: %v", out.Content, err)
+	}
+	return got
+}
+
+// elicitTransports runs f over every transport, and over HTTP with a server that speaks no later
+// protocol than 2025-11-25, which sends elicitation/create on its own rather than as an input request
+// of the call's result.
+func elicitTransports(t *testing.T, f func(t *testing.T, m *Manager, reg *tool.Registry)) {
+	transports(t, "", f)
+	t.Run("http-2025-11-25", func(t *testing.T) {
+		srv := httpServer(t, legacyServer(), nil)
+		m, reg := startManager(t, httpConfig("srv", srv.URL, ""), nil, testOptions())
+		f(t, m, reg)
+	})
+}
+
+// legacyServer is the test server on protocol 2025-11-25 at the latest.
+func legacyServer() *testServer {
+	return newTestServer(&mcp.ServerOptions{PageSize: 2, SupportedProtocolVersions: []string{"2025-11-25", "2025-06-18"}})
+}
+
+// TestElicitation: a server's elicitation during a call reaches the asker in the call's context, with
+// its message and schema, and the answer — accept with content, or decline — reaches the server.
+func TestElicitation(t *testing.T) {
+	elicitTransports(t, func(t *testing.T, m *Manager, reg *tool.Registry) {
+		for _, tc := range []struct {
+			answer tool.Answer
+			want   string
+		}{
+			{tool.Answer{Action: tool.ActionAccept, Content: map[string]any{"name": "Ada", "age": 36}}, `{"action":"accept","content":{"age":36,"name":"Ada"}}`},
+			{tool.Answer{Action: tool.ActionDecline}, `{"action":"decline","content":null}`},
+		} {
+			a := newAsker()
+			done := make(chan tool.Outcome, 1)
+			go func() { done <- reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit", json.RawMessage(`{}`)) }()
+			x := receive(t, a.questions, "the elicitation did not reach the asker")
+			if _, ok := x.ctx.Deadline(); !ok {
+				t.Error("the asker's context has no deadline: the call's timeout does not bound the wait")
+			}
+			if x.q.Message != "Who are you?" || !strings.Contains(string(x.q.Schema), `"name":{"title":"Name","type":"string"}`) {
+				t.Errorf("question: %q %s", x.q.Message, x.q.Schema)
+			}
+			x.answer <- tc.answer
+			out := receive(t, done, "srv__elicit did not return")
+			if got := out.Content; got != tc.want {
+				t.Errorf("the server got %s, want %s", got, tc.want)
+			}
+		}
+	})
+}
+
+// TestElicitationCancelled: a call cancelled while its question waits ends the asker's wait, and the
+// call returns.
+func TestElicitationCancelled(t *testing.T) {
+	elicitTransports(t, func(t *testing.T, m *Manager, reg *tool.Registry) {
+		a := newAsker()
+		ctx, cancel := context.WithCancel(tool.WithAsker(t.Context(), a))
+		defer cancel()
+		done := make(chan tool.Outcome, 1)
+		go func() { done <- reg.Call(ctx, "srv__elicit", json.RawMessage(`{}`)) }()
+		x := receive(t, a.questions, "the elicitation did not reach the asker")
+		cancel()
+		receive(t, x.ctx.Done(), "the asker's wait did not end with the call")
+		if out := receive(t, done, "srv__elicit did not return once cancelled"); out.Success {
+			t.Errorf("a cancelled call succeeded: %+v", out)
+		}
+		mustCall(t, reg, "srv__echo", `{"text":"after"}`)
+	})
+}
+
+// TestElicitationDeclined: an elicitation chatd cannot tie to one person's call is declined without
+// asking anyone: one during a call without an asker, and one sent on its own (protocol 2025-11-25)
+// while several calls are in flight on the session.
+func TestElicitationDeclined(t *testing.T) {
+	elicitTransports(t, func(t *testing.T, m *Manager, reg *tool.Registry) {
+		if got := elicited(t, mustCall(t, reg, "srv__elicit", `{}`)); got["action"] != "decline" {
+			t.Errorf("without an asker: %v, want decline", got)
+		}
+	})
+	srv := httpServer(t, legacyServer(), nil)
+	_, reg := startManager(t, httpConfig("srv", srv.URL, ""), nil, testOptions())
+	a := newAsker()
+	// A second call in flight: block reports progress once it runs.
+	r := newReporter()
+	ctx, cancel := context.WithCancel(tool.WithProgress(t.Context(), r.report))
+	defer cancel()
+	blocked := make(chan tool.Outcome, 1)
+	go func() { blocked <- reg.Call(ctx, "srv__block", json.RawMessage(`{}`)) }()
+	r.waitReports(t, 1)
+	if got := elicited(t, reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit", json.RawMessage(`{}`))); got["action"] != "decline" {
+		t.Errorf("with another call in flight: %v, want decline", got)
+	}
+	cancel()
+	receive(t, blocked, "srv__block did not return once cancelled")
+	select {
+	case x := <-a.questions:
+		t.Errorf("the asker was asked %q", x.q.Message)
+	default:
+	}
+}
+
+// TestElicitationURL: a URL-mode elicitation is refused, saying so, and nobody is asked.
+func TestElicitationURL(t *testing.T) {
+	elicitTransports(t, func(t *testing.T, m *Manager, reg *tool.Registry) {
+		a := newAsker()
+		out := reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit_url", json.RawMessage(`{}`))
+		// The server's SDK may refuse it itself (chatd does not offer URL mode); else chatd does.
+		if out.Success || !strings.Contains(out.Content, "chatd supports form elicitation only") &&
+			!strings.Contains(out.Content, `client does not support "url" elicitation`) {
+			t.Errorf("srv__elicit_url: %+v, want a failure saying URL mode is not supported", out)
+		}
+		select {
+		case x := <-a.questions:
+			t.Errorf("the asker was asked %q", x.q.Message)
+		default:
+		}
+	})
+}
+
+// TestElicitationTooBig: a requested schema over chatd's limits is refused with an error that says so,
+// and nobody is asked.
+func TestElicitationTooBig(t *testing.T) {
+	elicitTransports(t, func(t *testing.T, m *Manager, reg *tool.Registry) {
+		a := newAsker()
+		out := reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit", json.RawMessage(`{"fields":33}`))
+		if out.Success || !strings.Contains(out.Content, "asks for 33 fields; chatd takes at most 32") {
+			t.Errorf("srv__elicit: %+v, want a failure naming the limit", out)
+		}
+		select {
+		case x := <-a.questions:
+			t.Errorf("the asker was asked %q", x.q.Message)
+		default:
+		}
+	})
+}
