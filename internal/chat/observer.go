@@ -74,7 +74,7 @@ type observer struct {
 	// keepRequests is limits.diagnostics_runs: the run's end drops the requests of older runs.
 	keepRequests int
 	// completed, when set, is called with the answer of a run that completed, once its end is stored
-	// and its readers have it (the session's title is made from the first one).
+	// and before its readers have it (the session's title is made from the first one).
 	completed func(answer string)
 	// approvalTimeout and now set when a run that pauses for approval expires; awaited is told once it
 	// has paused (with a cancel asked meanwhile).
@@ -480,12 +480,14 @@ func (o *observer) finish(res agent.Result) {
 		}
 	}
 	o.ended(out) // before the readers learn of the end: a client that saw done finds the run counted
-	run.end(last, stored, out)
-	run.flushMu.Unlock()
-	o.retire(run)
+	// The title call starts (on its own goroutine) before the readers learn of the end, so a drain
+	// that follows a done waits for it rather than finding it not yet started.
 	if o.completed != nil && stored && out.Status == store.RunCompleted && o.last != nil {
 		o.completed(o.last.Content)
 	}
+	run.end(last, stored, out)
+	run.flushMu.Unlock()
+	o.retire(run)
 }
 
 // ended reports the run's end: its metrics, its span, and one log line with what an operator looks
