@@ -364,6 +364,11 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 	if err := s.loadLog(ctx, run, user); err != nil {
 		return err
 	}
+	if s.isClosing() {
+		// Refused before anything is stored: the decision is not recorded and the run still waits, for
+		// the person to decide again on the next process.
+		return errClosing()
+	}
 	reserve := run.reservation()
 	if err := s.opts.Store.ResumeRun(ctx, user, r.ID, r.Awaiting, reserve); err != nil {
 		return err
@@ -371,7 +376,7 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 	s.stopExpiry(r.ID)
 	run.granted(reserve)
 	if err := s.admit(run); err != nil {
-		// Running in the store and nowhere else: the next start of chatd ends it as interrupted.
+		s.unresume(ctx, user, r)
 		return err
 	}
 	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
@@ -379,6 +384,18 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 		return store.Current(records), err
 	})
 	return nil
+}
+
+// unresume puts back to wait a run the store resumed but this closing service could not admit (Close
+// began since resume checked): it waits as before the decision, which is refused and can be given again
+// on the next process. Waiting again, rather than ending it, keeps the person's choice theirs; a run left
+// running in the store with no one running it would only be ended as interrupted at the next start,
+// which is what happens should this write fail too.
+func (s *Service) unresume(ctx context.Context, user string, r *store.Run) {
+	err := s.opts.Store.AwaitRun(context.WithoutCancel(ctx), user, r.ID, store.Await{Awaiting: r.Awaiting})
+	if err != nil {
+		s.log.Error("put back to wait a run the closing service could not resume", append(storedRunAttrs(r), "err", err)...)
+	}
 }
 
 // resumePlan plans the rest of an awaiting run from its stored request, as a queued run is planned.
