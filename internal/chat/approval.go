@@ -453,6 +453,10 @@ func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 			call.Arguments = c.Edited
 		}
 		var res agent.ToolResult
+		var denied string // the policy may have changed (and chatd restarted) while the call waited
+		if c.Kind != KindQuestion && c.Decision == DecisionApprove && tools.allowed[c.Name] {
+			denied = tools.denial(call)
+		}
 		switch {
 		case ctx.Err() != nil:
 			res.Content = "The run was cancelled before this call ran."
@@ -460,6 +464,8 @@ func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 			res = askUserResult(c)
 		case c.Decision == DecisionApprove && !tools.allowed[c.Name]:
 			res.Content = "Not run: the tool " + c.Name + " is no longer offered to this agent."
+		case denied != "":
+			res.Content = denied
 		case c.Decision == DecisionApprove:
 			obs.Emit(agent.ToolStart{Call: call})
 			obs.Status("Running " + c.Name + "…")

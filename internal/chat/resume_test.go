@@ -3,11 +3,14 @@ package chat_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"chatd/internal/chat"
 	"chatd/internal/store"
+	"chatd/internal/tool"
 )
 
 // closingStore closes the service right after the store resumes a run: Close begins between the
@@ -68,4 +71,61 @@ func TestDecideWhileClosing(t *testing.T) {
 			t.Error("the call ran")
 		}
 	})
+}
+
+// TestApprovedCallDeniedByNewPolicy: a call approved after the operator changed the agent's policy to
+// deny it (and restarted) does not run: it gets the policy's denial, and the model goes on.
+func TestApprovedCallDeniedByNewPolicy(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	su := approvalSetup(counts)
+	f := newFixture(t, su)
+	st := pause(t, f, counts)
+	if err := f.svc.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// chatd restarts on the same database, its agent now denying mail__send.
+	su.Agents = map[string]chat.Agent{"default": {Approvals: []tool.ApprovalRule{
+		{Tools: []string{"mail__send"}, Decision: tool.Deny, Reason: "Mail is off for now."},
+	}}}
+	svc := restart(t, f, su)
+	if _, err := svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_2", Decision: chat.DecisionApprove}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := svc.Wait(t.Context(), user, st.RunID)
+	if err != nil || o.Status != store.RunCompleted {
+		t.Fatalf("resumed run: %+v, %v", o, err)
+	}
+	if counts["mail__send"].Load() != 0 {
+		t.Error("a call the policy now denies ran")
+	}
+	if rec := toolRecord(t, f.db, st.SessionID, "call_2"); rec.Success == nil || *rec.Success || !strings.Contains(rec.Content, "Not permitted: Mail is off for now.") {
+		t.Errorf("call_2's record: %+v", rec)
+	}
+}
+
+// restart is a new service on the fixture's store and model, as chatd started again with su's agents
+// and tools: the fixture's own service must be closed.
+func restart(t *testing.T, f *fixture, su setup) *chat.Service {
+	t.Helper()
+	client, err := newClient(f.up, su.Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := tool.NewRegistry(tool.Options{})
+	t.Cleanup(reg.Close)
+	for _, tl := range su.Tools {
+		if err := reg.Register(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := chat.New(chat.Options{Store: f.db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
+		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond, Agents: su.Agents, TitleModel: chat.TitleNone})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		defer cancel()
+		if err := svc.Close(ctx); err != nil {
+			t.Errorf("close service: %v", err)
+		}
+	})
+	return svc
 }
