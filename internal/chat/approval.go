@@ -63,6 +63,7 @@ type waitingCall struct {
 	Edited     json.RawMessage `json:"edited,omitempty"`  // approve: the arguments it runs with instead
 	Note       string          `json:"note,omitempty"`    // deny: the person's reason
 	Answers    []string        `json:"answers,omitempty"` // answer: one per question
+	DecidedBy  string          `json:"decided_by,omitempty"`
 }
 
 func (a *awaiting) undecided() int {
@@ -94,6 +95,8 @@ type Decision struct {
 	Reason string
 	// Answers, with answer (an ask_user call), are the answers to its questions, in order.
 	Answers []string
+	// DecidedBy is who decided when it is not the run's owner: an admin deciding for them.
+	DecidedBy string
 }
 
 // Awaiting is what a run awaiting approval waits for.
@@ -232,7 +235,7 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 	if err := checkDecision(d, cmp.Or(s.opts.Limits.Model.ArgumentBytes, agent.DefaultArgumentBytes)); err != nil {
 		return nil, err
 	}
-	return s.decide(ctx, user, runID, func(aw *awaiting) error {
+	res, err := s.decide(ctx, user, runID, func(aw *awaiting) error {
 		i := slices.IndexFunc(aw.Calls, func(c waitingCall) bool { return c.ToolCallID == d.ToolCallID })
 		if i < 0 {
 			return invalid("unknown_tool_call", "run %s does not wait for a decision on tool call %q", runID, d.ToolCallID)
@@ -253,7 +256,7 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 			}
 			c.Answers = d.Answers
 		}
-		c.Decision = d.Decision
+		c.Decision, c.DecidedBy = d.Decision, d.DecidedBy
 		switch {
 		case d.Decision == DecisionDeny:
 			c.Note = d.Reason
@@ -266,6 +269,11 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 		}
 		return nil
 	})
+	if err == nil && d.DecidedBy != "" {
+		s.log.Info("a decision on another user's run", "run_id", runID, "user", user, "decided_by", d.DecidedBy,
+			"tool_call_id", d.ToolCallID, "decision", d.Decision)
+	}
+	return res, err
 }
 
 // checkDecision checks what a decision says, before the run is read.
@@ -447,7 +455,7 @@ func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 	obs.open += len(aw.Calls)
 	for _, c := range aw.Calls {
 		obs.run.emit(runevent.TypeApprovalDecided, runevent.Encode(runevent.ApprovalDecided{ToolCallID: c.ToolCallID,
-			Decision: c.Decision, Arguments: c.Edited, Reason: c.Note, Answers: c.Answers}))
+			Decision: c.Decision, Arguments: c.Edited, Reason: c.Note, Answers: c.Answers, DecidedBy: c.DecidedBy}))
 		call := llm.ToolCall{ID: c.ToolCallID, Name: c.Name, Arguments: c.Arguments}
 		if len(c.Edited) > 0 {
 			call.Arguments = c.Edited

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"chatd/internal/auth"
 	"chatd/internal/chat"
 	"chatd/internal/httpapi"
 	"chatd/internal/llm/llmtest"
@@ -235,5 +236,67 @@ func TestUIAskUser(t *testing.T) {
 	reqs := e.upstream.Requests()
 	if last := string(reqs[len(reqs)-1].Raw); !strings.Contains(last, `\"answer\":\"Tokyo\"`) {
 		t.Errorf("the model was not sent the answer: %s", last)
+	}
+}
+
+// waitingKeyedEnv is a keyed chatd whose default agent asks before current_time: each send's first
+// model call makes that call, and the next answers "It is nine.".
+func waitingKeyedEnv(t *testing.T, authOpts auth.Options, chatOpts chat.Options) *keyedEnv {
+	t.Helper()
+	chatOpts.Agents = map[string]chat.Agent{"default": {Approvals: []tool.ApprovalRule{{Tools: []string{"current_time"}, Decision: tool.Ask}}}}
+	e := newKeyedEnvWith(t, httpapi.Options{}, authOpts, chatOpts)
+	e.upstream.Respond = func(_ int, req llmtest.Request) llmtest.Turn {
+		for _, m := range req.Messages() {
+			if m["role"] == "tool" {
+				return llmtest.Turn{Text: "It is nine."}
+			}
+		}
+		return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "current_time", Arguments: `{}`}}}
+	}
+	return e
+}
+
+// pauseAs sends a message with key and returns the id of its run, which waits for approval.
+func (e *keyedEnv) pauseAs(t *testing.T, key string) string {
+	t.Helper()
+	resp, raw := e.call(t, "POST", "/v1/chat", `{"message":"what time is it?"}`, e.bearer(key))
+	var out struct {
+		RunID  string `json:"run_id"`
+		Status string
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != http.StatusOK || out.Status != "awaiting_approval" {
+		t.Fatalf("send: %d %s; want the run awaiting approval", resp.StatusCode, raw)
+	}
+	return out.RunID
+}
+
+// TestAdminDecidesAsUser: an admin decides on a call another user's run waits for with
+// X-Chatd-As-User, and the decision records who made it (approval_decided's decided_by); without the
+// header the run is not the admin's (404), and a user who is not an admin cannot use it (403).
+func TestAdminDecidesAsUser(t *testing.T) {
+	e := waitingKeyedEnv(t, auth.Options{}, chat.Options{})
+	bob, _ := e.key(t, auth.KeySpec{User: "bob"})
+	alice, _ := e.key(t, auth.KeySpec{User: "alice"})
+	admin, _ := e.key(t, auth.KeySpec{User: "root", Admin: true})
+	runID := e.pauseAs(t, bob)
+	path, body := "/v1/runs/"+runID+"/approvals", `{"tool_call_id":"call_1","decision":"approve"}`
+
+	resp, raw := e.call(t, "POST", path, body, e.bearer(alice, httpapi.AsUserHeader, "bob"))
+	e.wantError(t, "alice as bob", resp, raw, http.StatusForbidden, "admin_required")
+	resp, raw = e.call(t, "POST", path, body, e.bearer(admin))
+	e.wantError(t, "the admin as himself", resp, raw, http.StatusNotFound, "run_not_found")
+	resp, raw = e.call(t, "POST", "/v1/runs/"+runID+"/cancel", "", e.bearer(admin, httpapi.AsUserHeader, "bob"))
+	e.wantError(t, "the admin cancelling as bob", resp, raw, http.StatusBadRequest, "as_user_read_only")
+
+	resp, raw = e.call(t, "POST", path, body, e.bearer(admin, httpapi.AsUserHeader, "bob"))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"status":"running"`) {
+		t.Fatalf("the admin's decision as bob: %d %s", resp.StatusCode, raw)
+	}
+	if _, err := e.chat.Wait(t.Context(), "bob", runID); err != nil {
+		t.Fatal(err)
+	}
+	resp, raw = e.call(t, "GET", "/v1/runs/"+runID+"/events", "", e.bearer(bob))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"decided_by":"root"`) || !strings.Contains(string(raw), `"status":"completed"`) {
+		t.Errorf("bob's run after the admin's decision: %d %s", resp.StatusCode, raw)
 	}
 }

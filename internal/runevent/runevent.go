@@ -69,6 +69,8 @@ type ApprovalDecided struct {
 	Arguments  json.RawMessage `json:"arguments,omitempty"`
 	Reason     string          `json:"reason,omitempty"`
 	Answers    []string        `json:"answers,omitempty"`
+	// DecidedBy is the admin who decided for the run's owner; "" when the owner decided (or it expired).
+	DecidedBy string `json:"decided_by,omitempty"`
 }
 
 // RunStart is the first event of a run.
