@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"chatd/internal/chat"
+	"chatd/internal/llm/llmtest"
 	"chatd/internal/store"
 	"chatd/internal/tool"
 )
@@ -128,4 +129,41 @@ func restart(t *testing.T, f *fixture, su setup) *chat.Service {
 		}
 	})
 	return svc
+}
+
+// TestCancelKeyEndsWaitingRuns: revoking a key (CancelKey) cancels its runs awaiting approval too, which
+// no process runs; another key's waiting run goes on waiting.
+func TestCancelKeyEndsWaitingRuns(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	f := newFixture(t, everySession(approvalSetup(counts)))
+	paused := func(keyID string) string {
+		t.Helper()
+		st := f.send(t, chat.Request{Message: "mail bob"}, chat.StartOptions{Account: chat.Account{KeyID: keyID}})
+		if o := f.wait(t, st.RunID); o.Status != store.RunAwaiting {
+			t.Fatalf("run: %+v %+v", o, o.Error)
+		}
+		return st.RunID
+	}
+	revoked, kept := paused("key-1"), paused("key-2")
+	if n := f.svc.CancelKey(t.Context(), "key-1", "the API key that started the run was revoked"); n != 1 {
+		t.Errorf("CancelKey cancelled %d runs, want 1", n)
+	}
+	if r := storedRun(t, f.db, revoked); r.Status != store.RunCancelled {
+		t.Errorf("the revoked key's waiting run is %s, want cancelled", r.Status)
+	}
+	if r := storedRun(t, f.db, kept); r.Status != store.RunAwaiting {
+		t.Errorf("the other key's waiting run is %s, want still awaiting approval", r.Status)
+	}
+}
+
+// everySession makes the approval fixture's model pause every new session's run, not only the first.
+func everySession(su setup) setup {
+	respond := su.Respond
+	su.Respond = func(n int, req llmtest.Request) llmtest.Turn {
+		if toolResultOf(req, "call_1") == "" {
+			return respond(0, req)
+		}
+		return respond(n, req)
+	}
+	return su
 }
