@@ -235,7 +235,7 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 	if err := checkDecision(d, cmp.Or(s.opts.Limits.Model.ArgumentBytes, agent.DefaultArgumentBytes)); err != nil {
 		return nil, err
 	}
-	res, err := s.decide(ctx, user, runID, func(aw *awaiting) error {
+	res, err := s.decide(ctx, user, runID, true, func(aw *awaiting) error {
 		i := slices.IndexFunc(aw.Calls, func(c waitingCall) bool { return c.ToolCallID == d.ToolCallID })
 		if i < 0 {
 			return invalid("unknown_tool_call", "run %s does not wait for a decision on tool call %q", runID, d.ToolCallID)
@@ -311,7 +311,11 @@ func (s *Service) checkEdited(name string, args json.RawMessage) (json.RawMessag
 // decide applies change to what the run waits for, and stores it: as the new state of a run that still
 // waits, or, once nothing is undecided, by resuming the run. A write that another decision beat reads
 // the run again and tries once more.
-func (s *Service) decide(ctx context.Context, user, runID string, change func(*awaiting) error) (*ApprovalResult, error) {
+//
+// A decision that resumes the run is admitted as a send is (admit): refused with the *store.LimitError of
+// the key's limit it would pass, the run left waiting and the decision not recorded. An expiry resumes
+// it whatever the limits, to end the wait.
+func (s *Service) decide(ctx context.Context, user, runID string, admit bool, change func(*awaiting) error) (*ApprovalResult, error) {
 	for attempt := 0; ; attempt++ {
 		r, err := s.opts.Store.Run(ctx, user, runID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -345,7 +349,7 @@ func (s *Service) decide(ctx context.Context, user, runID string, change func(*a
 			}
 			continue
 		}
-		err = s.resume(ctx, user, r, aw)
+		err = s.resume(ctx, user, r, aw, admit)
 		if err == nil {
 			return &ApprovalResult{RunID: runID, Status: store.RunRunning}, nil
 		}
@@ -359,7 +363,7 @@ func (s *Service) decide(ctx context.Context, user, runID string, change func(*a
 // running (when what it waited for is still r.Awaiting: ErrConflict when another decision, a cancel or
 // its expiry came first), and its goroutine runs the approved calls, stores the denials, and goes on
 // with the agent loop.
-func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awaiting) error {
+func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awaiting, admit bool) error {
 	p, err := s.resumePlan(ctx, user, r, aw)
 	if err != nil {
 		// The run cannot go on as it was asked (its agent is gone, its request no longer fits): it ends
@@ -368,6 +372,17 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 		return s.endAwaiting(ctx, user, r, store.RunFailed, "The run could not resume after its approval: "+err.Error())
 	}
 	p.decided = aw
+	if s.opts.Quota != nil {
+		// The run goes on under its key's limits, as it started: its budgets are checked after each
+		// model call, and the resume itself as a new run would be.
+		if p.account.Quota, err = s.opts.Quota(ctx, user, r.KeyID); err != nil {
+			return fmt.Errorf("the limits of the run's key: %w", err)
+		}
+	}
+	var quota []store.Limit
+	if admit {
+		quota = p.account.Quota
+	}
 	run := s.newRun(r.ID, user, p)
 	if err := s.loadLog(ctx, run, user); err != nil {
 		return err
@@ -378,7 +393,7 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 		return errClosing()
 	}
 	reserve := run.reservation()
-	if err := s.opts.Store.ResumeRun(ctx, user, r.ID, r.Awaiting, reserve); err != nil {
+	if err := s.opts.Store.ResumeRun(ctx, user, r.ID, r.Awaiting, reserve, quota); err != nil {
 		return err
 	}
 	s.stopExpiry(r.ID)
@@ -590,7 +605,7 @@ func (s *Service) expire(user, runID string) {
 		return // the next start of chatd keeps the expiry again
 	}
 	ctx := context.WithoutCancel(s.base)
-	_, err := s.decide(ctx, user, runID, func(aw *awaiting) error {
+	_, err := s.decide(ctx, user, runID, false, func(aw *awaiting) error {
 		if time.Now().Before(aw.ExpiresAt) {
 			return errNotExpired
 		}

@@ -3,6 +3,7 @@ package chat_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,8 +22,8 @@ type closingStore struct {
 	svc atomic.Pointer[chat.Service]
 }
 
-func (c *closingStore) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64) error {
-	if err := c.Store.ResumeRun(ctx, user, runID, before, reserve); err != nil {
+func (c *closingStore) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
+	if err := c.Store.ResumeRun(ctx, user, runID, before, reserve, quota); err != nil {
 		return err
 	}
 	return c.svc.Load().Close(ctx)
@@ -120,7 +121,8 @@ func restart(t *testing.T, f *fixture, su setup) *chat.Service {
 		}
 	}
 	svc := chat.New(chat.Options{Store: f.db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
-		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond, Agents: su.Agents, TitleModel: chat.TitleNone})
+		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond, Agents: su.Agents, TitleModel: chat.TitleNone,
+		Quota: su.Quota})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
@@ -166,4 +168,77 @@ func everySession(su setup) setup {
 		return respond(n, req)
 	}
 	return su
+}
+
+// TestResumeAdmittedAsASend: a decision that would resume a run is admitted with the limits of the key
+// that sent it, as a send is: past the key's concurrent runs (another of its runs resumed and still
+// running) or its token budget, it is refused with the limit's *store.LimitError, the run still waits
+// and the decision is not recorded, so it can be given again once the limit allows.
+func TestResumeAdmittedAsASend(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	su := everySession(approvalSetup(counts))
+	held := newGate(t)
+	respond := su.Respond
+	su.Respond = func(n int, req llmtest.Request) llmtest.Turn {
+		turn := respond(n, req)
+		if lastUserMessage(req) == "first" && toolResultOf(req, "call_2") != "" {
+			turn.BeforeFinish = held.hold // the first run, resumed, runs on
+		}
+		return turn
+	}
+	var tokens atomic.Int64 // the key's tokens a day; 0: no such limit
+	su.Quota = func(_ context.Context, u, keyID string) ([]store.Limit, error) {
+		if u != user || keyID != "key-1" {
+			t.Errorf("Quota(%q, %q), want %s's key-1", u, keyID, user)
+		}
+		q := []store.Limit{{Name: store.LimitConcurrentRuns, KeyID: keyID, Max: 1}}
+		if n := tokens.Load(); n > 0 {
+			q = append(q, store.Limit{Name: store.LimitTokens, KeyID: keyID, Max: n})
+		}
+		return q, nil
+	}
+	f := newFixture(t, su)
+	if err := f.db.CreateKey(t.Context(), &store.APIKey{ID: "key-1", User: user, Hash: []byte("key-1")}); err != nil {
+		t.Fatal(err)
+	}
+	paused := func(msg string) string {
+		t.Helper()
+		st, err := f.svc.Start(t.Context(), user, chat.Request{Message: msg}, chat.StartOptions{Account: chat.Account{KeyID: "key-1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, err := f.svc.Wait(t.Context(), user, st.RunID); err != nil || o.Status != store.RunAwaiting {
+			t.Fatalf("run: %+v, %v", o, err)
+		}
+		return st.RunID
+	}
+	first, second := paused("first"), paused("second")
+	approve := chat.Decision{ToolCallID: "call_2", Decision: chat.DecisionApprove}
+	if _, err := f.svc.Decide(t.Context(), user, first, approve); err != nil {
+		t.Fatal(err)
+	}
+	held.wait(t)
+	_, err := f.svc.Decide(t.Context(), user, second, approve)
+	if le, ok := errors.AsType[*store.LimitError](err); !ok || le.Name != store.LimitConcurrentRuns {
+		t.Fatalf("a resume past the key's concurrent runs: %v, want a concurrent_runs *store.LimitError", err)
+	}
+	checkStillWaits(t, f.db, second)
+	held.open()
+	if o, err := f.svc.Wait(t.Context(), user, first); err != nil || o.Status != store.RunCompleted {
+		t.Fatalf("the first run: %+v, %v", o, err)
+	}
+
+	tokens.Store(1) // the runs so far used more
+	_, err = f.svc.Decide(t.Context(), user, second, approve)
+	if le, ok := errors.AsType[*store.LimitError](err); !ok || le.Name != store.LimitTokens {
+		t.Fatalf("a resume past the key's tokens a day: %v, want a tokens_per_day *store.LimitError", err)
+	}
+	checkStillWaits(t, f.db, second)
+	tokens.Store(0)
+	if _, err := f.svc.Decide(t.Context(), user, second, approve); err != nil {
+		t.Fatalf("the decision again, within the limits: %v", err)
+	}
+	if o, err := f.svc.Wait(t.Context(), user, second); err != nil || o.Status != store.RunCompleted {
+		t.Fatalf("the second run: %+v, %v", o, err)
+	}
 }

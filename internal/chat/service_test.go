@@ -70,6 +70,8 @@ type setup struct {
 	ApprovalTimeout time.Duration
 	// Wrap, when set, is the store the service uses, wrapping the fixture's.
 	Wrap func(store.Store) store.Store
+	// Quota is the service's Options.Quota.
+	Quota func(ctx context.Context, user, keyID string) ([]store.Limit, error)
 }
 
 // fixture is a service wired as chatd wires it: a real SQLite store, the openai adapter talking to a
@@ -105,7 +107,7 @@ func newFixture(t *testing.T, s setup) *fixture {
 	}
 	svc := chat.New(chat.Options{Store: st, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
 		FlushInterval: s.FlushInterval, RetryBase: time.Millisecond, Agents: s.Agents, Context: s.Context, Logger: s.Logger,
-		Limits: s.Limits, Now: s.Now, TitleModel: titleModel(s.TitleModel), ApprovalTimeout: s.ApprovalTimeout})
+		Limits: s.Limits, Now: s.Now, TitleModel: titleModel(s.TitleModel), ApprovalTimeout: s.ApprovalTimeout, Quota: s.Quota})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"chatd/internal/chat"
 	"chatd/internal/httpapi"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
 )
@@ -244,7 +246,11 @@ func TestUIAskUser(t *testing.T) {
 func waitingKeyedEnv(t *testing.T, authOpts auth.Options, chatOpts chat.Options) *keyedEnv {
 	t.Helper()
 	chatOpts.Agents = map[string]chat.Agent{"default": {Approvals: []tool.ApprovalRule{{Tools: []string{"current_time"}, Decision: tool.Ask}}}}
-	e := newKeyedEnvWith(t, httpapi.Options{}, authOpts, chatOpts)
+	var e *keyedEnv
+	chatOpts.Quota = func(ctx context.Context, user, keyID string) ([]store.Limit, error) { // as cmd/chatd wires it
+		return e.auth.Quota(ctx, user, keyID)
+	}
+	e = newKeyedEnvWith(t, httpapi.Options{}, authOpts, chatOpts)
 	e.upstream.Respond = func(_ int, req llmtest.Request) llmtest.Turn {
 		for _, m := range req.Messages() {
 			if m["role"] == "tool" {
@@ -298,5 +304,50 @@ func TestAdminDecidesAsUser(t *testing.T) {
 	resp, raw = e.call(t, "GET", "/v1/runs/"+runID+"/events", "", e.bearer(bob))
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"decided_by":"root"`) || !strings.Contains(string(raw), `"status":"completed"`) {
 		t.Errorf("bob's run after the admin's decision: %d %s", resp.StatusCode, raw)
+	}
+}
+
+// TestDecisionPastLimits: a decision that would resume a run past the limits of the key that sent it is
+// refused as a send would be — 429 with the limit's code and Retry-After —, whoever decides (the owner,
+// or an admin for them); the run still waits, the call undecided, and the decision can be given again.
+// Waiting runs do not count: both of bob's runs pause under his limit of one run at a time, and the
+// second resume is refused while the first one runs.
+func TestDecisionPastLimits(t *testing.T) {
+	e := waitingKeyedEnv(t, auth.Options{}, chat.Options{})
+	release := make(chan struct{})
+	defer close(release) // before the env's cleanup, which waits for the held stream
+	respond := e.upstream.Respond
+	e.upstream.Respond = func(n int, req llmtest.Request) llmtest.Turn {
+		turn := respond(n, req)
+		if n == 2 { // the first run's resumed model call
+			turn.BeforeFinish = func() { <-release }
+		}
+		return turn
+	}
+	bob, _ := e.key(t, auth.KeySpec{User: "bob", Limits: store.Limits{ConcurrentRuns: 1}})
+	admin, _ := e.key(t, auth.KeySpec{User: "root", Admin: true})
+	first, second := e.pauseAs(t, bob), e.pauseAs(t, bob)
+	body := `{"tool_call_id":"call_1","decision":"approve"}`
+	if resp, raw := e.call(t, "POST", "/v1/runs/"+first+"/approvals", body, e.bearer(bob)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the first decision: %d %s", resp.StatusCode, raw)
+	}
+	for who, header := range map[string]map[string]string{
+		"bob":          e.bearer(bob),
+		"admin as bob": e.bearer(admin, httpapi.AsUserHeader, "bob"),
+	} {
+		resp, raw := e.call(t, "POST", "/v1/runs/"+second+"/approvals", body, header)
+		e.wantError(t, who+"'s decision past bob's concurrent runs", resp, raw, http.StatusTooManyRequests, "concurrent_runs")
+		if resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s: no Retry-After", who)
+		}
+	}
+	resp, raw := e.call(t, "GET", "/v1/runs/"+second, "", e.bearer(bob))
+	var run struct {
+		Status   string
+		Awaiting struct{ Calls []struct{ Decision string } }
+	}
+	if err := json.Unmarshal(raw, &run); err != nil || resp.StatusCode != http.StatusOK || run.Status != "awaiting_approval" ||
+		len(run.Awaiting.Calls) != 1 || run.Awaiting.Calls[0].Decision != "" {
+		t.Errorf("the run after the refused decisions: %d %s; want it awaiting, the call undecided", resp.StatusCode, raw)
 	}
 }

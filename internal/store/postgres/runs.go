@@ -173,7 +173,8 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 //
 // A run with a key or a quota first takes a transaction lock of its user: checking a key or counting runs
 // and then inserting is one step only when no other transaction of the user does the same in between.
-// This lock is taken before any row lock, and only here, so it cannot deadlock.
+// This lock is taken before any row lock, and only here and in ResumeRun (before its row lock too), so
+// it cannot deadlock.
 func prepareRun(ctx context.Context, tx *sql.Tx, user string, run *store.Run, sess *store.Session) error {
 	if run.IdempotencyKey != "" || len(run.Quota) > 0 {
 		if _, err := tx.ExecContext(ctx, lockUserSQL, user); err != nil {
@@ -640,29 +641,44 @@ func (db *DB) AwaitRun(ctx context.Context, user, runID string, a store.Await) e
 // UpdateAwaiting replaces what an awaiting run waits for, when it is still before.
 func (db *DB) UpdateAwaiting(ctx context.Context, user, runID string, before, after json.RawMessage) error {
 	return db.write(ctx, "update awaiting", func(tx *sql.Tx) error {
-		return awaitingChange(ctx, tx, user, runID, updateAwaitingSQL, string(before), string(after))
+		return awaitingChange(ctx, tx, user, runID, nil, updateAwaitingSQL, string(before), string(after))
 	})
 }
 
 // ResumeRun makes an awaiting run running again, owned by this instance, when what it waits for is still
-// before.
-func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64) error {
+// before and the quota allows one more run.
+func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
 	return db.write(ctx, "resume run", func(tx *sql.Tx) error {
+		var check func() error
+		if len(quota) > 0 {
+			// As prepareRun: the user's lock, before any row lock, makes the count and the resume one step
+			// for every run of the user created or resumed at the same time, on any instance. The
+			// awaiting run is not counted among the running: the check admits it as one more.
+			if _, err := tx.ExecContext(ctx, lockUserSQL, user); err != nil {
+				return err
+			}
+			check = func() error { return checkQuota(ctx, tx, user, quota) }
+		}
 		now := db.clock()
-		return awaitingChange(ctx, tx, user, runID, resumeRunSQL, string(before), reserve, nullable(db.instance), db.leaseUntil(now))
+		return awaitingChange(ctx, tx, user, runID, check, resumeRunSQL, string(before), reserve, nullable(db.instance), db.leaseUntil(now))
 	})
 }
 
 // awaitingChange runs an update of an awaiting run that names it by id, user and what it waits for
 // ($1–$3), under its session's lock, reporting a run that is not the user's as not found and one that
-// changed as a conflict.
-func awaitingChange(ctx context.Context, tx *sql.Tx, user, runID, query string, args ...any) error {
+// changed as a conflict. check, when set, may refuse the update once the run is known to wait.
+func awaitingChange(ctx context.Context, tx *sql.Tx, user, runID string, check func() error, query string, args ...any) error {
 	_, status, err := lockRun(ctx, tx, user, runID)
 	if err != nil {
 		return err
 	}
 	if status != store.RunAwaiting {
 		return conflict("run %q is %s, not awaiting approval", runID, status)
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	res, err := tx.ExecContext(ctx, query, append([]any{runID, user}, args...)...)
 	if err != nil {
