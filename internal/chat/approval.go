@@ -204,7 +204,7 @@ func (o *observer) await(res agent.Result) bool {
 	defer run.flushMu.Unlock()
 	pending, seq := run.pending()
 	last := []Event{{Seq: seq + 1, Type: runevent.TypeAwaitingApproval, Data: runevent.Encode(ev)}}
-	a := store.Await{Awaiting: awJSON}
+	a := store.Await{Awaiting: awJSON, ExpiresAt: aw.ExpiresAt}
 	if run.log != nil {
 		a.Events = append(pending, store.Event{RunID: run.ID, Seq: last[0].Seq, Type: last[0].Type, Data: last[0].Data})
 	}
@@ -582,7 +582,7 @@ func (s *Service) keepExpiry(user, runID string, expires time.Time) {
 	if t := s.expiries[runID]; t != nil {
 		t.Stop()
 	}
-	s.expiries[runID] = time.AfterFunc(time.Until(expires), func() { s.expire(user, runID) })
+	s.expiries[runID] = time.AfterFunc(expires.Sub(s.opts.Now()), func() { s.expire(user, runID) })
 }
 
 // stopExpiry forgets the expiry of a run that no longer waits.
@@ -606,7 +606,7 @@ func (s *Service) expire(user, runID string) {
 	}
 	ctx := context.WithoutCancel(s.base)
 	_, err := s.decide(ctx, user, runID, false, func(aw *awaiting) error {
-		if time.Now().Before(aw.ExpiresAt) {
+		if s.opts.Now().Before(aw.ExpiresAt) {
 			return errNotExpired
 		}
 		for i := range aw.Calls {

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"chatd/internal/chat"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/runevent"
 	"chatd/internal/store"
+	"chatd/internal/store/postgres/pgtest"
 	"chatd/internal/tool"
 )
 
@@ -240,5 +243,61 @@ func TestResumeAdmittedAsASend(t *testing.T) {
 	}
 	if o, err := f.svc.Wait(t.Context(), user, second); err != nil || o.Status != store.RunCompleted {
 		t.Fatalf("the second run: %+v, %v", o, err)
+	}
+}
+
+// TestExpirySweptAcrossInstances: on PostgreSQL, a run whose wait expired while no instance kept its
+// timer (the clock is stepped; no timer fires) is expired by the instances' sweep once a grace has
+// passed — not before —, and two instances sweeping at once expire it once: one resume wins, the run
+// is denied as expired and completes, and the model is called once more in all.
+func TestExpirySweptAcrossInstances(t *testing.T) {
+	dsn := pgtest.NewSchema(t)
+	clk := newClock()
+	a := newInstance(t, dsn, "a", clk, true, llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "mail__send", Arguments: `{}`}}},
+		llmtest.Turn{Text: "not sent, on a"})
+	b := newInstance(t, dsn, "b", clk, true, llmtest.Turn{Text: "not sent, on b"})
+	var sent atomic.Int32
+	for _, in := range []*instance{a, b} {
+		if err := in.reg.Register(policyTool{info: tool.Info{Name: "mail__send", Description: "Sends mail.", Destructive: true}, calls: &sent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := a.svc.Start(t.Context(), user, chat.Request{Message: "mail bob"}, chat.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := a.svc.Wait(t.Context(), user, st.RunID); err != nil || o.Status != store.RunAwaiting {
+		t.Fatalf("run on a: %+v, %v", o, err)
+	}
+	clk.step(chat.DefaultApprovalTimeout + 30*time.Second) // expired, within the grace
+	if err := b.svc.Sweep(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.db.Run(t.Context(), user, st.RunID); err != nil || r.Status != store.RunAwaiting {
+		t.Fatalf("after a sweep within the grace: %+v, %v; want still awaiting approval", r, err)
+	}
+	clk.step(time.Minute)
+	var wg sync.WaitGroup
+	for _, in := range []*instance{a, b} {
+		wg.Go(func() {
+			if err := in.svc.Sweep(t.Context()); err != nil {
+				t.Errorf("sweep: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	events := readUntil(t, b.svc, st.RunID, 0, isType(runevent.TypeDone))
+	checkRunLog(t, events, 1, true, store.RunCompleted)
+	decided := 0
+	for _, e := range events {
+		if e.Type == runevent.TypeApprovalDecided {
+			decided++
+			if !strings.Contains(string(e.Data), "expired") {
+				t.Errorf("approval_decided %s: want the denial as expired", e.Data)
+			}
+		}
+	}
+	if n := len(a.up.Requests()) + len(b.up.Requests()); decided != 1 || n != 2 || sent.Load() != 0 {
+		t.Errorf("%d approval_decided events, %d model calls in all, mail sent %d times; want 1, 2 and 0", decided, n, sent.Load())
 	}
 }

@@ -326,6 +326,9 @@ type RunEnd struct {
 // Await is what AwaitRun stores with a run that waits for a person.
 type Await struct {
 	Awaiting json.RawMessage // what it waits for (Run.Awaiting), with what resumes it; required
+	// ExpiresAt is when the wait expires; a store several instances share finds the runs whose wait
+	// expired by it (zero: it does not expire).
+	ExpiresAt time.Time
 	// Events are appended to the run's log in the same transaction (the events up to the wait); each
 	// must carry the run's id.
 	Events []Event

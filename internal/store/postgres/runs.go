@@ -77,7 +77,7 @@ request = NULL, (input_tokens, output_tokens, cache_read_tokens, cache_write_tok
 	FROM usage u WHERE $13 AND u.run_id = $1 AND u.user_id = $2), awaiting = NULL
 WHERE id = $1 AND user_id = $2 AND status IN ('queued', 'running', 'awaiting_approval')`
 
-	awaitRunSQL = `UPDATE runs SET status = 'awaiting_approval', awaiting = $3
+	awaitRunSQL = `UPDATE runs SET status = 'awaiting_approval', awaiting = $3, awaiting_expires_at = $4
 WHERE id = $1 AND user_id = $2 AND status = 'running'`
 	updateAwaitingSQL = `UPDATE runs SET awaiting = $4
 WHERE id = $1 AND user_id = $2 AND status = 'awaiting_approval' AND awaiting = $3`
@@ -600,6 +600,35 @@ func (db *DB) AddUsage(ctx context.Context, user string, u store.UsageEntry) err
 	return err
 }
 
+// maxExpired bounds the runs one ExpiredAwaiting returns.
+const maxExpired = 100
+
+const expiredAwaitingSQL = `SELECT id, user_id FROM runs
+WHERE status = 'awaiting_approval' AND awaiting_expires_at <= $1 ORDER BY awaiting_expires_at, id LIMIT $2`
+
+// ExpiredAwaiting returns runs awaiting approval whose wait expired at or before before (at most 100, the
+// oldest first), with ID and UserID: for a sweep to expire those whose expiry timer no live instance
+// keeps. It changes nothing: the expiry itself is a decision, which only one instance's resume wins.
+func (db *DB) ExpiredAwaiting(ctx context.Context, before time.Time) ([]store.Run, error) {
+	rows, err := db.pool.QueryContext(ctx, expiredAwaitingSQL, before, maxExpired)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: expired awaiting runs: %w", err)
+	}
+	defer rows.Close()
+	var runs []store.Run
+	for rows.Next() {
+		var r store.Run
+		if err := rows.Scan(&r.ID, &r.UserID); err != nil {
+			return nil, fmt.Errorf("postgres: expired awaiting runs: %w", err)
+		}
+		runs = append(runs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: expired awaiting runs: %w", err)
+	}
+	return runs, nil
+}
+
 // usageArgs are insertUsageSQL's arguments for u, made at u.CreatedAt or, when that is zero, at now.
 func usageArgs(user string, u store.UsageEntry, now time.Time) []any {
 	at := now
@@ -631,7 +660,11 @@ func (db *DB) AwaitRun(ctx context.Context, user, runID string, a store.Await) e
 		if err := insertEvents(ctx, tx, a.Events, nil); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, awaitRunSQL, runID, user, string(a.Awaiting)); err != nil {
+		var expires sql.NullTime
+		if !a.ExpiresAt.IsZero() {
+			expires = sql.NullTime{Time: a.ExpiresAt, Valid: true}
+		}
+		if _, err := tx.ExecContext(ctx, awaitRunSQL, runID, user, string(a.Awaiting), expires); err != nil {
 			return err
 		}
 		return db.notifyEvents(ctx, tx, runID)
