@@ -30,6 +30,15 @@ func setControlled(tb *tab, selector, value string) {
 	}
 }
 
+// clickJS clicks the element selector names with the DOM's click(): no coordinates, so a form that
+// closes and moves the page at that moment cannot make it miss.
+func clickJS(tb *tab, what, selector string) {
+	tb.t.Helper()
+	if !evalJS[bool](tb, fmt.Sprintf(`(() => { const el = document.querySelector(%q); if (!el || el.disabled) return false; el.click(); return true; })()`, selector)) {
+		tb.t.Fatalf("%s: no enabled %s on the page\n%s", what, selector, tb.dump())
+	}
+}
+
 // noRegenerateJS is true when no answer offers Regenerate.
 const noRegenerateJS = `!document.querySelector('[data-testid="regenerate"]')`
 
@@ -76,7 +85,7 @@ func TestBrowserAskUser(t *testing.T) {
 	setControlled(tb, `[data-testid="question-form"] select`, "Tokyo")
 	tb.do("answer the second question", chromedp.SendKeys(chromedp.CSS(`[data-testid="question-form"] input`), "3"))
 	tb.wait("Answer enabled", `!document.querySelector('[data-testid="answer"]').disabled`)
-	tb.do("send the answers", chromedp.Click(chromedp.CSS(`[data-testid="answer"]`)))
+	clickJS(tb, "send the answers", `[data-testid="answer"]`)
 	tb.waitAnswer("Booked, as you answered")
 	if n := evalJS[int](tb, `document.querySelectorAll('[data-testid="question-form"]').length`); n != 0 {
 		t.Errorf("%d question forms left after the answer", n)
@@ -121,8 +130,9 @@ func TestBrowserApprovalEdit(t *testing.T) {
 	tb.wait("its arguments", fmt.Sprintf(`document.querySelector(%q)?.value.includes("Europe/Paris")`, paris+`[data-testid="approval-args"]`))
 	setControlled(tb, paris+`[data-testid="approval-args"]`, `{"timezone": "America/New_York"}`)
 	tb.screenshot("24-approval-edit")
-	tb.do("approve as edited", chromedp.Click(chromedp.CSS(paris+`[data-testid="approve-edited"]`)))
-	tb.do("approve the Tokyo call", chromedp.Click(chromedp.CSS(`[data-tool-call-id$="_tokyo"] [data-testid="approve"]`)))
+	clickJS(tb, "approve as edited", paris+`[data-testid="approve-edited"]`)
+	tb.wait("the Paris call approved", fmt.Sprintf(`!document.querySelector(%q)`, paris+`[data-testid="approval"]`))
+	clickJS(tb, "approve the Tokyo call", `[data-tool-call-id$="_tokyo"] [data-testid="approve"]`)
 	tb.waitAnswer("That is the end of the answer.")
 	tb.wait("both cards done", `[...document.querySelectorAll('[data-tool-call-id]')].every(c => c.dataset.state === "done")`)
 	reqs := up.Requests()
