@@ -390,7 +390,7 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 	if s.isClosing() {
 		// Refused before anything is stored: the decision is not recorded and the run still waits, for
 		// the person to decide again on the next process.
-		return errClosing()
+		return errClosingDecision()
 	}
 	reserve := run.reservation()
 	if err := s.opts.Store.ResumeRun(ctx, user, r.ID, r.Awaiting, reserve, quota); err != nil {
@@ -400,13 +400,19 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 	run.granted(reserve)
 	if err := s.admit(run); err != nil {
 		s.unresume(ctx, user, r)
-		return err
+		return errClosingDecision()
 	}
 	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
 		records, err := s.opts.Store.Records(ctx, user, run.SessionID)
 		return store.Current(records), err
 	})
 	return nil
+}
+
+// errClosingDecision refuses a decision that would resume a run on a service shutting down.
+func errClosingDecision() error {
+	return &Error{Kind: ErrClosed, Code: "shutting_down",
+		Message: "chatd is shutting down: the decision was not recorded and the run still waits; decide again once chatd is back"}
 }
 
 // unresume puts back to wait a run the store resumed but this closing service could not admit (Close

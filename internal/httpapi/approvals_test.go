@@ -351,3 +351,21 @@ func TestDecisionPastLimits(t *testing.T) {
 		t.Errorf("the run after the refused decisions: %d %s; want it awaiting, the call undecided", resp.StatusCode, raw)
 	}
 }
+
+// TestDecisionWhileShuttingDown: a decision that would resume a run on a chatd shutting down is a 503
+// shutting_down that says the decision was not recorded; the run still waits.
+func TestDecisionWhileShuttingDown(t *testing.T) {
+	e := approvalEnv(t, `{}`)
+	resp, _ := e.stream(t, `{"message":"what time is it?"}`)
+	runID := resp.Header.Get("X-Run-Id")
+	if err := e.chat.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r, raw := e.do(t, "POST", "/v1/runs/"+runID+"/approvals", `{"tool_call_id":"call_1","decision":"approve"}`)
+	if r.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(raw), "shutting_down") || !strings.Contains(string(raw), "not recorded") {
+		t.Errorf("a decision while chatd shuts down: %d %s; want 503 shutting_down, not recorded", r.StatusCode, raw)
+	}
+	if s := e.run(t, runID); s != "awaiting_approval" {
+		t.Errorf("the run is %s, want still awaiting_approval", s)
+	}
+}
