@@ -399,7 +399,7 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 	s.stopExpiry(r.ID)
 	run.granted(reserve)
 	if err := s.admit(run); err != nil {
-		s.unresume(ctx, user, r)
+		s.unresume(ctx, user, r, aw.ExpiresAt)
 		return errClosingDecision()
 	}
 	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
@@ -420,8 +420,8 @@ func errClosingDecision() error {
 // on the next process. Waiting again, rather than ending it, keeps the person's choice theirs; a run left
 // running in the store with no one running it would only be ended as interrupted at the next start,
 // which is what happens should this write fail too.
-func (s *Service) unresume(ctx context.Context, user string, r *store.Run) {
-	err := s.opts.Store.AwaitRun(context.WithoutCancel(ctx), user, r.ID, store.Await{Awaiting: r.Awaiting})
+func (s *Service) unresume(ctx context.Context, user string, r *store.Run, expires time.Time) {
+	err := s.opts.Store.AwaitRun(context.WithoutCancel(ctx), user, r.ID, store.Await{Awaiting: r.Awaiting, ExpiresAt: expires})
 	if err != nil {
 		s.log.Error("put back to wait a run the closing service could not resume", append(storedRunAttrs(r), "err", err)...)
 	}
