@@ -187,7 +187,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		DefaultModel: cfg.Model, TitleModel: cfg.TitleModel, Logger: log, Context: chat.ContextOptions{ToolHistoryRounds: cfg.Context.ToolHistoryRounds,
 			ResultMaxBytes: cfg.Context.ToolResultMaxBytes, CompactAt: cfg.Context.CompactAt, Windows: cfg.Context.Windows},
 		Limits: chatLimits(lim), Prices: cfg.Prices, SweepInterval: cfg.SweepInterval, Metrics: meters, Tracing: traces,
-		ApprovalTimeout: cfg.ApprovalTimeout})
+		ApprovalTimeout: cfg.ApprovalTimeout, Quota: authn.Quota})
 	meters.MCP(mcpclient.States, mcpStates(mcps))
 	if pdb, ok := db.(*postgres.DB); ok {
 		// Other instances' notifications: their runs' new events, cancels asked of ours, sessions freed.

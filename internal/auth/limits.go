@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"time"
@@ -25,6 +26,26 @@ func (p *Principal) Quota(now time.Time) []store.Limit {
 			Since: PeriodStart(l.SpendPeriod, now)})
 	}
 	return q
+}
+
+// Quota returns the limits a send of user with the API key keyID ("" without a key: a sign-in by the
+// trusted header, or chatd without keys) is admitted with now, as Principal.Quota gives them to that
+// caller: the user's, each replaced by the key's when the key sets it. A key the user no longer has
+// counts as none: its own refusal (revoked) is the caller's to give. It is chat.Options.Quota.
+func (a *Authenticator) Quota(ctx context.Context, user, keyID string) ([]store.Limit, error) {
+	p := &Principal{User: user, Limits: a.userLimits(user)}
+	if keyID != "" {
+		keys, err := a.opts.Store.Keys(ctx, user)
+		if err != nil {
+			return nil, fmt.Errorf("auth: limits of key %s: %w", keyID, err)
+		}
+		for _, k := range keys {
+			if k.ID == keyID {
+				p.KeyID, p.Limits, p.keyLimits = k.ID, p.Limits.Over(k.Limits), k.Limits
+			}
+		}
+	}
+	return p.Quota(a.opts.Now()), nil
 }
 
 // NanoUSD converts dollars to the nano-dollars costs are counted in.

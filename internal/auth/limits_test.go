@@ -192,3 +192,39 @@ func TestLimitMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaOfKey: Authenticator.Quota gives the limits a send with a key (or without one) is admitted
+// with — the same as the key's caller's Principal.Quota —, which a resume of a run that key sent is
+// checked against.
+func TestQuotaOfKey(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	a, _ := newAuth(t, clk, Options{DefaultLimits: store.Limits{ConcurrentRuns: 5, TokensPerDay: 1000},
+		UserLimits: map[string]store.Limits{"bob": {TokensPerDay: 2000}}})
+	secret, k := createKey(t, a, KeySpec{User: "bob", Limits: store.Limits{ConcurrentRuns: 1}})
+	p, err := a.Verify(t.Context(), secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, user, keyID string
+		want              []store.Limit
+	}{
+		{"the key's", "bob", k.ID, p.Quota(clk.Now())},
+		{"the user's, without a key", "bob", "", []store.Limit{{Name: store.LimitConcurrentRuns, Max: 5},
+			{Name: store.LimitTokens, Max: 2000, Since: PeriodStart("day", clk.Now())}}},
+		{"the user's, for a key the user does not have", "carol", k.ID, []store.Limit{{Name: store.LimitConcurrentRuns, Max: 5},
+			{Name: store.LimitTokens, Max: 1000, Since: PeriodStart("day", clk.Now())}}},
+	} {
+		got, err := a.Quota(t.Context(), tt.user, tt.keyID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s: (-want +got)\n%s", tt.name, diff)
+		}
+	}
+	if want := (store.Limit{Name: store.LimitConcurrentRuns, KeyID: k.ID, Max: 1}); !cmp.Equal(p.Quota(clk.Now())[0], want) {
+		t.Errorf("the key's concurrent runs: %+v, want %+v", p.Quota(clk.Now())[0], want)
+	}
+}

@@ -63,6 +63,7 @@ type waitingCall struct {
 	Edited     json.RawMessage `json:"edited,omitempty"`  // approve: the arguments it runs with instead
 	Note       string          `json:"note,omitempty"`    // deny: the person's reason
 	Answers    []string        `json:"answers,omitempty"` // answer: one per question
+	DecidedBy  string          `json:"decided_by,omitempty"`
 }
 
 func (a *awaiting) undecided() int {
@@ -97,6 +98,8 @@ type Decision struct {
 	// Content, with answer to a question from an MCP server, is the value of each of its fields, as a
 	// JSON object.
 	Content json.RawMessage
+	// DecidedBy is who decided when it is not the run's owner: an admin deciding for them.
+	DecidedBy string
 }
 
 // Awaiting is what a run awaiting approval waits for.
@@ -209,7 +212,7 @@ func (o *observer) await(res agent.Result) bool {
 	defer run.flushMu.Unlock()
 	pending, seq := run.pending()
 	last := []Event{{Seq: seq + 1, Type: runevent.TypeAwaitingApproval, Data: runevent.Encode(ev)}}
-	a := store.Await{Awaiting: awJSON}
+	a := store.Await{Awaiting: awJSON, ExpiresAt: aw.ExpiresAt}
 	if run.log != nil {
 		a.Events = append(pending, store.Event{RunID: run.ID, Seq: last[0].Seq, Type: last[0].Type, Data: last[0].Data})
 	}
@@ -240,6 +243,10 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 	if err := checkDecision(d, cmp.Or(s.opts.Limits.Model.ArgumentBytes, agent.DefaultArgumentBytes)); err != nil {
 		return nil, err
 	}
+	if d.DecidedBy != "" {
+		s.log.Info("a decision on another user's run", "run_id", runID, "user", user, "decided_by", d.DecidedBy,
+			"tool_call_id", d.ToolCallID, "decision", d.Decision)
+	}
 	if live := s.live(user, runID); live != nil {
 		if res, ok, err := s.answerLive(live, d); ok {
 			return res, err
@@ -248,7 +255,7 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 	if d.Content != nil {
 		return nil, s.notAsking(ctx, user, runID, d.ToolCallID)
 	}
-	return s.decide(ctx, user, runID, func(aw *awaiting) error {
+	return s.decide(ctx, user, runID, true, func(aw *awaiting) error {
 		i := slices.IndexFunc(aw.Calls, func(c waitingCall) bool { return c.ToolCallID == d.ToolCallID })
 		if i < 0 {
 			return invalid("unknown_tool_call", "run %s does not wait for a decision on tool call %q", runID, d.ToolCallID)
@@ -269,7 +276,7 @@ func (s *Service) Decide(ctx context.Context, user, runID string, d Decision) (*
 			}
 			c.Answers = d.Answers
 		}
-		c.Decision = d.Decision
+		c.Decision, c.DecidedBy = d.Decision, d.DecidedBy
 		switch {
 		case d.Decision == DecisionDeny:
 			c.Note = d.Reason
@@ -323,7 +330,11 @@ func (s *Service) checkEdited(name string, args json.RawMessage) (json.RawMessag
 // decide applies change to what the run waits for, and stores it: as the new state of a run that still
 // waits, or, once nothing is undecided, by resuming the run. A write that another decision beat reads
 // the run again and tries once more.
-func (s *Service) decide(ctx context.Context, user, runID string, change func(*awaiting) error) (*ApprovalResult, error) {
+//
+// A decision that resumes the run is admitted as a send is (admit): refused with the *store.LimitError of
+// the key's limit it would pass, the run left waiting and the decision not recorded. An expiry resumes
+// it whatever the limits, to end the wait.
+func (s *Service) decide(ctx context.Context, user, runID string, admit bool, change func(*awaiting) error) (*ApprovalResult, error) {
 	for attempt := 0; ; attempt++ {
 		r, err := s.opts.Store.Run(ctx, user, runID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -357,7 +368,7 @@ func (s *Service) decide(ctx context.Context, user, runID string, change func(*a
 			}
 			continue
 		}
-		err = s.resume(ctx, user, r, aw)
+		err = s.resume(ctx, user, r, aw, admit)
 		if err == nil {
 			return &ApprovalResult{RunID: runID, Status: store.RunRunning}, nil
 		}
@@ -371,7 +382,7 @@ func (s *Service) decide(ctx context.Context, user, runID string, change func(*a
 // running (when what it waited for is still r.Awaiting: ErrConflict when another decision, a cancel or
 // its expiry came first), and its goroutine runs the approved calls, stores the denials, and goes on
 // with the agent loop.
-func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awaiting) error {
+func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awaiting, admit bool) error {
 	p, err := s.resumePlan(ctx, user, r, aw)
 	if err != nil {
 		// The run cannot go on as it was asked (its agent is gone, its request no longer fits): it ends
@@ -380,25 +391,59 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 		return s.endAwaiting(ctx, user, r, store.RunFailed, "The run could not resume after its approval: "+err.Error())
 	}
 	p.decided = aw
+	if s.opts.Quota != nil {
+		// The run goes on under its key's limits, as it started: its budgets are checked after each
+		// model call, and the resume itself as a new run would be.
+		if p.account.Quota, err = s.opts.Quota(ctx, user, r.KeyID); err != nil {
+			return fmt.Errorf("the limits of the run's key: %w", err)
+		}
+	}
+	var quota []store.Limit
+	if admit {
+		quota = p.account.Quota
+	}
 	run := s.newRun(r.ID, user, p)
 	if err := s.loadLog(ctx, run, user); err != nil {
 		return err
 	}
+	if s.isClosing() {
+		// Refused before anything is stored: the decision is not recorded and the run still waits, for
+		// the person to decide again on the next process.
+		return errClosingDecision()
+	}
 	reserve := run.reservation()
-	if err := s.opts.Store.ResumeRun(ctx, user, r.ID, r.Awaiting, reserve); err != nil {
+	if err := s.opts.Store.ResumeRun(ctx, user, r.ID, r.Awaiting, reserve, quota); err != nil {
 		return err
 	}
 	s.stopExpiry(r.ID)
 	run.granted(reserve)
 	if err := s.admit(run); err != nil {
-		// Running in the store and nowhere else: the next start of chatd ends it as interrupted.
-		return err
+		s.unresume(ctx, user, r, aw.ExpiresAt)
+		return errClosingDecision()
 	}
 	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
 		records, err := s.opts.Store.Records(ctx, user, run.SessionID)
 		return store.Current(records), err
 	})
 	return nil
+}
+
+// errClosingDecision refuses a decision that would resume a run on a service shutting down.
+func errClosingDecision() error {
+	return &Error{Kind: ErrClosed, Code: "shutting_down",
+		Message: "chatd is shutting down: the decision was not recorded and the run still waits; decide again once chatd is back"}
+}
+
+// unresume puts back to wait a run the store resumed but this closing service could not admit (Close
+// began since resume checked): it waits as before the decision, which is refused and can be given again
+// on the next process. Waiting again, rather than ending it, keeps the person's choice theirs; a run left
+// running in the store with no one running it would only be ended as interrupted at the next start,
+// which is what happens should this write fail too.
+func (s *Service) unresume(ctx context.Context, user string, r *store.Run, expires time.Time) {
+	err := s.opts.Store.AwaitRun(context.WithoutCancel(ctx), user, r.ID, store.Await{Awaiting: r.Awaiting, ExpiresAt: expires})
+	if err != nil {
+		s.log.Error("put back to wait a run the closing service could not resume", append(storedRunAttrs(r), "err", err)...)
+	}
 }
 
 // resumePlan plans the rest of an awaiting run from its stored request, as a queued run is planned.
@@ -450,12 +495,16 @@ func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 	obs.open += len(aw.Calls)
 	for _, c := range aw.Calls {
 		obs.run.emit(runevent.TypeApprovalDecided, runevent.Encode(runevent.ApprovalDecided{ToolCallID: c.ToolCallID,
-			Decision: c.Decision, Arguments: c.Edited, Reason: c.Note, Answers: c.Answers}))
+			Decision: c.Decision, Arguments: c.Edited, Reason: c.Note, Answers: c.Answers, DecidedBy: c.DecidedBy}))
 		call := llm.ToolCall{ID: c.ToolCallID, Name: c.Name, Arguments: c.Arguments}
 		if len(c.Edited) > 0 {
 			call.Arguments = c.Edited
 		}
 		var res agent.ToolResult
+		var denied string // the policy may have changed (and chatd restarted) while the call waited
+		if c.Kind != KindQuestion && c.Decision == DecisionApprove && tools.allowed[c.Name] {
+			denied = tools.denial(call)
+		}
 		switch {
 		case ctx.Err() != nil:
 			res.Content = "The run was cancelled before this call ran."
@@ -463,6 +512,8 @@ func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 			res = askUserResult(c)
 		case c.Decision == DecisionApprove && !tools.allowed[c.Name]:
 			res.Content = "Not run: the tool " + c.Name + " is no longer offered to this agent."
+		case denied != "":
+			res.Content = denied
 		case c.Decision == DecisionApprove:
 			obs.Emit(agent.ToolStart{Call: call})
 			obs.Status("Running " + c.Name + "…")
@@ -556,7 +607,7 @@ func (s *Service) keepExpiry(user, runID string, expires time.Time) {
 	if t := s.expiries[runID]; t != nil {
 		t.Stop()
 	}
-	s.expiries[runID] = time.AfterFunc(time.Until(expires), func() { s.expire(user, runID) })
+	s.expiries[runID] = time.AfterFunc(expires.Sub(s.opts.Now()), func() { s.expire(user, runID) })
 }
 
 // stopExpiry forgets the expiry of a run that no longer waits.
@@ -579,8 +630,8 @@ func (s *Service) expire(user, runID string) {
 		return // the next start of chatd keeps the expiry again
 	}
 	ctx := context.WithoutCancel(s.base)
-	_, err := s.decide(ctx, user, runID, func(aw *awaiting) error {
-		if time.Now().Before(aw.ExpiresAt) {
+	_, err := s.decide(ctx, user, runID, false, func(aw *awaiting) error {
+		if s.opts.Now().Before(aw.ExpiresAt) {
 			return errNotExpired
 		}
 		for i := range aw.Calls {

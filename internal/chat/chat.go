@@ -145,6 +145,10 @@ type Options struct {
 	// ApprovalTimeout is how long a run waits for a person's decision before its undecided calls are
 	// denied (default DefaultApprovalTimeout).
 	ApprovalTimeout time.Duration
+	// Quota returns the limits a send of the user with the API key keyID ("" without one) is admitted
+	// with now, as Account.Quota carries them: a decision that resumes a run awaiting approval is
+	// admitted with those of the key that sent the run. Nil limits nothing (chatd without auth).
+	Quota func(ctx context.Context, user, keyID string) ([]store.Limit, error)
 }
 
 // Price is what a model costs, in US dollars per million tokens. A cache price of 0 is the input price.

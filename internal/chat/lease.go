@@ -200,7 +200,38 @@ func (s *Service) Sweep(ctx context.Context) error {
 	for id := range sessions {
 		s.queues.kick(id)
 	}
+	if err := s.sweepExpired(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// expiredStore is a shared store that finds the runs awaiting approval whose wait has expired.
+type expiredStore interface {
+	ExpiredAwaiting(ctx context.Context, before time.Time) ([]store.Run, error)
+}
+
+// expiryGrace is how long past its expiry a waiting run is left to the timer of the instance that
+// paused it (or of any started since), before every instance's sweep expires it.
+const expiryGrace = time.Minute
+
+// sweepExpired expires the runs awaiting approval whose expiry passed more than expiryGrace ago: their
+// timer lived on an instance that died, and no instance started since. Two instances may expire the
+// same run at once: the expiry is a decision, and only one resume of it wins (ResumeRun's conflict);
+// the other finds the run no longer waiting.
+func (s *Service) sweepExpired(ctx context.Context) error {
+	es, ok := s.opts.Store.(expiredStore)
+	if !ok {
+		return nil
+	}
+	runs, err := es.ExpiredAwaiting(ctx, s.opts.Now().Add(-expiryGrace))
+	if err != nil {
+		return fmt.Errorf("expired awaiting runs: %w", err)
+	}
+	for _, r := range runs {
+		s.expire(r.UserID, r.ID)
+	}
+	return nil
 }
 
 // recoverClaimed ends a running run a dead instance left, or queues here a queued one.

@@ -67,7 +67,7 @@ func newInstance(t *testing.T, dsn, name string, clk *clock, listen bool, turns 
 	reg := tool.NewRegistry(tool.Options{})
 	t.Cleanup(reg.Close)
 	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
-		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond, SweepInterval: time.Hour})
+		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond, SweepInterval: time.Hour, Now: clk.Now})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()

@@ -111,7 +111,7 @@ func (s *Service) newObserver(p *plan, run *Run) *observer {
 		closing: s.base.Done(), p: p, run: run, ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{},
 		parser: parser, split: parser.splitter(), keepRequests: s.opts.Limits.DiagnosticsRuns,
 		tracing: s.opts.Tracing, meter: s.opts.Metrics, span: trace.SpanFromContext(context.Background()), started: time.Now(),
-		approvalTimeout: s.opts.ApprovalTimeout, now: time.Now, awaited: s.awaited}
+		approvalTimeout: s.opts.ApprovalTimeout, now: s.opts.Now, awaited: s.awaited}
 }
 
 // ready waits, for a run started early, until its commit is known, and reports whether the run may

@@ -96,8 +96,9 @@ func (s *Service) Cancel(ctx context.Context, user, id, reason string) (*CancelR
 	return &CancelResult{RunID: id, Status: r.Status, AlreadyEnded: true, Message: "the run had already ended (" + r.Status + "); nothing was cancelled"}, nil
 }
 
-// CancelKey cancels, as Cancel does, every live run — running or queued — started with an API key:
-// the key was revoked, and what it started must not go on spending. It returns how many it cancelled.
+// CancelKey cancels, as Cancel does, every live run — running or queued — started with an API key, and
+// its runs awaiting approval: the key was revoked, and what it started must not go on spending. It
+// returns how many it cancelled.
 func (s *Service) CancelKey(ctx context.Context, keyID, reason string) int {
 	if keyID == "" {
 		return 0
@@ -121,6 +122,30 @@ func (s *Service) CancelKey(ctx context.Context, keyID, reason string) int {
 		if _, err := s.Cancel(ctx, r.user, r.ID, reason); err == nil {
 			n++
 		}
+	}
+	return n + s.cancelKeyAwaiting(ctx, keyID, reason)
+}
+
+// cancelKeyAwaiting cancels the key's runs awaiting approval, which live in the store only (on any
+// instance): a decision could not resume them with a revoked key anyway. Revoking is rare, so the
+// store's awaiting runs are read whole and filtered here.
+func (s *Service) cancelKeyAwaiting(ctx context.Context, keyID, reason string) int {
+	runs, err := s.opts.Store.AwaitingRuns(ctx)
+	if err != nil {
+		s.log.Error("read the runs awaiting approval of a revoked key", "key_id", keyID, "err", err)
+		return 0
+	}
+	n := 0
+	for i := range runs {
+		r := &runs[i]
+		if r.KeyID != keyID {
+			continue
+		}
+		if _, err := s.cancelAwaiting(ctx, r.UserID, r, reason); err != nil {
+			s.log.Error("cancel a run awaiting approval of a revoked key", append(storedRunAttrs(r), "err", err)...)
+			continue
+		}
+		n++
 	}
 	return n
 }

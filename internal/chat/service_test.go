@@ -68,6 +68,10 @@ type setup struct {
 	TitleModel string
 	// ApprovalTimeout is how long a run waits for a decision; 0 is the default.
 	ApprovalTimeout time.Duration
+	// Wrap, when set, is the store the service uses, wrapping the fixture's.
+	Wrap func(store.Store) store.Store
+	// Quota is the service's Options.Quota.
+	Quota func(ctx context.Context, user, keyID string) ([]store.Limit, error)
 }
 
 // fixture is a service wired as chatd wires it: a real SQLite store, the openai adapter talking to a
@@ -97,9 +101,13 @@ func newFixture(t *testing.T, s setup) *fixture {
 	if s.FlushInterval == 0 {
 		s.FlushInterval = 5 * time.Millisecond
 	}
-	svc := chat.New(chat.Options{Store: db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
+	var st store.Store = db
+	if s.Wrap != nil {
+		st = s.Wrap(db)
+	}
+	svc := chat.New(chat.Options{Store: st, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
 		FlushInterval: s.FlushInterval, RetryBase: time.Millisecond, Agents: s.Agents, Context: s.Context, Logger: s.Logger,
-		Limits: s.Limits, Now: s.Now, TitleModel: titleModel(s.TitleModel), ApprovalTimeout: s.ApprovalTimeout})
+		Limits: s.Limits, Now: s.Now, TitleModel: titleModel(s.TitleModel), ApprovalTimeout: s.ApprovalTimeout, Quota: s.Quota})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()

@@ -183,14 +183,24 @@ func (ts *toolSet) call(ctx context.Context, call llm.ToolCall) agent.ToolResult
 
 // refusal is the result of a call the agent's approval policy does not let run now, or "".
 func (ts *toolSet) refusal(call llm.ToolCall) string {
+	return ts.policyRefusal(call, true)
+}
+
+// denial is the result of a call the agent's approval policy denies, or "": a call a person approved
+// is still refused by a policy that denies it now.
+func (ts *toolSet) denial(call llm.ToolCall) string {
+	return ts.policyRefusal(call, false)
+}
+
+func (ts *toolSet) policyRefusal(call llm.ToolCall, ask bool) string {
 	info, ok := ts.reg.Info(call.Name)
 	if !ok {
 		return "" // the registry reports the unknown tool
 	}
-	switch d, reason := ts.decide(info, call); d {
-	case tool.Deny:
+	switch d, reason := ts.decide(info, call); {
+	case d == tool.Deny:
 		return "Not permitted: " + reason + " Do not try this call again; tell the user if it matters."
-	case tool.Ask:
+	case d == tool.Ask && ask:
 		return "Not run: this call needs a person's approval. " + reason
 	}
 	return ""

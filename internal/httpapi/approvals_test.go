@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -10,9 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"chatd/internal/auth"
 	"chatd/internal/chat"
 	"chatd/internal/httpapi"
 	"chatd/internal/llm/llmtest"
+	"chatd/internal/store"
 	"chatd/internal/store/sqlite"
 	"chatd/internal/tool"
 )
@@ -235,5 +238,134 @@ func TestUIAskUser(t *testing.T) {
 	reqs := e.upstream.Requests()
 	if last := string(reqs[len(reqs)-1].Raw); !strings.Contains(last, `\"answer\":\"Tokyo\"`) {
 		t.Errorf("the model was not sent the answer: %s", last)
+	}
+}
+
+// waitingKeyedEnv is a keyed chatd whose default agent asks before current_time: each send's first
+// model call makes that call, and the next answers "It is nine.".
+func waitingKeyedEnv(t *testing.T, authOpts auth.Options, chatOpts chat.Options) *keyedEnv {
+	t.Helper()
+	chatOpts.Agents = map[string]chat.Agent{"default": {Approvals: []tool.ApprovalRule{{Tools: []string{"current_time"}, Decision: tool.Ask}}}}
+	var e *keyedEnv
+	chatOpts.Quota = func(ctx context.Context, user, keyID string) ([]store.Limit, error) { // as cmd/chatd wires it
+		return e.auth.Quota(ctx, user, keyID)
+	}
+	e = newKeyedEnvWith(t, httpapi.Options{}, authOpts, chatOpts)
+	e.upstream.Respond = func(_ int, req llmtest.Request) llmtest.Turn {
+		for _, m := range req.Messages() {
+			if m["role"] == "tool" {
+				return llmtest.Turn{Text: "It is nine."}
+			}
+		}
+		return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "current_time", Arguments: `{}`}}}
+	}
+	return e
+}
+
+// pauseAs sends a message with key and returns the id of its run, which waits for approval.
+func (e *keyedEnv) pauseAs(t *testing.T, key string) string {
+	t.Helper()
+	resp, raw := e.call(t, "POST", "/v1/chat", `{"message":"what time is it?"}`, e.bearer(key))
+	var out struct {
+		RunID  string `json:"run_id"`
+		Status string
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != http.StatusOK || out.Status != "awaiting_approval" {
+		t.Fatalf("send: %d %s; want the run awaiting approval", resp.StatusCode, raw)
+	}
+	return out.RunID
+}
+
+// TestAdminDecidesAsUser: an admin decides on a call another user's run waits for with
+// X-Chatd-As-User, and the decision records who made it (approval_decided's decided_by); without the
+// header the run is not the admin's (404), and a user who is not an admin cannot use it (403).
+func TestAdminDecidesAsUser(t *testing.T) {
+	e := waitingKeyedEnv(t, auth.Options{}, chat.Options{})
+	bob, _ := e.key(t, auth.KeySpec{User: "bob"})
+	alice, _ := e.key(t, auth.KeySpec{User: "alice"})
+	admin, _ := e.key(t, auth.KeySpec{User: "root", Admin: true})
+	runID := e.pauseAs(t, bob)
+	path, body := "/v1/runs/"+runID+"/approvals", `{"tool_call_id":"call_1","decision":"approve"}`
+
+	resp, raw := e.call(t, "POST", path, body, e.bearer(alice, httpapi.AsUserHeader, "bob"))
+	e.wantError(t, "alice as bob", resp, raw, http.StatusForbidden, "admin_required")
+	resp, raw = e.call(t, "POST", path, body, e.bearer(admin))
+	e.wantError(t, "the admin as himself", resp, raw, http.StatusNotFound, "run_not_found")
+	resp, raw = e.call(t, "POST", "/v1/runs/"+runID+"/cancel", "", e.bearer(admin, httpapi.AsUserHeader, "bob"))
+	e.wantError(t, "the admin cancelling as bob", resp, raw, http.StatusBadRequest, "as_user_read_only")
+
+	resp, raw = e.call(t, "POST", path, body, e.bearer(admin, httpapi.AsUserHeader, "bob"))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"status":"running"`) {
+		t.Fatalf("the admin's decision as bob: %d %s", resp.StatusCode, raw)
+	}
+	if _, err := e.chat.Wait(t.Context(), "bob", runID); err != nil {
+		t.Fatal(err)
+	}
+	resp, raw = e.call(t, "GET", "/v1/runs/"+runID+"/events", "", e.bearer(bob))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"decided_by":"root"`) || !strings.Contains(string(raw), `"status":"completed"`) {
+		t.Errorf("bob's run after the admin's decision: %d %s", resp.StatusCode, raw)
+	}
+}
+
+// TestDecisionPastLimits: a decision that would resume a run past the limits of the key that sent it is
+// refused as a send would be — 429 with the limit's code and Retry-After —, whoever decides (the owner,
+// or an admin for them); the run still waits, the call undecided, and the decision can be given again.
+// Waiting runs do not count: both of bob's runs pause under his limit of one run at a time, and the
+// second resume is refused while the first one runs.
+func TestDecisionPastLimits(t *testing.T) {
+	e := waitingKeyedEnv(t, auth.Options{}, chat.Options{})
+	release := make(chan struct{})
+	defer close(release) // before the env's cleanup, which waits for the held stream
+	respond := e.upstream.Respond
+	e.upstream.Respond = func(n int, req llmtest.Request) llmtest.Turn {
+		turn := respond(n, req)
+		if n == 2 { // the first run's resumed model call
+			turn.BeforeFinish = func() { <-release }
+		}
+		return turn
+	}
+	bob, _ := e.key(t, auth.KeySpec{User: "bob", Limits: store.Limits{ConcurrentRuns: 1}})
+	admin, _ := e.key(t, auth.KeySpec{User: "root", Admin: true})
+	first, second := e.pauseAs(t, bob), e.pauseAs(t, bob)
+	body := `{"tool_call_id":"call_1","decision":"approve"}`
+	if resp, raw := e.call(t, "POST", "/v1/runs/"+first+"/approvals", body, e.bearer(bob)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the first decision: %d %s", resp.StatusCode, raw)
+	}
+	for who, header := range map[string]map[string]string{
+		"bob":          e.bearer(bob),
+		"admin as bob": e.bearer(admin, httpapi.AsUserHeader, "bob"),
+	} {
+		resp, raw := e.call(t, "POST", "/v1/runs/"+second+"/approvals", body, header)
+		e.wantError(t, who+"'s decision past bob's concurrent runs", resp, raw, http.StatusTooManyRequests, "concurrent_runs")
+		if resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s: no Retry-After", who)
+		}
+	}
+	resp, raw := e.call(t, "GET", "/v1/runs/"+second, "", e.bearer(bob))
+	var run struct {
+		Status   string
+		Awaiting struct{ Calls []struct{ Decision string } }
+	}
+	if err := json.Unmarshal(raw, &run); err != nil || resp.StatusCode != http.StatusOK || run.Status != "awaiting_approval" ||
+		len(run.Awaiting.Calls) != 1 || run.Awaiting.Calls[0].Decision != "" {
+		t.Errorf("the run after the refused decisions: %d %s; want it awaiting, the call undecided", resp.StatusCode, raw)
+	}
+}
+
+// TestDecisionWhileShuttingDown: a decision that would resume a run on a chatd shutting down is a 503
+// shutting_down that says the decision was not recorded; the run still waits.
+func TestDecisionWhileShuttingDown(t *testing.T) {
+	e := approvalEnv(t, `{}`)
+	resp, _ := e.stream(t, `{"message":"what time is it?"}`)
+	runID := resp.Header.Get("X-Run-Id")
+	if err := e.chat.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r, raw := e.do(t, "POST", "/v1/runs/"+runID+"/approvals", `{"tool_call_id":"call_1","decision":"approve"}`)
+	if r.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(raw), "shutting_down") || !strings.Contains(string(raw), "not recorded") {
+		t.Errorf("a decision while chatd shuts down: %d %s; want 503 shutting_down, not recorded", r.StatusCode, raw)
+	}
+	if s := e.run(t, runID); s != "awaiting_approval" {
+		t.Errorf("the run is %s, want still awaiting_approval", s)
 	}
 }

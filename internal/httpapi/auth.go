@@ -14,7 +14,9 @@ import (
 )
 
 // AsUserHeader is how an admin reads another user's data: a GET or HEAD with this header sees what
-// that user sees. Writes are always the caller's own.
+// that user sees. Writes are always the caller's own, but for one: a decision on a call another user's
+// run waits for (POST /v1/runs/{id}/approvals), which the issue of approvals gives the run's owner or an
+// admin; the decision is recorded with who made it.
 const AsUserHeader = "X-Chatd-As-User"
 
 type principalKey struct{}
@@ -55,9 +57,9 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 				s.writeError(w, r, errAdminOnly)
 				return
 			}
-			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead && !isDecision(r) {
 				s.writeError(w, r, &apiError{status: http.StatusBadRequest, code: "as_user_read_only",
-					message: AsUserHeader + " is for reading another user's data (GET); writes are the caller's own"})
+					message: AsUserHeader + " is for reading another user's data (GET) and deciding on its runs' waiting calls; other writes are the caller's own"})
 				return
 			}
 			ctx = context.WithValue(ctx, asUserKey{}, as)
@@ -67,6 +69,16 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 }
 
 type asUserKey struct{}
+
+// isDecision reports whether r is POST /v1/runs/{id}/approvals: the one write an admin may make as
+// another user.
+func isDecision(r *http.Request) bool {
+	id, ok := strings.CutPrefix(r.URL.Path, "/v1/runs/")
+	if ok {
+		id, ok = strings.CutSuffix(id, "/approvals")
+	}
+	return ok && r.Method == http.MethodPost && id != "" && !strings.Contains(id, "/")
+}
 
 // allow counts a request of the caller against its requests per minute; past them it answers 429.
 func (s *server) allow(w http.ResponseWriter, r *http.Request, p *auth.Principal) bool {

@@ -65,8 +65,13 @@ func (s *server) decideRun(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decode(w, r, &in); err != nil {
 		return err
 	}
-	res, err := s.Chat.Decide(r.Context(), user(r.Context()), r.PathValue("id"), chat.Decision{ToolCallID: in.ToolCallID,
-		Decision: in.Decision, Arguments: in.Arguments, Reason: in.Reason, Answers: in.Answers, Content: in.Content})
+	ctx := r.Context()
+	d := chat.Decision{ToolCallID: in.ToolCallID, Decision: in.Decision, Arguments: in.Arguments, Reason: in.Reason, Answers: in.Answers,
+		Content: in.Content}
+	if caller := principal(ctx).User; caller != user(ctx) {
+		d.DecidedBy = caller // an admin, deciding for the run's owner (X-Chatd-As-User)
+	}
+	res, err := s.Chat.Decide(ctx, user(ctx), r.PathValue("id"), d)
 	if err != nil {
 		return err
 	}

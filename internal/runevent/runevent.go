@@ -110,6 +110,8 @@ type ApprovalDecided struct {
 	Answers    []string        `json:"answers,omitempty"`
 	Source     string          `json:"source,omitempty"`
 	Content    json.RawMessage `json:"content,omitempty"`
+	// DecidedBy is the admin who decided for the run's owner; "" when the owner decided (or it expired).
+	DecidedBy string `json:"decided_by,omitempty"`
 }
 
 // RunStart is the first event of a run.

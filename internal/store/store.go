@@ -326,6 +326,9 @@ type RunEnd struct {
 // Await is what AwaitRun stores with a run that waits for a person.
 type Await struct {
 	Awaiting json.RawMessage // what it waits for (Run.Awaiting), with what resumes it; required
+	// ExpiresAt is when the wait expires; a store several instances share finds the runs whose wait
+	// expired by it (zero: it does not expire).
+	ExpiresAt time.Time
 	// Events are appended to the run's log in the same transaction (the events up to the wait); each
 	// must carry the run's id.
 	Events []Event
@@ -457,8 +460,10 @@ type Store interface {
 	UpdateAwaiting(ctx context.Context, user, runID string, before, after json.RawMessage) error
 	// ResumeRun makes a run awaiting approval running again, when what it waits for is still before,
 	// raising its ReservedSeq to reserve; Request and Awaiting are cleared. ErrConflict when it is not
-	// awaiting approval or before changed: another decision, a cancel or its expiry came first.
-	ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64) error
+	// awaiting approval or before changed: another decision, a cancel or its expiry came first. quota is
+	// checked in the same transaction as CreateRun checks a new run's (a refusal is a *LimitError, and
+	// the run still waits as it was): a resume counts as a run being created.
+	ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []Limit) error
 	// AwaitingRuns returns, for every user, the runs awaiting approval, oldest first, with UserID and
 	// Awaiting: for start-up, to keep their expiry.
 	AwaitingRuns(ctx context.Context) ([]Run, error)

@@ -151,3 +151,43 @@ func TestPairingWhileAwaiting(t *testing.T) {
 	db := openTest(t, pgtest.NewSchema(t))
 	storetest.PairingWhileAwaiting(t, db, db.CheckPairing)
 }
+
+// TestExpiredAwaiting: a run awaiting approval is found by ExpiredAwaiting once its wait's expiry is
+// at or before the time asked — with its user —, never before it, nor once it runs again or ended.
+func TestExpiredAwaiting(t *testing.T) {
+	db := openTest(t, pgtest.NewSchema(t))
+	ctx, user := t.Context(), "alice"
+	sess := &store.Session{Agent: "default"}
+	if err := db.CreateSession(ctx, user, sess); err != nil {
+		t.Fatal(err)
+	}
+	run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "openai/gpt-4o-mini"}
+	if err := db.CreateRun(ctx, user, run, nil); err != nil {
+		t.Fatal(err)
+	}
+	expires := time.Date(2026, 5, 2, 12, 0, 0, 0, time.UTC)
+	waits := []byte(`{"calls":[]}`)
+	if err := db.AwaitRun(ctx, user, run.ID, store.Await{Awaiting: waits, ExpiresAt: expires}); err != nil {
+		t.Fatal(err)
+	}
+	found := func(before time.Time) []store.Run {
+		t.Helper()
+		runs, err := db.ExpiredAwaiting(ctx, before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runs
+	}
+	if runs := found(expires.Add(-time.Second)); len(runs) != 0 {
+		t.Errorf("before its expiry: %+v", runs)
+	}
+	if runs := found(expires); len(runs) != 1 || runs[0].ID != run.ID || runs[0].UserID != user {
+		t.Errorf("at its expiry: %+v, want the run with its user", runs)
+	}
+	if err := db.ResumeRun(ctx, user, run.ID, waits, 10, nil); err != nil {
+		t.Fatal(err)
+	}
+	if runs := found(expires.Add(time.Hour)); len(runs) != 0 {
+		t.Errorf("once resumed: %+v", runs)
+	}
+}

@@ -77,7 +77,7 @@ request = NULL, (input_tokens, output_tokens, cache_read_tokens, cache_write_tok
 	FROM usage u WHERE $13 AND u.run_id = $1 AND u.user_id = $2), awaiting = NULL
 WHERE id = $1 AND user_id = $2 AND status IN ('queued', 'running', 'awaiting_approval')`
 
-	awaitRunSQL = `UPDATE runs SET status = 'awaiting_approval', awaiting = $3
+	awaitRunSQL = `UPDATE runs SET status = 'awaiting_approval', awaiting = $3, awaiting_expires_at = $4
 WHERE id = $1 AND user_id = $2 AND status = 'running'`
 	updateAwaitingSQL = `UPDATE runs SET awaiting = $4
 WHERE id = $1 AND user_id = $2 AND status = 'awaiting_approval' AND awaiting = $3`
@@ -173,7 +173,8 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 //
 // A run with a key or a quota first takes a transaction lock of its user: checking a key or counting runs
 // and then inserting is one step only when no other transaction of the user does the same in between.
-// This lock is taken before any row lock, and only here, so it cannot deadlock.
+// This lock is taken before any row lock, and only here and in ResumeRun (before its row lock too), so
+// it cannot deadlock.
 func prepareRun(ctx context.Context, tx *sql.Tx, user string, run *store.Run, sess *store.Session) error {
 	if run.IdempotencyKey != "" || len(run.Quota) > 0 {
 		if _, err := tx.ExecContext(ctx, lockUserSQL, user); err != nil {
@@ -599,6 +600,35 @@ func (db *DB) AddUsage(ctx context.Context, user string, u store.UsageEntry) err
 	return err
 }
 
+// maxExpired bounds the runs one ExpiredAwaiting returns.
+const maxExpired = 100
+
+const expiredAwaitingSQL = `SELECT id, user_id FROM runs
+WHERE status = 'awaiting_approval' AND awaiting_expires_at <= $1 ORDER BY awaiting_expires_at, id LIMIT $2`
+
+// ExpiredAwaiting returns runs awaiting approval whose wait expired at or before before (at most 100, the
+// oldest first), with ID and UserID: for a sweep to expire those whose expiry timer no live instance
+// keeps. It changes nothing: the expiry itself is a decision, which only one instance's resume wins.
+func (db *DB) ExpiredAwaiting(ctx context.Context, before time.Time) ([]store.Run, error) {
+	rows, err := db.pool.QueryContext(ctx, expiredAwaitingSQL, before, maxExpired)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: expired awaiting runs: %w", err)
+	}
+	defer rows.Close()
+	var runs []store.Run
+	for rows.Next() {
+		var r store.Run
+		if err := rows.Scan(&r.ID, &r.UserID); err != nil {
+			return nil, fmt.Errorf("postgres: expired awaiting runs: %w", err)
+		}
+		runs = append(runs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: expired awaiting runs: %w", err)
+	}
+	return runs, nil
+}
+
 // usageArgs are insertUsageSQL's arguments for u, made at u.CreatedAt or, when that is zero, at now.
 func usageArgs(user string, u store.UsageEntry, now time.Time) []any {
 	at := now
@@ -630,7 +660,11 @@ func (db *DB) AwaitRun(ctx context.Context, user, runID string, a store.Await) e
 		if err := insertEvents(ctx, tx, a.Events, nil); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, awaitRunSQL, runID, user, string(a.Awaiting)); err != nil {
+		var expires sql.NullTime
+		if !a.ExpiresAt.IsZero() {
+			expires = sql.NullTime{Time: a.ExpiresAt, Valid: true}
+		}
+		if _, err := tx.ExecContext(ctx, awaitRunSQL, runID, user, string(a.Awaiting), expires); err != nil {
 			return err
 		}
 		return db.notifyEvents(ctx, tx, runID)
@@ -640,29 +674,44 @@ func (db *DB) AwaitRun(ctx context.Context, user, runID string, a store.Await) e
 // UpdateAwaiting replaces what an awaiting run waits for, when it is still before.
 func (db *DB) UpdateAwaiting(ctx context.Context, user, runID string, before, after json.RawMessage) error {
 	return db.write(ctx, "update awaiting", func(tx *sql.Tx) error {
-		return awaitingChange(ctx, tx, user, runID, updateAwaitingSQL, string(before), string(after))
+		return awaitingChange(ctx, tx, user, runID, nil, updateAwaitingSQL, string(before), string(after))
 	})
 }
 
 // ResumeRun makes an awaiting run running again, owned by this instance, when what it waits for is still
-// before.
-func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64) error {
+// before and the quota allows one more run.
+func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
 	return db.write(ctx, "resume run", func(tx *sql.Tx) error {
+		var check func() error
+		if len(quota) > 0 {
+			// As prepareRun: the user's lock, before any row lock, makes the count and the resume one step
+			// for every run of the user created or resumed at the same time, on any instance. The
+			// awaiting run is not counted among the running: the check admits it as one more.
+			if _, err := tx.ExecContext(ctx, lockUserSQL, user); err != nil {
+				return err
+			}
+			check = func() error { return checkQuota(ctx, tx, user, quota) }
+		}
 		now := db.clock()
-		return awaitingChange(ctx, tx, user, runID, resumeRunSQL, string(before), reserve, nullable(db.instance), db.leaseUntil(now))
+		return awaitingChange(ctx, tx, user, runID, check, resumeRunSQL, string(before), reserve, nullable(db.instance), db.leaseUntil(now))
 	})
 }
 
 // awaitingChange runs an update of an awaiting run that names it by id, user and what it waits for
 // ($1–$3), under its session's lock, reporting a run that is not the user's as not found and one that
-// changed as a conflict.
-func awaitingChange(ctx context.Context, tx *sql.Tx, user, runID, query string, args ...any) error {
+// changed as a conflict. check, when set, may refuse the update once the run is known to wait.
+func awaitingChange(ctx context.Context, tx *sql.Tx, user, runID string, check func() error, query string, args ...any) error {
 	_, status, err := lockRun(ctx, tx, user, runID)
 	if err != nil {
 		return err
 	}
 	if status != store.RunAwaiting {
 		return conflict("run %q is %s, not awaiting approval", runID, status)
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	res, err := tx.ExecContext(ctx, query, append([]any{runID, user}, args...)...)
 	if err != nil {

@@ -694,26 +694,35 @@ func (db *DB) AwaitRun(ctx context.Context, user, runID string, a store.Await) e
 // UpdateAwaiting replaces what an awaiting run waits for, when it is still before.
 func (db *DB) UpdateAwaiting(ctx context.Context, user, runID string, before, after json.RawMessage) error {
 	return db.write(ctx, "update awaiting", func(tx txn) error {
-		return awaitingChange(ctx, tx, user, runID, updateAwaitingSQL, string(before), string(after))
+		return awaitingChange(ctx, tx, user, runID, nil, updateAwaitingSQL, string(before), string(after))
 	})
 }
 
-// ResumeRun makes an awaiting run running again, when what it waits for is still before.
-func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64) error {
+// ResumeRun makes an awaiting run running again, when what it waits for is still before and the quota
+// allows one more run.
+func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
 	return db.write(ctx, "resume run", func(tx txn) error {
-		return awaitingChange(ctx, tx, user, runID, resumeRunSQL, string(before), reserve)
+		// The awaiting run is not counted among the running: the check admits it as one more.
+		check := func() error { return checkQuota(ctx, tx, user, quota) }
+		return awaitingChange(ctx, tx, user, runID, check, resumeRunSQL, string(before), reserve)
 	})
 }
 
 // awaitingChange runs an update of an awaiting run that names it by id, user and what it waits for
 // ($1–$3), reporting a run that is not the user's as not found and one that changed as a conflict.
-func awaitingChange(ctx context.Context, tx txn, user, runID, query string, args ...any) error {
+// check, when set, may refuse the update once the run is known to wait.
+func awaitingChange(ctx context.Context, tx txn, user, runID string, check func() error, query string, args ...any) error {
 	_, status, err := runState(ctx, tx, user, runID)
 	if err != nil {
 		return err
 	}
 	if status != store.RunAwaiting {
 		return conflict("run %q is %s, not awaiting approval", runID, status)
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	res, err := tx.ExecContext(ctx, query, append([]any{runID, user}, args...)...)
 	if err != nil {

@@ -58,12 +58,12 @@ func testAwaitingRun(t *testing.T, s store.Store) {
 	if err := s.UpdateAwaiting(ctx, alice, run.ID, waits, decided); err != nil {
 		t.Fatalf("UpdateAwaiting: %v", err)
 	}
-	wantErr(t, "ResumeRun from a stale read", s.ResumeRun(ctx, alice, run.ID, waits, 10), store.ErrConflict)
-	wantErr(t, "ResumeRun of another user", s.ResumeRun(ctx, bob, run.ID, decided, 10), store.ErrNotFound)
-	if err := s.ResumeRun(ctx, alice, run.ID, decided, 10); err != nil {
+	wantErr(t, "ResumeRun from a stale read", s.ResumeRun(ctx, alice, run.ID, waits, 10, nil), store.ErrConflict)
+	wantErr(t, "ResumeRun of another user", s.ResumeRun(ctx, bob, run.ID, decided, 10, nil), store.ErrNotFound)
+	if err := s.ResumeRun(ctx, alice, run.ID, decided, 10, nil); err != nil {
 		t.Fatalf("ResumeRun: %v", err)
 	}
-	wantErr(t, "second ResumeRun", s.ResumeRun(ctx, alice, run.ID, decided, 10), store.ErrConflict)
+	wantErr(t, "second ResumeRun", s.ResumeRun(ctx, alice, run.ID, decided, 10, nil), store.ErrConflict)
 	got, err = s.Run(ctx, alice, run.ID)
 	if err != nil || got.Status != store.RunRunning || got.Awaiting != nil || got.ReservedSeq != 10 {
 		t.Fatalf("resumed Run = %+v, %v; want running, waiting for nothing, reserved to 10", got, err)
@@ -100,7 +100,7 @@ func testStaleCancel(t *testing.T, s store.Store) {
 	if err := s.AwaitRun(ctx, alice, run.ID, store.Await{Awaiting: waits}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ResumeRun(ctx, alice, run.ID, waits, 10); err != nil { // a decision, after the cancel's read
+	if err := s.ResumeRun(ctx, alice, run.ID, waits, 10, nil); err != nil { // a decision, after the cancel's read
 		t.Fatal(err)
 	}
 	end := store.RunEnd{Status: store.RunCancelled, FinishReason: "cancelled", Reason: "Not run: cancelled while waiting.", WhileAwaiting: true}
@@ -125,5 +125,32 @@ func PairingWhileAwaiting(t *testing.T, s store.Store, check func(context.Contex
 	}
 	if err := check(ctx); err != nil {
 		t.Errorf("the pairing check with a run awaiting approval: %v", err)
+	}
+}
+
+// testResumeRunQuota: a resume is admitted as a new run is: refused with a *LimitError while the user
+// has as many runs running as the quota allows (the awaiting run itself not counted), leaving the run
+// waiting as it was; admitted once one has ended.
+func testResumeRunQuota(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	waiting := createRun(t, s, alice, createSession(t, s, alice).ID)
+	waits := json.RawMessage(`{"calls":[{"id":"call_2","decision":"approve"}]}`)
+	if err := s.AwaitRun(ctx, alice, waiting.ID, store.Await{Awaiting: waits}); err != nil {
+		t.Fatal(err)
+	}
+	other := createRun(t, s, alice, createSession(t, s, alice).ID)
+	quota := []store.Limit{{Name: store.LimitConcurrentRuns, Max: 1}}
+	err := s.ResumeRun(ctx, alice, waiting.ID, waits, 10, quota)
+	if le, ok := errors.AsType[*store.LimitError](err); !ok || le.Name != store.LimitConcurrentRuns || le.Used != 1 {
+		t.Fatalf("ResumeRun with another run running under a limit of 1: %v, want a concurrent_runs *LimitError of 1 used", err)
+	}
+	if got, err := s.Run(ctx, alice, waiting.ID); err != nil || got.Status != store.RunAwaiting || string(got.Awaiting) != string(waits) {
+		t.Fatalf("the refused run: %+v, %v; want still awaiting as it was", got, err)
+	}
+	if _, err := s.FinishRun(ctx, alice, other.ID, store.RunEnd{Status: store.RunCompleted, FinishReason: "stop"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ResumeRun(ctx, alice, waiting.ID, waits, 10, quota); err != nil {
+		t.Fatalf("ResumeRun once the other run ended: %v", err)
 	}
 }

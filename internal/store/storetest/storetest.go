@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"FinishRun", testFinishRun},
 		{"AwaitingRun", testAwaitingRun},
 		{"StaleCancelOfAResumedRun", testStaleCancel},
+		{"ResumeRunQuota", testResumeRunQuota},
 		{"FinishRunOwnCallsOnly", testFinishRunOwnCallsOnly},
 		{"CloseCalls", testCloseCalls},
 		{"RunUsageSoFar", testRunUsageSoFar},

@@ -8,7 +8,7 @@ import { Composer, type ComposerHandle } from './Composer'
 import { DiagnosticsDialog } from './Diagnostics'
 import { AlertIcon, CloseIcon, RetryIcon, SendIcon, Spinner } from './icons'
 import { Message, TypingDots } from './Message'
-import type { Decide, ToolPartLike } from './ToolCard'
+import { waiting, type Decide, type ToolPartLike } from './ToolCard'
 
 export type ChatSettings = {
   model: string
@@ -400,7 +400,7 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
               message={m}
               streaming={m.id === streamingId}
               busy={busy}
-              canRegenerate={m.id === lastAssistantId && !busy && !m.metadata?.action}
+              canRegenerate={m.id === lastAssistantId && !busy && !m.metadata?.action && !waitsForPerson(m)}
               progress={m.id === streamingId ? progress : noProgress}
               onSend={onSend}
               onAction={onAction}
@@ -470,4 +470,10 @@ function Chat(props: Props & { initial: ChatMessage[]; resume: boolean; activeRu
       {diagRun ? <DiagnosticsDialog runId={diagRun} onClose={() => setDiagRun('')} /> : null}
     </div>
   )
+}
+
+/** waitsForPerson reports whether an answer's run waits for a person (an approval, or ask_user's
+ * questions): it is not regenerated, since chatd would refuse it while the run waits (session_busy). */
+function waitsForPerson(m: ChatMessage): boolean {
+  return m.parts.some((p) => (p.type === 'dynamic-tool' || p.type.startsWith('tool-')) && waiting(p as unknown as ToolPartLike, false))
 }

@@ -1,0 +1,303 @@
+package chat_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"chatd/internal/chat"
+	"chatd/internal/llm/llmtest"
+	"chatd/internal/runevent"
+	"chatd/internal/store"
+	"chatd/internal/store/postgres/pgtest"
+	"chatd/internal/tool"
+)
+
+// closingStore closes the service right after the store resumes a run: Close begins between the
+// resume's write and the run's admission.
+type closingStore struct {
+	store.Store
+	svc atomic.Pointer[chat.Service]
+}
+
+func (c *closingStore) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
+	if err := c.Store.ResumeRun(ctx, user, runID, before, reserve, quota); err != nil {
+		return err
+	}
+	return c.svc.Load().Close(ctx)
+}
+
+// checkStillWaits fails unless the run still waits, with its call undecided.
+func checkStillWaits(t *testing.T, db store.Store, runID string) {
+	t.Helper()
+	r := storedRun(t, db, runID)
+	aw := chat.AwaitingOf(r)
+	if r.Status != store.RunAwaiting || aw == nil || len(aw.Calls) != 1 || aw.Calls[0].Decision != "" {
+		t.Fatalf("the run is %s, waiting for %+v; want it still awaiting approval with its call undecided", r.Status, aw)
+	}
+}
+
+// TestDecideWhileClosing: a decision that would resume a run on a service that is shutting down is
+// refused (shutting_down) and not recorded, and the run still waits — whether the service was closing
+// before the decision or began closing as the store resumed the run.
+func TestDecideWhileClosing(t *testing.T) {
+	t.Run("closed before", func(t *testing.T) {
+		counts := map[string]*atomic.Int32{}
+		f := newFixture(t, approvalSetup(counts))
+		st := pause(t, f, counts)
+		if err := f.svc.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		_, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_2", Decision: chat.DecisionApprove})
+		if !isCode(err, "shutting_down") {
+			t.Fatalf("Decide on a closed service: %v, want shutting_down", err)
+		}
+		checkStillWaits(t, f.db, st.RunID)
+	})
+	t.Run("closing during the resume", func(t *testing.T) {
+		counts := map[string]*atomic.Int32{}
+		cs := &closingStore{}
+		su := approvalSetup(counts)
+		su.Wrap = func(db store.Store) store.Store { cs.Store = db; return cs }
+		f := newFixture(t, su)
+		cs.svc.Store(f.svc)
+		st := pause(t, f, counts)
+		_, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_2", Decision: chat.DecisionApprove})
+		if !isCode(err, "shutting_down") {
+			t.Fatalf("Decide as the service closes: %v, want shutting_down", err)
+		}
+		checkStillWaits(t, f.db, st.RunID)
+		if counts["mail__send"].Load() != 0 {
+			t.Error("the call ran")
+		}
+	})
+}
+
+// TestApprovedCallDeniedByNewPolicy: a call approved after the operator changed the agent's policy to
+// deny it (and restarted) does not run: it gets the policy's denial, and the model goes on.
+func TestApprovedCallDeniedByNewPolicy(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	su := approvalSetup(counts)
+	f := newFixture(t, su)
+	st := pause(t, f, counts)
+	if err := f.svc.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// chatd restarts on the same database, its agent now denying mail__send.
+	su.Agents = map[string]chat.Agent{"default": {Approvals: []tool.ApprovalRule{
+		{Tools: []string{"mail__send"}, Decision: tool.Deny, Reason: "Mail is off for now."},
+	}}}
+	svc := restart(t, f, su)
+	if _, err := svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_2", Decision: chat.DecisionApprove}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := svc.Wait(t.Context(), user, st.RunID)
+	if err != nil || o.Status != store.RunCompleted {
+		t.Fatalf("resumed run: %+v, %v", o, err)
+	}
+	if counts["mail__send"].Load() != 0 {
+		t.Error("a call the policy now denies ran")
+	}
+	if rec := toolRecord(t, f.db, st.SessionID, "call_2"); rec.Success == nil || *rec.Success || !strings.Contains(rec.Content, "Not permitted: Mail is off for now.") {
+		t.Errorf("call_2's record: %+v", rec)
+	}
+}
+
+// restart is a new service on the fixture's store and model, as chatd started again with su's agents
+// and tools: the fixture's own service must be closed.
+func restart(t *testing.T, f *fixture, su setup) *chat.Service {
+	t.Helper()
+	client, err := newClient(f.up, su.Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := tool.NewRegistry(tool.Options{})
+	t.Cleanup(reg.Close)
+	for _, tl := range su.Tools {
+		if err := reg.Register(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := chat.New(chat.Options{Store: f.db, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
+		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond, Agents: su.Agents, TitleModel: chat.TitleNone,
+		Quota: su.Quota})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		defer cancel()
+		if err := svc.Close(ctx); err != nil {
+			t.Errorf("close service: %v", err)
+		}
+	})
+	return svc
+}
+
+// TestCancelKeyEndsWaitingRuns: revoking a key (CancelKey) cancels its runs awaiting approval too, which
+// no process runs; another key's waiting run goes on waiting.
+func TestCancelKeyEndsWaitingRuns(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	f := newFixture(t, everySession(approvalSetup(counts)))
+	paused := func(keyID string) string {
+		t.Helper()
+		st := f.send(t, chat.Request{Message: "mail bob"}, chat.StartOptions{Account: chat.Account{KeyID: keyID}})
+		if o := f.wait(t, st.RunID); o.Status != store.RunAwaiting {
+			t.Fatalf("run: %+v %+v", o, o.Error)
+		}
+		return st.RunID
+	}
+	revoked, kept := paused("key-1"), paused("key-2")
+	if n := f.svc.CancelKey(t.Context(), "key-1", "the API key that started the run was revoked"); n != 1 {
+		t.Errorf("CancelKey cancelled %d runs, want 1", n)
+	}
+	if r := storedRun(t, f.db, revoked); r.Status != store.RunCancelled {
+		t.Errorf("the revoked key's waiting run is %s, want cancelled", r.Status)
+	}
+	if r := storedRun(t, f.db, kept); r.Status != store.RunAwaiting {
+		t.Errorf("the other key's waiting run is %s, want still awaiting approval", r.Status)
+	}
+}
+
+// everySession makes the approval fixture's model pause every new session's run, not only the first.
+func everySession(su setup) setup {
+	respond := su.Respond
+	su.Respond = func(n int, req llmtest.Request) llmtest.Turn {
+		if toolResultOf(req, "call_1") == "" {
+			return respond(0, req)
+		}
+		return respond(n, req)
+	}
+	return su
+}
+
+// TestResumeAdmittedAsASend: a decision that would resume a run is admitted with the limits of the key
+// that sent it, as a send is: past the key's concurrent runs (another of its runs resumed and still
+// running) or its token budget, it is refused with the limit's *store.LimitError, the run still waits
+// and the decision is not recorded, so it can be given again once the limit allows.
+func TestResumeAdmittedAsASend(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	su := everySession(approvalSetup(counts))
+	held := newGate(t)
+	respond := su.Respond
+	su.Respond = func(n int, req llmtest.Request) llmtest.Turn {
+		turn := respond(n, req)
+		if lastUserMessage(req) == "first" && toolResultOf(req, "call_2") != "" {
+			turn.BeforeFinish = held.hold // the first run, resumed, runs on
+		}
+		return turn
+	}
+	var tokens atomic.Int64 // the key's tokens a day; 0: no such limit
+	su.Quota = func(_ context.Context, u, keyID string) ([]store.Limit, error) {
+		if u != user || keyID != "key-1" {
+			t.Errorf("Quota(%q, %q), want %s's key-1", u, keyID, user)
+		}
+		q := []store.Limit{{Name: store.LimitConcurrentRuns, KeyID: keyID, Max: 1}}
+		if n := tokens.Load(); n > 0 {
+			q = append(q, store.Limit{Name: store.LimitTokens, KeyID: keyID, Max: n})
+		}
+		return q, nil
+	}
+	f := newFixture(t, su)
+	if err := f.db.CreateKey(t.Context(), &store.APIKey{ID: "key-1", User: user, Hash: []byte("key-1")}); err != nil {
+		t.Fatal(err)
+	}
+	paused := func(msg string) string {
+		t.Helper()
+		st, err := f.svc.Start(t.Context(), user, chat.Request{Message: msg}, chat.StartOptions{Account: chat.Account{KeyID: "key-1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, err := f.svc.Wait(t.Context(), user, st.RunID); err != nil || o.Status != store.RunAwaiting {
+			t.Fatalf("run: %+v, %v", o, err)
+		}
+		return st.RunID
+	}
+	first, second := paused("first"), paused("second")
+	approve := chat.Decision{ToolCallID: "call_2", Decision: chat.DecisionApprove}
+	if _, err := f.svc.Decide(t.Context(), user, first, approve); err != nil {
+		t.Fatal(err)
+	}
+	held.wait(t)
+	_, err := f.svc.Decide(t.Context(), user, second, approve)
+	if le, ok := errors.AsType[*store.LimitError](err); !ok || le.Name != store.LimitConcurrentRuns {
+		t.Fatalf("a resume past the key's concurrent runs: %v, want a concurrent_runs *store.LimitError", err)
+	}
+	checkStillWaits(t, f.db, second)
+	held.open()
+	if o, err := f.svc.Wait(t.Context(), user, first); err != nil || o.Status != store.RunCompleted {
+		t.Fatalf("the first run: %+v, %v", o, err)
+	}
+
+	tokens.Store(1) // the runs so far used more
+	_, err = f.svc.Decide(t.Context(), user, second, approve)
+	if le, ok := errors.AsType[*store.LimitError](err); !ok || le.Name != store.LimitTokens {
+		t.Fatalf("a resume past the key's tokens a day: %v, want a tokens_per_day *store.LimitError", err)
+	}
+	checkStillWaits(t, f.db, second)
+	tokens.Store(0)
+	if _, err := f.svc.Decide(t.Context(), user, second, approve); err != nil {
+		t.Fatalf("the decision again, within the limits: %v", err)
+	}
+	if o, err := f.svc.Wait(t.Context(), user, second); err != nil || o.Status != store.RunCompleted {
+		t.Fatalf("the second run: %+v, %v", o, err)
+	}
+}
+
+// TestExpirySweptAcrossInstances: on PostgreSQL, a run whose wait expired while no instance kept its
+// timer (the clock is stepped; no timer fires) is expired by the instances' sweep once a grace has
+// passed — not before —, and two instances sweeping at once expire it once: one resume wins, the run
+// is denied as expired and completes, and the model is called once more in all.
+func TestExpirySweptAcrossInstances(t *testing.T) {
+	dsn := pgtest.NewSchema(t)
+	clk := newClock()
+	a := newInstance(t, dsn, "a", clk, true, llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "mail__send", Arguments: `{}`}}},
+		llmtest.Turn{Text: "not sent, on a"})
+	b := newInstance(t, dsn, "b", clk, true, llmtest.Turn{Text: "not sent, on b"})
+	var sent atomic.Int32
+	for _, in := range []*instance{a, b} {
+		if err := in.reg.Register(policyTool{info: tool.Info{Name: "mail__send", Description: "Sends mail.", Destructive: true}, calls: &sent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := a.svc.Start(t.Context(), user, chat.Request{Message: "mail bob"}, chat.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := a.svc.Wait(t.Context(), user, st.RunID); err != nil || o.Status != store.RunAwaiting {
+		t.Fatalf("run on a: %+v, %v", o, err)
+	}
+	clk.step(chat.DefaultApprovalTimeout + 30*time.Second) // expired, within the grace
+	if err := b.svc.Sweep(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.db.Run(t.Context(), user, st.RunID); err != nil || r.Status != store.RunAwaiting {
+		t.Fatalf("after a sweep within the grace: %+v, %v; want still awaiting approval", r, err)
+	}
+	clk.step(time.Minute)
+	var wg sync.WaitGroup
+	for _, in := range []*instance{a, b} {
+		wg.Go(func() {
+			if err := in.svc.Sweep(t.Context()); err != nil {
+				t.Errorf("sweep: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	events := readUntil(t, b.svc, st.RunID, 0, isType(runevent.TypeDone))
+	checkRunLog(t, events, 1, true, store.RunCompleted)
+	decided := 0
+	for _, e := range events {
+		if e.Type == runevent.TypeApprovalDecided {
+			decided++
+			if !strings.Contains(string(e.Data), "expired") {
+				t.Errorf("approval_decided %s: want the denial as expired", e.Data)
+			}
+		}
+	}
+	if n := len(a.up.Requests()) + len(b.up.Requests()); decided != 1 || n != 2 || sent.Load() != 0 {
+		t.Errorf("%d approval_decided events, %d model calls in all, mail sent %d times; want 1, 2 and 0", decided, n, sent.Load())
+	}
+}
