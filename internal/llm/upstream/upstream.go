@@ -52,6 +52,12 @@ func (t Timeouts) withDefaults() Timeouts {
 // maxIdleConns is how many idle connections a provider's client keeps, to each host and in all.
 const maxIdleConns = 1024
 
+// The buffers of an upstream connection: see NewHTTPClient.
+const (
+	readBufferSize  = 2 << 10
+	writeBufferSize = 1 << 10
+)
+
 // NewHTTPClient returns a client with t's connect and first-byte timeouts and no overall timeout: a
 // stream may last minutes.
 func NewHTTPClient(t Timeouts) *http.Client {
@@ -64,6 +70,10 @@ func NewHTTPClient(t Timeouts) *http.Client {
 	// stream beyond two to one HTTP/1.1 upstream (vLLM, Ollama, a local gateway) would dial again, and
 	// each to a TLS upstream without HTTP/2 would shake hands again, before its first token.
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = maxIdleConns, maxIdleConns
+	// An HTTP/1.1 connection holds its buffers for as long as a stream is open, and the default 4 KB each
+	// way is more than a stream needs: the write buffer takes only a request's headers (the body is
+	// written straight through), and the stream's reader (internal/sse) buffers again what it reads.
+	tr.ReadBufferSize, tr.WriteBufferSize = readBufferSize, writeBufferSize
 	return &http.Client{Transport: tr}
 }
 
