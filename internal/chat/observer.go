@@ -124,12 +124,7 @@ func (o *observer) ready() bool {
 	g := o.gate
 	o.gate = nil
 	if !g.committed() {
-		o.abandoned = true
-		o.run.stop(errAbandoned)
-		// Ended, the run takes no more events: a tool the loop started before it noticed cannot put
-		// events of a run the store does not have into the event log.
-		o.run.end(nil, false, Outcome{Status: store.RunFailed, FinishReason: "error",
-			Error: &runevent.Error{Code: "internal", Message: "the run could not be stored"}})
+		o.abandon()
 		return false
 	}
 	if o.conv != nil {
@@ -140,6 +135,16 @@ func (o *observer) ready() bool {
 	}
 	o.held = nil
 	return true
+}
+
+// abandon ends a run whose first commit failed, before any of its events is seen.
+func (o *observer) abandon() {
+	o.abandoned = true
+	o.run.stop(errAbandoned)
+	// Ended, the run takes no more events: a tool the loop started before it noticed cannot put
+	// events of a run the store does not have into the event log.
+	o.run.end(nil, false, Outcome{Status: store.RunFailed, FinishReason: "error",
+		Error: &runevent.Error{Code: "internal", Message: "the run could not be stored"}})
 }
 
 // Emit sends an event of the loop to the run's readers.
@@ -156,12 +161,22 @@ func (o *observer) Emit(e agent.Event) {
 		}
 	}
 	switch e := e.(type) {
-	case agent.StatusMessage:
-		o.Status(e.Message)
 	case *agent.TextDelta:
 		o.TextDelta(e.Text)
 	case *agent.ReasoningDelta:
 		o.ReasoningDelta(e.Text)
+	default:
+		o.emitOther(e)
+	}
+}
+
+// emitOther is Emit for the events that are not a token's. It is apart from Emit so that Emit's frame,
+// on every token's path, stays small: the run's goroutine calls it deep in its stack, reading the
+// model's stream, and a larger frame there grows that stack past 8 KB for the rest of the run.
+func (o *observer) emitOther(e agent.Event) {
+	switch e := e.(type) {
+	case agent.StatusMessage:
+		o.Status(e.Message)
 	case *agent.ToolCallDelta:
 		o.ToolCallDelta(e.Index, e.ID, e.Name, e.ArgumentsDelta)
 	case agent.ToolStart:
