@@ -77,7 +77,8 @@ func (u *heldUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // open a stream over a real loopback connection, the held upstream sends each 32 tokens and holds it
 // open, and once every client has read its tokens the heap (heap-B: its spans in use, as RSS sees it;
 // live-B: its live objects alone, a steadier figure) and the goroutine stacks, after a GC, are compared
-// with before. Targets: the clients straight to the upstream (direct), through a bare
+// with before; alloc-B is all a stream allocated from its request to its end, garbage included, which is
+// what a short run of many streams at once adds to a server's RSS before the collector runs. Targets: the clients straight to the upstream (direct), through a bare
 // httputil.ReverseProxy (relay) and through chatd on new sessions with its durable event log (chatd).
 // The clients and the upstream are in this process too: what a server adds is its figure minus
 // direct's, the way chatbench reads RSS. Each op opens and ends n streams; the figures are per stream.
@@ -156,7 +157,7 @@ func benchmarkOpenStreams(b *testing.B, target string, n int) {
 	}
 	end()
 	base = runtime.NumGoroutine()
-	var heap, live, stack, goroutines float64
+	var heap, live, stack, alloc, goroutines float64
 	for b.Loop() {
 		before := memNow()
 		end, err := open(n)
@@ -168,22 +169,26 @@ func benchmarkOpenStreams(b *testing.B, target string, n int) {
 			writeProfiles(b, prefix+"."+target)
 		}
 		end()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
 		heap += float64(after.heap-before.heap) / float64(n)
 		live += float64(after.live-before.live) / float64(n)
+		alloc += float64(int64(ms.TotalAlloc)-before.total) / float64(n)
 		stack += float64(after.stack-before.stack) / float64(n)
 		goroutines += float64(after.goroutines-before.goroutines) / float64(n)
 	}
 	ops := float64(b.N)
 	b.ReportMetric(heap/ops, "heap-B/stream")
 	b.ReportMetric(live/ops, "live-B/stream")
+	b.ReportMetric(alloc/ops, "alloc-B/stream")
 	b.ReportMetric(stack/ops, "stack-B/stream")
 	b.ReportMetric((heap+stack)/ops, "B/stream")
 	b.ReportMetric(goroutines/ops, "goroutines/stream")
 }
 
 type memSample struct {
-	heap, live, stack int64
-	goroutines        int
+	heap, live, stack, total int64
+	goroutines               int
 }
 
 // writeProfiles writes the goroutine profile (text) and the heap profile to prefix.goroutine and prefix.heap.
@@ -223,7 +228,7 @@ func memNow() memSample {
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
-	return memSample{heap: int64(ms.HeapInuse), live: int64(ms.HeapAlloc), stack: int64(ms.StackInuse), goroutines: runtime.NumGoroutine()}
+	return memSample{heap: int64(ms.HeapInuse), live: int64(ms.HeapAlloc), total: int64(ms.TotalAlloc), stack: int64(ms.StackInuse), goroutines: runtime.NumGoroutine()}
 }
 
 // openHeld opens n streams with req on addr, with up holding them, and returns once every client has
