@@ -25,6 +25,8 @@ import (
 // events into run events (its agent.Sink). The loop calls it from one goroutine, except for the
 // ToolComplete events of calls that end while it streams.
 type observer struct {
+	// deltas is the buffer the data of text and reasoning deltas is encoded into (deltaData).
+	deltas []byte
 	store  runStore
 	log    *slog.Logger
 	prices map[string]Price
@@ -204,7 +206,7 @@ func (o *observer) TextDelta(text string) {
 		o.firstToken()
 	}
 	if text = o.split.Write(text); text != "" {
-		o.run.emit(runevent.TypeTextDelta, runevent.EncodeText(text))
+		o.run.emit(runevent.TypeTextDelta, o.deltaData(text))
 	}
 	// The blocks are kept from the stored turn, parsed whole: the stream's are dropped as they come,
 	// so an answer of many blocks holds none of them while it streams.
@@ -223,7 +225,26 @@ func (o *observer) ReasoningDelta(text string) {
 	if o.ttft == 0 {
 		o.firstToken()
 	}
-	o.run.emit(runevent.TypeReasoningDelta, runevent.EncodeText(text))
+	o.run.emit(runevent.TypeReasoningDelta, o.deltaData(text))
+}
+
+// deltaSlab is the size of the buffers a run's text and reasoning deltas are encoded into.
+const deltaSlab = 2 << 10
+
+// deltaData returns runevent.EncodeText(text), encoded into the run's current delta buffer: one
+// allocation for many tokens, not one each. Each delta's data is a full slice of the buffer, which is
+// only ever appended to, so that data never changes; the run keeps its events, and so the buffers, to
+// its end either way.
+func (o *observer) deltaData(text string) []byte {
+	if n := runevent.TextSize(text); cap(o.deltas)-len(o.deltas) < n {
+		if n > deltaSlab/4 {
+			return runevent.EncodeText(text) // a large delta gets its own
+		}
+		o.deltas = make([]byte, 0, deltaSlab)
+	}
+	start := len(o.deltas)
+	o.deltas = runevent.AppendText(o.deltas, text) // text that needs escapes may move the buffer: its copy is unused
+	return o.deltas[start:len(o.deltas):len(o.deltas)]
 }
 
 // firstToken records the run's time to its first token: text, reasoning or a tool call.
