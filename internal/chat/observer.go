@@ -228,8 +228,9 @@ func (o *observer) ReasoningDelta(text string) {
 	o.run.emit(runevent.TypeReasoningDelta, o.deltaData(text))
 }
 
-// deltaSlab is the size of the buffers a run's text and reasoning deltas are encoded into.
-const deltaSlab = 2 << 10
+// deltaSlab is the size of the buffers a run's text and reasoning deltas are encoded into: a token's
+// delta takes 20-40 bytes, and a short answer should not hold much more than it uses.
+const deltaSlab = 512
 
 // deltaData returns runevent.EncodeText(text), encoded into the run's current delta buffer: one
 // allocation for many tokens, not one each. Each delta's data is a full slice of the buffer, which is
