@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"chatd/internal/llm"
@@ -136,10 +135,9 @@ func (e *Endpoint) Post(ctx context.Context, url string, body []byte) (*Body, er
 		return nil, e.StatusError(resp)
 	}
 	b := &Body{provider: e.Provider, ctx: ctx, resp: resp, cancel: cancel, timeout: e.idle()}
-	b.timer = time.AfterFunc(b.timeout, func() {
-		b.idle.Store(true)
-		cancel(errIdle)
-	})
+	// A watchdog, not a timer reset at every read: a read that brings bytes costs a clock read and an
+	// atomic store, on the per-token path.
+	b.dog = llm.NewWatchdog(b.timeout, func() { cancel(errIdle) })
 	return b, nil
 }
 
@@ -267,8 +265,7 @@ type Body struct {
 	resp     *http.Response
 	cancel   context.CancelCauseFunc
 	timeout  time.Duration
-	timer    *time.Timer
-	idle     atomic.Bool
+	dog      *llm.Watchdog
 }
 
 // Header returns the response's headers.
@@ -277,9 +274,9 @@ func (b *Body) Header() http.Header { return b.resp.Header }
 func (b *Body) Read(p []byte) (int, error) {
 	n, err := b.resp.Body.Read(p)
 	if n > 0 {
-		b.timer.Reset(b.timeout)
+		b.dog.Poke()
 	}
-	if err != nil && b.idle.Load() {
+	if err != nil && b.dog.Fired() {
 		err = fmt.Errorf("the server sent nothing for %s: %w", b.timeout, errIdle)
 	}
 	return n, err
@@ -287,7 +284,7 @@ func (b *Body) Read(p []byte) (int, error) {
 
 // Close stops the watchdog and closes the connection.
 func (b *Body) Close() error {
-	b.timer.Stop()
+	b.dog.Stop()
 	err := b.resp.Body.Close()
 	b.cancel(nil)
 	return err
