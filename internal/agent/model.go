@@ -259,56 +259,6 @@ func (r *runner) streamObserved(ctx context.Context, req *llm.Request, t *turnSt
 // A retry or a continuation starts with no calls accumulated (it follows a call without output, or an
 // answer without calls), so the stream's indexes are the turn's. The call fails when the model streams
 // more than the output limits allow, or goes quiet for longer than the idle limit.
-// streamEvent handles an event of the model's stream that is not text or reasoning; it reports whether
-// the event is output.
-func (r *runner) streamEvent(t *turnState, ev *llm.Event, lim *Limits, noTools bool) (output bool) {
-	switch ev.Kind {
-	case llm.EventReasoningEnd:
-		t.output = true
-		t.parts.Add(*ev)
-		return true
-	case llm.EventToolCallDelta:
-		t.output = true
-		if ev.Index >= maxTurnCalls {
-			t.dropped = max(t.dropped, ev.Index-maxTurnCalls+1)
-			return true
-		}
-		pc := t.call(ev.Index)
-		if pc.oversize {
-			return true
-		}
-		t.add(pc, *ev, lim)
-		if pc.oversize {
-			return true // the arguments so far are dropped; no more of them is shown
-		}
-		r.callDelta = ToolCallDelta{Index: pc.index, ID: pc.id, Name: pc.name, ArgumentsDelta: ev.Text}
-		r.sink.Emit(&r.callDelta)
-		if !noTools && endsObject(ev.Text) {
-			r.startEarly(t, pc)
-		}
-		return true
-	case llm.EventToolCallEnd:
-		if !noTools && ev.Index < len(t.calls) {
-			r.startEarly(t, t.calls[ev.Index])
-		}
-	case llm.EventUsage:
-		t.Usage.Add(ev.Usage)
-		r.usage.Add(ev.Usage)
-		r.sink.Emit(Usage{Model: t.model, Usage: ev.Usage})
-	case llm.EventFinish:
-		t.finish = ev.FinishReason
-	}
-	return false
-}
-
-// outputLimit is the error of a model call whose output passed its limit (perCall) or the run's.
-func outputLimit(perCall bool, lim *Limits) error {
-	if perCall {
-		return &LimitError{Code: "output_limit", Message: fmt.Sprintf("the model's answer passed chatd's limit of %s for one model call; the answer is kept up to it", byteSize(lim.OutputBytes))}
-	}
-	return &LimitError{Code: "output_limit", Message: fmt.Sprintf("the run's model calls passed chatd's limit of %s of output; the answer is kept up to it", byteSize(lim.RunOutputBytes))}
-}
-
 func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState, noTools bool) (output bool, err error) {
 	lim := &r.cfg.Limits
 	callCtx, cancel := context.WithCancelCause(ctx)
@@ -374,6 +324,56 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 		return output, r.quietError(t)
 	}
 	return output, ctx.Err()
+}
+
+// streamEvent handles an event of the model's stream that is not text or reasoning; it reports whether
+// the event is output.
+func (r *runner) streamEvent(t *turnState, ev *llm.Event, lim *Limits, noTools bool) (output bool) {
+	switch ev.Kind {
+	case llm.EventReasoningEnd:
+		t.output = true
+		t.parts.Add(*ev)
+		return true
+	case llm.EventToolCallDelta:
+		t.output = true
+		if ev.Index >= maxTurnCalls {
+			t.dropped = max(t.dropped, ev.Index-maxTurnCalls+1)
+			return true
+		}
+		pc := t.call(ev.Index)
+		if pc.oversize {
+			return true
+		}
+		t.add(pc, *ev, lim)
+		if pc.oversize {
+			return true // the arguments so far are dropped; no more of them is shown
+		}
+		r.callDelta = ToolCallDelta{Index: pc.index, ID: pc.id, Name: pc.name, ArgumentsDelta: ev.Text}
+		r.sink.Emit(&r.callDelta)
+		if !noTools && endsObject(ev.Text) {
+			r.startEarly(t, pc)
+		}
+		return true
+	case llm.EventToolCallEnd:
+		if !noTools && ev.Index < len(t.calls) {
+			r.startEarly(t, t.calls[ev.Index])
+		}
+	case llm.EventUsage:
+		t.Usage.Add(ev.Usage)
+		r.usage.Add(ev.Usage)
+		r.sink.Emit(Usage{Model: t.model, Usage: ev.Usage})
+	case llm.EventFinish:
+		t.finish = ev.FinishReason
+	}
+	return false
+}
+
+// outputLimit is the error of a model call whose output passed its limit (perCall) or the run's.
+func outputLimit(perCall bool, lim *Limits) error {
+	if perCall {
+		return &LimitError{Code: "output_limit", Message: fmt.Sprintf("the model's answer passed chatd's limit of %s for one model call; the answer is kept up to it", byteSize(lim.OutputBytes))}
+	}
+	return &LimitError{Code: "output_limit", Message: fmt.Sprintf("the run's model calls passed chatd's limit of %s of output; the answer is kept up to it", byteSize(lim.RunOutputBytes))}
 }
 
 // idleTime is how long a call to m may go without an event: the idle limit, or longer when the
