@@ -270,14 +270,13 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 	count := func(n int) error {
 		callOutput += n
 		r.output += n
-		switch {
-		case callOutput > lim.OutputBytes:
-			return &LimitError{Code: "output_limit", Message: fmt.Sprintf("the model's answer passed chatd's limit of %s for one model call; the answer is kept up to it", byteSize(lim.OutputBytes))}
-		case r.output > lim.RunOutputBytes:
-			return &LimitError{Code: "output_limit", Message: fmt.Sprintf("the run's model calls passed chatd's limit of %s of output; the answer is kept up to it", byteSize(lim.RunOutputBytes))}
+		if callOutput > lim.OutputBytes || r.output > lim.RunOutputBytes {
+			return outputLimit(callOutput > lim.OutputBytes, lim)
 		}
 		return nil
 	}
+	// The loop's body runs for every token, deep in the run's goroutine, which keeps its stack at 8 KB
+	// only while the frames on that path are small: what is not a token's text is handled apart.
 	for ev, err := range t.model.Provider.Stream(callCtx, req) {
 		if err != nil {
 			if quiet.Fired() && ctx.Err() == nil {
@@ -315,44 +314,66 @@ func (r *runner) streamOnce(ctx context.Context, req *llm.Request, t *turnState,
 				r.reasoning.Text = ev.Text
 				r.sink.Emit(&r.reasoning)
 			}
-		case llm.EventReasoningEnd:
-			output, t.output = true, true
-			t.parts.Add(ev)
-		case llm.EventToolCallDelta:
-			output, t.output = true, true
-			if ev.Index >= maxTurnCalls {
-				t.dropped = max(t.dropped, ev.Index-maxTurnCalls+1)
-				break
+		default:
+			if r.streamEvent(t, &ev, lim, noTools) {
+				output = true
 			}
-			pc := t.call(ev.Index)
-			if pc.oversize {
-				break
-			}
-			t.add(pc, ev, lim)
-			if pc.oversize {
-				break // the arguments so far are dropped; no more of them is shown
-			}
-			r.callDelta = ToolCallDelta{Index: pc.index, ID: pc.id, Name: pc.name, ArgumentsDelta: ev.Text}
-			r.sink.Emit(&r.callDelta)
-			if !noTools && endsObject(ev.Text) {
-				r.startEarly(t, pc)
-			}
-		case llm.EventToolCallEnd:
-			if !noTools && ev.Index < len(t.calls) {
-				r.startEarly(t, t.calls[ev.Index])
-			}
-		case llm.EventUsage:
-			t.Usage.Add(ev.Usage)
-			r.usage.Add(ev.Usage)
-			r.sink.Emit(Usage{Model: t.model, Usage: ev.Usage})
-		case llm.EventFinish:
-			t.finish = ev.FinishReason
 		}
 	}
 	if quiet.Fired() && ctx.Err() == nil {
 		return output, r.quietError(t)
 	}
 	return output, ctx.Err()
+}
+
+// streamEvent handles an event of the model's stream that is not text or reasoning; it reports whether
+// the event is output.
+func (r *runner) streamEvent(t *turnState, ev *llm.Event, lim *Limits, noTools bool) (output bool) {
+	switch ev.Kind {
+	case llm.EventReasoningEnd:
+		t.output = true
+		t.parts.Add(*ev)
+		return true
+	case llm.EventToolCallDelta:
+		t.output = true
+		if ev.Index >= maxTurnCalls {
+			t.dropped = max(t.dropped, ev.Index-maxTurnCalls+1)
+			return true
+		}
+		pc := t.call(ev.Index)
+		if pc.oversize {
+			return true
+		}
+		t.add(pc, *ev, lim)
+		if pc.oversize {
+			return true // the arguments so far are dropped; no more of them is shown
+		}
+		r.callDelta = ToolCallDelta{Index: pc.index, ID: pc.id, Name: pc.name, ArgumentsDelta: ev.Text}
+		r.sink.Emit(&r.callDelta)
+		if !noTools && endsObject(ev.Text) {
+			r.startEarly(t, pc)
+		}
+		return true
+	case llm.EventToolCallEnd:
+		if !noTools && ev.Index < len(t.calls) {
+			r.startEarly(t, t.calls[ev.Index])
+		}
+	case llm.EventUsage:
+		t.Usage.Add(ev.Usage)
+		r.usage.Add(ev.Usage)
+		r.sink.Emit(Usage{Model: t.model, Usage: ev.Usage})
+	case llm.EventFinish:
+		t.finish = ev.FinishReason
+	}
+	return false
+}
+
+// outputLimit is the error of a model call whose output passed its limit (perCall) or the run's.
+func outputLimit(perCall bool, lim *Limits) error {
+	if perCall {
+		return &LimitError{Code: "output_limit", Message: fmt.Sprintf("the model's answer passed chatd's limit of %s for one model call; the answer is kept up to it", byteSize(lim.OutputBytes))}
+	}
+	return &LimitError{Code: "output_limit", Message: fmt.Sprintf("the run's model calls passed chatd's limit of %s of output; the answer is kept up to it", byteSize(lim.RunOutputBytes))}
 }
 
 // idleTime is how long a call to m may go without an event: the idle limit, or longer when the

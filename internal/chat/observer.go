@@ -25,6 +25,8 @@ import (
 // events into run events (its agent.Sink). The loop calls it from one goroutine, except for the
 // ToolComplete events of calls that end while it streams.
 type observer struct {
+	// deltas is the buffer the data of text and reasoning deltas is encoded into (deltaData).
+	deltas []byte
 	store  runStore
 	log    *slog.Logger
 	prices map[string]Price
@@ -124,12 +126,7 @@ func (o *observer) ready() bool {
 	g := o.gate
 	o.gate = nil
 	if !g.committed() {
-		o.abandoned = true
-		o.run.stop(errAbandoned)
-		// Ended, the run takes no more events: a tool the loop started before it noticed cannot put
-		// events of a run the store does not have into the event log.
-		o.run.end(nil, false, Outcome{Status: store.RunFailed, FinishReason: "error",
-			Error: &runevent.Error{Code: "internal", Message: "the run could not be stored"}})
+		o.abandon()
 		return false
 	}
 	if o.conv != nil {
@@ -140,6 +137,16 @@ func (o *observer) ready() bool {
 	}
 	o.held = nil
 	return true
+}
+
+// abandon ends a run whose first commit failed, before any of its events is seen.
+func (o *observer) abandon() {
+	o.abandoned = true
+	o.run.stop(errAbandoned)
+	// Ended, the run takes no more events: a tool the loop started before it noticed cannot put
+	// events of a run the store does not have into the event log.
+	o.run.end(nil, false, Outcome{Status: store.RunFailed, FinishReason: "error",
+		Error: &runevent.Error{Code: "internal", Message: "the run could not be stored"}})
 }
 
 // Emit sends an event of the loop to the run's readers.
@@ -156,12 +163,22 @@ func (o *observer) Emit(e agent.Event) {
 		}
 	}
 	switch e := e.(type) {
-	case agent.StatusMessage:
-		o.Status(e.Message)
 	case *agent.TextDelta:
 		o.TextDelta(e.Text)
 	case *agent.ReasoningDelta:
 		o.ReasoningDelta(e.Text)
+	default:
+		o.emitOther(e)
+	}
+}
+
+// emitOther is Emit for the events that are not a token's. It is apart from Emit so that Emit's frame,
+// on every token's path, stays small: the run's goroutine calls it deep in its stack, reading the
+// model's stream, and a larger frame there grows that stack past 8 KB for the rest of the run.
+func (o *observer) emitOther(e agent.Event) {
+	switch e := e.(type) {
+	case agent.StatusMessage:
+		o.Status(e.Message)
 	case *agent.ToolCallDelta:
 		o.ToolCallDelta(e.Index, e.ID, e.Name, e.ArgumentsDelta)
 	case agent.ToolStart:
@@ -189,7 +206,7 @@ func (o *observer) TextDelta(text string) {
 		o.firstToken()
 	}
 	if text = o.split.Write(text); text != "" {
-		o.run.emit(runevent.TypeTextDelta, runevent.EncodeText(text))
+		o.run.emit(runevent.TypeTextDelta, o.deltaData(text))
 	}
 	// The blocks are kept from the stored turn, parsed whole: the stream's are dropped as they come,
 	// so an answer of many blocks holds none of them while it streams.
@@ -208,7 +225,27 @@ func (o *observer) ReasoningDelta(text string) {
 	if o.ttft == 0 {
 		o.firstToken()
 	}
-	o.run.emit(runevent.TypeReasoningDelta, runevent.EncodeText(text))
+	o.run.emit(runevent.TypeReasoningDelta, o.deltaData(text))
+}
+
+// deltaSlab is the size of the buffers a run's text and reasoning deltas are encoded into: a token's
+// delta takes 20-40 bytes, and a short answer should not hold much more than it uses.
+const deltaSlab = 512
+
+// deltaData returns runevent.EncodeText(text), encoded into the run's current delta buffer: one
+// allocation for many tokens, not one each. Each delta's data is a full slice of the buffer, which is
+// only ever appended to, so that data never changes; the run keeps its events, and so the buffers, to
+// its end either way.
+func (o *observer) deltaData(text string) []byte {
+	if n := runevent.TextSize(text); cap(o.deltas)-len(o.deltas) < n {
+		if n > deltaSlab/4 {
+			return runevent.EncodeText(text) // a large delta gets its own
+		}
+		o.deltas = make([]byte, 0, deltaSlab)
+	}
+	start := len(o.deltas)
+	o.deltas = runevent.AppendText(o.deltas, text) // text that needs escapes may move the buffer: its copy is unused
+	return o.deltas[start:len(o.deltas):len(o.deltas)]
 }
 
 // firstToken records the run's time to its first token: text, reasoning or a tool call.

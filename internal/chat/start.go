@@ -704,11 +704,22 @@ func title(msg string) string {
 }
 
 // execute runs the agent loop on the session's records (its new user message last) and ends the run.
+// The run's goroutine reads the model's stream under this frame for as long as the run lasts, and its
+// stack grows past 8 KB if the frames under the per-token path are large: the loop's configuration is
+// built, and a panic recovered, in functions of their own.
 func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []store.Record, obs *observer) {
 	if p.req.Action != nil {
 		s.executeAction(ctx, p, run, records, obs)
 		return
 	}
+	cfg := s.agentConfig(ctx, p, run, records, obs)
+	defer obs.recoverRun()
+	obs.finish(agent.Run(ctx, *cfg, obs, obs))
+}
+
+// agentConfig readies the run's tools, system prompt and conversation, and returns the agent loop's
+// configuration.
+func (s *Service) agentConfig(ctx context.Context, p *plan, run *Run, records []store.Record, obs *observer) *agent.Config {
 	p.tools = p.tools.withPayloads(p.agent, store.Current(records))
 	system := systemPrompt(p, records)
 	obs.conv = s.newConversation(p, run, records, system, obs)
@@ -718,7 +729,7 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 	if p.decided != nil {
 		s.runDecided(ctx, p, obs)
 	}
-	cfg := agent.Config{
+	return &agent.Config{
 		Models:        append([]agent.Model{{Provider: p.provider, Name: p.upstream, ProviderName: p.provName}}, p.fallbacks...),
 		Reasoning:     p.agent.Reasoning,
 		System:        system,
@@ -735,18 +746,17 @@ func (s *Service) execute(ctx context.Context, p *plan, run *Run, records []stor
 		Sending:       run.calls.sending,
 		Calls:         obs,
 	}
-	defer func() {
-		// A bug must cost one run, not the process and every other run with it; the run still ends,
-		// with its open calls closed.
-		if v := recover(); v != nil {
-			obs.log.Error("run panicked", "panic", v, "stack", string(debug.Stack()))
-			if !obs.finished {
-				obs.finish(agent.Result{Status: agent.StatusFailed, Err: errPanic})
-			}
+}
+
+// recoverRun, deferred, ends a run whose loop panicked: a bug must cost one run, not the process and
+// every other run with it; the run still ends, with its open calls closed.
+func (o *observer) recoverRun() {
+	if v := recover(); v != nil {
+		o.log.Error("run panicked", "panic", v, "stack", string(debug.Stack()))
+		if !o.finished {
+			o.finish(agent.Result{Status: agent.StatusFailed, Err: errPanic})
 		}
-	}()
-	res := agent.Run(ctx, cfg, obs, obs)
-	obs.finish(res)
+	}
 }
 
 var errPanic = errors.New("internal error")

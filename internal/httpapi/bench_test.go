@@ -160,3 +160,44 @@ func TestBenchmarkStreamsEveryChunk(t *testing.T) {
 		t.Fatalf("stream does not end with done: %s", body[max(0, len(body)-300):])
 	}
 }
+
+// calledUpstream answers every request with a short stream, as upstream does, and first records when
+// the request reached it.
+type calledUpstream struct{ called chan time.Time }
+
+func (u calledUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	u.called <- time.Now()
+	return upstream{n: 1}.RoundTrip(req)
+}
+
+// BenchmarkTimeToModelCall measures a new chat's send, from the request reaching chatd's handler to the
+// model request reaching the upstream (an in-memory transport): what chatd adds to the first token
+// before the model is asked, its commit aside (the first message of a new session goes to the model
+// while it is stored). The durable event log is on, on a SQLite file, as chatd runs.
+func BenchmarkTimeToModelCall(b *testing.B) {
+	db, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "chatd.db"), sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	up := calledUpstream{called: make(chan time.Time, 1)}
+	client, err := openai.New(openai.Options{BaseURL: "http://upstream.invalid/v1", HTTPClient: &http.Client{Transport: up}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := metrics.New()
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini", Metrics: m})
+	defer svc.Close(b.Context())
+	h := httpapi.New(httpapi.Options{Chat: svc, Store: db, Metrics: m})
+	var total time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		w := &discard{h: http.Header{}}
+		req := httptest.NewRequestWithContext(b.Context(), "POST", "http://localhost/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))
+		req.Header.Set("Content-Type", "application/json")
+		start := time.Now()
+		h.ServeHTTP(w, req)
+		total += (<-up.called).Sub(start)
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns-to-call/op")
+}

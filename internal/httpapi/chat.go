@@ -137,12 +137,41 @@ func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, runID stri
 // sent with the stream's own.
 func (s *server) follow(w http.ResponseWriter, r *http.Request, runID string, after int64,
 	write func(out *sse.Writer, batch []chat.Event) error) error {
-	ctx := r.Context()
-	f, err := s.Chat.Follow(ctx, user(ctx), runID, after)
+	fw, err := s.startFollow(w, r, runID, after, write)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer fw.close()
+	fw.loop()
+	return nil
+}
+
+// follower is one client's following of a run. The stream's goroutine waits in its loop for as long as
+// the stream is open, and the runtime halves a waiting goroutine's stack only while it uses under a
+// quarter of it: what the loop does not do at every turn (opening, writing, pinging, logging) is in
+// functions of its own, so that the frames it waits on stay small.
+type follower struct {
+	s     *server
+	r     *http.Request
+	runID string
+	f     *chat.Follower
+	rc    *http.ResponseController
+	out   *sse.Writer
+	write func(out *sse.Writer, batch []chat.Event) error
+	ping  *time.Ticker
+
+	deadlineSet    time.Time
+	wroteSinceTick bool
+}
+
+// startFollow opens the run's events and sends the stream's headers.
+func (s *server) startFollow(w http.ResponseWriter, r *http.Request, runID string, after int64,
+	write func(out *sse.Writer, batch []chat.Event) error) (*follower, error) {
+	ctx := r.Context()
+	f, err := s.Chat.Follow(ctx, user(ctx), runID, after)
+	if err != nil {
+		return nil, err
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache, no-transform")
@@ -150,63 +179,83 @@ func (s *server) follow(w http.ResponseWriter, r *http.Request, runID string, af
 	h.Set("X-Run-Id", runID)
 	w.WriteHeader(http.StatusOK)
 	s.Metrics.StreamOpened()
-	defer s.Metrics.StreamClosed()
-	rc := http.NewResponseController(w)
-	out := sse.NewWriter(w)
 	// Per batch, no timer is touched: the write deadline is moved on only once half of it has passed
 	// (a write always has at least half the timeout), and the ping ticker runs on, a ping going out at
 	// a tick with no write since the one before.
-	ping := time.NewTicker(s.PingInterval)
-	defer ping.Stop()
-	var deadlineSet time.Time
-	wroteSinceTick := false
+	return &follower{s: s, r: r, runID: runID, f: f, rc: http.NewResponseController(w), out: sse.NewWriter(w), write: write,
+		ping: time.NewTicker(s.PingInterval)}, nil
+}
+
+func (fw *follower) close() {
+	fw.ping.Stop()
+	fw.s.Metrics.StreamClosed()
+	fw.f.Close()
+}
+
+// loop writes the events as they come until the run has ended and every event is written, or the
+// client is gone.
+func (fw *follower) loop() {
+	ctx := fw.r.Context()
 	for {
-		events, end, err := f.Read(ctx)
+		events, end, err := fw.f.Read(ctx)
 		if err != nil {
-			if ctx.Err() == nil { // a client that left is no news
-				s.log.Warn("stream: read events", "run", runID, "err", err)
-			}
-			return nil // the status is sent; the client resumes from its last id
+			fw.readFailed(err)
+			return // the status is sent; the client resumes from its last id
 		}
-		wrote := len(events) > 0
-		for len(events) > 0 {
-			batch := events[:min(len(events), maxBatch)]
-			events = events[len(batch):]
-			if now := time.Now(); now.Sub(deadlineSet) > s.WriteTimeout/2 {
-				rc.SetWriteDeadline(now.Add(s.WriteTimeout))
-				deadlineSet = now
-			}
-			if err := write(out, batch); err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					s.Metrics.SlowReader()
-				}
-				s.log.Debug("stream client gone or too slow", "run", runID, "path", r.URL.Path, "seq", batch[0].Seq, "err", err)
-				return nil
-			}
-			wroteSinceTick = true
+		if !fw.send(events) || end {
+			return
 		}
-		if end {
-			return nil
-		}
-		if wrote {
+		if len(events) > 0 {
 			continue // more may have come while we wrote: read again before waiting
 		}
 		select {
-		case <-f.Wait():
-		case <-ping.C:
-			if wroteSinceTick {
-				wroteSinceTick = false
-				continue
-			}
-			now := time.Now()
-			rc.SetWriteDeadline(now.Add(s.WriteTimeout))
-			deadlineSet = now
-			if out.Comment("ping") != nil {
-				return nil
+		case <-fw.f.Wait():
+		case <-fw.ping.C:
+			if !fw.sendPing() {
+				return
 			}
 		case <-ctx.Done():
-			return nil
+			return
 		}
+	}
+}
+
+// send writes events in batches of maxBatch; false when the client is gone or too slow.
+func (fw *follower) send(events []chat.Event) bool {
+	for len(events) > 0 {
+		batch := events[:min(len(events), maxBatch)]
+		events = events[len(batch):]
+		if now := time.Now(); now.Sub(fw.deadlineSet) > fw.s.WriteTimeout/2 {
+			fw.rc.SetWriteDeadline(now.Add(fw.s.WriteTimeout))
+			fw.deadlineSet = now
+		}
+		if err := fw.write(fw.out, batch); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				fw.s.Metrics.SlowReader()
+			}
+			fw.s.log.Debug("stream client gone or too slow", "run", fw.runID, "path", fw.r.URL.Path, "seq", batch[0].Seq, "err", err)
+			return false
+		}
+		fw.wroteSinceTick = true
+	}
+	return true
+}
+
+// sendPing sends a ping at a tick with no write since the one before; false when the client is gone.
+func (fw *follower) sendPing() bool {
+	if fw.wroteSinceTick {
+		fw.wroteSinceTick = false
+		return true
+	}
+	now := time.Now()
+	fw.rc.SetWriteDeadline(now.Add(fw.s.WriteTimeout))
+	fw.deadlineSet = now
+	return fw.out.Comment("ping") == nil
+}
+
+func (fw *follower) readFailed(err error) {
+	if fw.r.Context().Err() == nil { // a client that left is no news
+		fw.s.log.Warn("stream: read events", "run", fw.runID, "err", err)
 	}
 }
 

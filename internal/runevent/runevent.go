@@ -246,6 +246,17 @@ func EncodeText(text string) []byte { return encodeString("text", text) }
 // EncodeStatus returns {"message":…}, a status event's data, as EncodeText does.
 func EncodeStatus(message string) []byte { return encodeString("message", message) }
 
+// AppendText appends EncodeText(text) to b: a caller that keeps the data of many deltas in one buffer
+// pays one allocation for many tokens.
+func AppendText(b []byte, text string) []byte {
+	b = append(b, `{"text":`...)
+	b = AppendString(b, text)
+	return append(b, '}')
+}
+
+// TextSize is about how many bytes AppendText appends for text: exact unless text needs escapes.
+func TextSize(text string) int { return len(`{"text":""}`) + len(text) }
+
 func encodeString(key, s string) []byte {
 	b := make([]byte, 0, len(key)+len(s)+8+len(s)/8)
 	b = append(b, `{"`...)

@@ -234,3 +234,16 @@ func FuzzRawText(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendText(t *testing.T) {
+	for _, s := range []string{"", "plain", "quote \" backslash \\ newline \n tab \t", "<html> & \u2028 \x01", "invalid \xff utf-8", "é😀"} {
+		prefix := []byte("before")
+		got := runevent.AppendText(prefix, s)
+		if string(got[:len(prefix)]) != "before" || string(got[len(prefix):]) != string(runevent.EncodeText(s)) {
+			t.Errorf("AppendText(%q) = %s, want before%s", s, got, runevent.EncodeText(s))
+		}
+		if n := runevent.TextSize(s); n > len(runevent.EncodeText(s)) {
+			t.Errorf("TextSize(%q) = %d, more than %d", s, n, len(runevent.EncodeText(s)))
+		}
+	}
+}

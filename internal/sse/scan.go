@@ -18,9 +18,11 @@ const DefaultMaxEvent = 32 << 20
 // exceed the limit given to ScanLimit.
 var ErrTooLarge = errors.New("sse: event larger than limit")
 
-// readSize holds a few dozen typical token chunks, so most lines are sliced straight out of the
-// reader's buffer without being copied.
-const readSize = 8 << 10
+// readSize holds a few typical token chunks (200–600 bytes each), so most lines are sliced straight out
+// of the reader's buffer without being copied, and a longer line is gathered. It is held for as long as
+// the stream is open, and most of the time empty: the body it reads from (an HTTP response's) has a
+// buffer of its own, so reading it in small pieces costs copies, not system calls.
+const readSize = 1 << 10
 
 var bom = []byte("\xEF\xBB\xBF")
 

@@ -7,10 +7,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 )
 
-// keepBuf caps the encoding buffer a Writer keeps between events: one huge event should not pin its
-// size for the rest of a long-lived connection.
+// keepBuf caps the encoding buffers kept for reuse: one huge event should not pin its size for the rest
+// of the process.
 const keepBuf = 64 << 10
 
 // Writer encodes events to w, flushing after each one when w can flush, so that every token reaches
@@ -18,12 +19,38 @@ const keepBuf = 64 << 10
 type Writer struct {
 	w     io.Writer
 	flush func() error // nil when w cannot flush
-	buf   []byte       // the event being encoded, reused so that an event costs no allocation
+	// buf is the events being encoded, taken from bufs (bp) when the first is encoded and given back
+	// once they are written: a stream waiting for its next event holds no buffer, and an event costs
+	// no allocation.
+	buf []byte
+	bp  *[]byte
+}
+
+// bufs are the encoding buffers of Writers that are writing.
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// take returns the buffer to encode into, holding what is queued.
+func (w *Writer) take() []byte {
+	if w.bp == nil {
+		w.bp = bufs.Get().(*[]byte)
+		w.buf = (*w.bp)[:0]
+	}
+	return w.buf
+}
+
+// release gives the buffer back once b, encoded in it, is written; one grown past keepBuf is dropped,
+// so that one huge event does not pin its size.
+func (w *Writer) release(b []byte) {
+	if w.bp != nil && cap(b) <= keepBuf {
+		*w.bp = b[:0]
+		bufs.Put(w.bp)
+	}
+	w.bp, w.buf = nil, nil
 }
 
 // NewWriter returns a Writer that encodes events to w.
 func NewWriter(w io.Writer) *Writer {
-	return &Writer{w: w, flush: flusher(w), buf: make([]byte, 0, 1024)}
+	return &Writer{w: w, flush: flusher(w)}
 }
 
 // flusher finds how to flush w. A ResponseController also reaches the flusher of a ResponseWriter
@@ -51,7 +78,7 @@ func (w *Writer) Write(ev Event) error {
 	if err := checkID(ev.ID); err != nil {
 		return err
 	}
-	b := w.buf[:0]
+	b := w.take()[:0]
 	if ev.ID != "" {
 		b = appendField(b, "id: ", ev.ID)
 	}
@@ -73,7 +100,7 @@ func (w *Writer) WriteNumbered(id int64, typ string, data []byte) error {
 	if err := checkType(typ); err != nil {
 		return err
 	}
-	b := append(w.buf[:0], "id: "...)
+	b := append(w.take()[:0], "id: "...)
 	b = strconv.AppendInt(b, id, 10)
 	b = append(b, '\n')
 	if typ != "" {
@@ -89,7 +116,7 @@ func (w *Writer) QueueNumbered(id int64, typ string, data []byte) error {
 	if err := checkType(typ); err != nil {
 		return err
 	}
-	b := append(w.buf, "id: "...)
+	b := append(w.take(), "id: "...)
 	b = strconv.AppendInt(b, id, 10)
 	b = append(b, '\n')
 	if typ != "" {
@@ -109,11 +136,9 @@ func (w *Writer) Send() error {
 	if len(b) == 0 {
 		return nil
 	}
-	w.buf = b[:0]
-	if cap(b) > keepBuf {
-		w.buf = nil // one huge batch must not pin its size
-	}
-	return w.write(b)
+	err := w.write(b)
+	w.release(b)
+	return err
 }
 
 // Comment writes a comment, which receivers ignore; a ": ping" every few seconds keeps proxies from
@@ -122,7 +147,7 @@ func (w *Writer) Comment(text string) error {
 	if strings.ContainsAny(text, "\r\n") {
 		return fmt.Errorf("sse: write comment %q: contains a line break", text)
 	}
-	b := append(w.buf[:0], ": "...)
+	b := append(w.take()[:0], ": "...)
 	b = append(b, text...)
 	return w.send(append(b, '\n', '\n'))
 }
@@ -135,10 +160,9 @@ func (w *Writer) WriteEncoded(b []byte) error {
 
 // send writes one encoded event in a single Write, so it is never interleaved on the wire, and flushes.
 func (w *Writer) send(b []byte) error {
-	if cap(b) <= keepBuf {
-		w.buf = b[:0]
-	}
-	return w.write(b)
+	err := w.write(b)
+	w.release(b)
+	return err
 }
 
 func (w *Writer) write(b []byte) error {

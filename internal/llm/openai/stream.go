@@ -22,6 +22,7 @@ type decoder struct {
 	c        chunk  // reused across chunks so that decoding reuses its slices
 	// json decodes one chunk at a time into the reused value, allocating almost nothing.
 	json     upstream.EventDecoder
+	fast     fastChunk // the common chunks, without encoding/json
 	calls    []call
 	finish   llm.FinishReason
 	usage    llm.Usage
@@ -80,11 +81,7 @@ func (d *decoder) run(ctx context.Context, body io.Reader, yield func(llm.Event,
 
 // chunk decodes one chunk and yields its events. It returns false when the stream must stop.
 func (d *decoder) chunk(data []byte, yield func(llm.Event, error) bool) bool {
-	// Decoding into a reused slice does not zero its elements: clear them first.
-	clear(d.c.Choices[:cap(d.c.Choices)])
-	d.c.Choices, d.c.Usage, d.c.Error = d.c.Choices[:0], nil, nil
-	if err := d.json.Decode(data, &d.c); err != nil {
-		yield(llm.Event{}, &llm.Error{Provider: d.provider, Kind: llm.KindStream, Message: "cannot decode a chunk", Err: err})
+	if !d.decode(data, yield) {
 		return false
 	}
 	if d.c.Error != nil {
@@ -110,6 +107,24 @@ func (d *decoder) chunk(data []byte, yield func(llm.Event, error) bool) bool {
 				return false
 			}
 		}
+	}
+	return true
+}
+
+// decode decodes one chunk into d.c: the common ones by hand, the others with encoding/json. On an error
+// it yields it and returns false.
+func (d *decoder) decode(data []byte, yield func(llm.Event, error) bool) bool {
+	// Decoding into a reused slice does not zero its elements: clear them first.
+	clear(d.c.Choices[:cap(d.c.Choices)])
+	d.c.Choices, d.c.Usage, d.c.Error = d.c.Choices[:0], nil, nil
+	if d.fast.decode(data, &d.c) {
+		return true
+	}
+	clear(d.c.Choices[:cap(d.c.Choices)])
+	d.c.Choices, d.c.Usage, d.c.Error = d.c.Choices[:0], nil, nil
+	if err := d.json.Decode(data, &d.c); err != nil {
+		yield(llm.Event{}, &llm.Error{Provider: d.provider, Kind: llm.KindStream, Message: "cannot decode a chunk", Err: err})
+		return false
 	}
 	return true
 }

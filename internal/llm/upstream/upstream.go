@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"chatd/internal/llm"
@@ -52,6 +51,12 @@ func (t Timeouts) withDefaults() Timeouts {
 // maxIdleConns is how many idle connections a provider's client keeps, to each host and in all.
 const maxIdleConns = 1024
 
+// The buffers of an upstream connection: see NewHTTPClient.
+const (
+	readBufferSize  = 2 << 10
+	writeBufferSize = 1 << 10
+)
+
 // NewHTTPClient returns a client with t's connect and first-byte timeouts and no overall timeout: a
 // stream may last minutes.
 func NewHTTPClient(t Timeouts) *http.Client {
@@ -64,6 +69,10 @@ func NewHTTPClient(t Timeouts) *http.Client {
 	// stream beyond two to one HTTP/1.1 upstream (vLLM, Ollama, a local gateway) would dial again, and
 	// each to a TLS upstream without HTTP/2 would shake hands again, before its first token.
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = maxIdleConns, maxIdleConns
+	// An HTTP/1.1 connection holds its buffers for as long as a stream is open, and the default 4 KB each
+	// way is more than a stream needs: the write buffer takes only a request's headers (the body is
+	// written straight through), and the stream's reader (internal/sse) buffers again what it reads.
+	tr.ReadBufferSize, tr.WriteBufferSize = readBufferSize, writeBufferSize
 	return &http.Client{Transport: tr}
 }
 
@@ -126,10 +135,9 @@ func (e *Endpoint) Post(ctx context.Context, url string, body []byte) (*Body, er
 		return nil, e.StatusError(resp)
 	}
 	b := &Body{provider: e.Provider, ctx: ctx, resp: resp, cancel: cancel, timeout: e.idle()}
-	b.timer = time.AfterFunc(b.timeout, func() {
-		b.idle.Store(true)
-		cancel(errIdle)
-	})
+	// A watchdog, not a timer reset at every read: a read that brings bytes costs a clock read and an
+	// atomic store, on the per-token path.
+	b.dog = llm.NewWatchdog(b.timeout, func() { cancel(errIdle) })
 	return b, nil
 }
 
@@ -257,8 +265,7 @@ type Body struct {
 	resp     *http.Response
 	cancel   context.CancelCauseFunc
 	timeout  time.Duration
-	timer    *time.Timer
-	idle     atomic.Bool
+	dog      *llm.Watchdog
 }
 
 // Header returns the response's headers.
@@ -267,9 +274,9 @@ func (b *Body) Header() http.Header { return b.resp.Header }
 func (b *Body) Read(p []byte) (int, error) {
 	n, err := b.resp.Body.Read(p)
 	if n > 0 {
-		b.timer.Reset(b.timeout)
+		b.dog.Poke()
 	}
-	if err != nil && b.idle.Load() {
+	if err != nil && b.dog.Fired() {
 		err = fmt.Errorf("the server sent nothing for %s: %w", b.timeout, errIdle)
 	}
 	return n, err
@@ -277,7 +284,7 @@ func (b *Body) Read(p []byte) (int, error) {
 
 // Close stops the watchdog and closes the connection.
 func (b *Body) Close() error {
-	b.timer.Stop()
+	b.dog.Stop()
 	err := b.resp.Body.Close()
 	b.cancel(nil)
 	return err
