@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -14,6 +15,11 @@ type Watchdog struct {
 	last  atomic.Int64 // when Poke was last called, as nanoseconds since start
 	timer *time.Timer
 	fired atomic.Bool
+
+	// mu orders the timer's callback with Stop: a callback already running when Stop is called would
+	// otherwise re-arm the timer, or fire, after Stop returned.
+	mu      sync.Mutex
+	stopped bool
 }
 
 // NewWatchdog starts a watchdog that calls fire, once, after idle without a Poke. Stop it when the
@@ -21,6 +27,11 @@ type Watchdog struct {
 func NewWatchdog(idle time.Duration, fire func()) *Watchdog {
 	w := &Watchdog{idle: idle, start: time.Now()}
 	w.timer = time.AfterFunc(idle, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.stopped {
+			return
+		}
 		since := time.Duration(int64(time.Since(w.start)) - w.last.Load())
 		if since < w.idle {
 			w.timer.Reset(w.idle - since)
@@ -39,4 +50,9 @@ func (w *Watchdog) Poke() { w.last.Store(int64(time.Since(w.start))) }
 func (w *Watchdog) Fired() bool { return w.fired.Load() }
 
 // Stop stops the watchdog; its function is not called after Stop returns, unless it already was.
-func (w *Watchdog) Stop() { w.timer.Stop() }
+func (w *Watchdog) Stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	w.timer.Stop()
+}

@@ -39,9 +39,10 @@ func (w *Writer) take() []byte {
 }
 
 // release gives the buffer back once b, encoded in it, is written; one grown past keepBuf is dropped,
-// so that one huge event does not pin its size.
-func (w *Writer) release(b []byte) {
-	if w.bp != nil && cap(b) <= keepBuf {
+// so that one huge event does not pin its size. After a failed write it is dropped too: an HTTP/2
+// stream that failed may still be copying it (net/http's own writes give no such buffer back).
+func (w *Writer) release(b []byte, err error) {
+	if w.bp != nil && err == nil && cap(b) <= keepBuf {
 		*w.bp = b[:0]
 		bufs.Put(w.bp)
 	}
@@ -137,7 +138,7 @@ func (w *Writer) Send() error {
 		return nil
 	}
 	err := w.write(b)
-	w.release(b)
+	w.release(b, err)
 	return err
 }
 
@@ -161,7 +162,7 @@ func (w *Writer) WriteEncoded(b []byte) error {
 // send writes one encoded event in a single Write, so it is never interleaved on the wire, and flushes.
 func (w *Writer) send(b []byte) error {
 	err := w.write(b)
-	w.release(b)
+	w.release(b, err)
 	return err
 }
 
