@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -19,15 +20,62 @@ import (
 // over stdio and over HTTP alike): it is taken to belong to the one call in flight on its session.
 // With none or several in flight it is declined: a question raised by one person's call must never
 // reach another person.
+//
+// A call chatd abandoned before its response (cancelled, or timed out) may still be at work on the
+// server, which may ask its question later, when another person's call is the only one in flight: so
+// an abandoned call keeps counting as in flight for a while (linger), and its question, or anyone's,
+// is declined meanwhile. A call that got its response frees its place at once.
 
 // callKey marks the context of a call, for a handler to tell it from a server's own request.
 type callKey struct{}
 
 // inFlight is one call in flight: its context (the run's asker, its progress reporter) and the session
-// it went out on.
+// it went out on; for a call abandoned before its response, until when it still counts as in flight.
 type inFlight struct {
-	ctx  context.Context
-	sess *mcp.ClientSession
+	ctx   context.Context
+	sess  *mcp.ClientSession
+	until time.Time // zero while the call runs
+}
+
+// minLinger is the shortest time an abandoned call counts as in flight.
+const minLinger = time.Minute
+
+// linger is how long a call abandoned before its response counts as in flight: the longest a call of
+// the server may run (its longest configured timeout), at least minLinger — a server that honours its
+// timeouts has given up on the call by then.
+func (s *server) linger() time.Duration {
+	d := max(minLinger, s.cfg.Timeout)
+	if s.cfg.Timeout <= 0 && s.m.opts.Registry != nil {
+		d = max(d, s.m.opts.Registry.DefaultTimeout())
+	}
+	for _, t := range s.cfg.ToolTimeouts {
+		d = max(d, t)
+	}
+	return d
+}
+
+// returned takes a call out of flight: at once when it got its response, after linger when it was
+// abandoned before it.
+func (s *server) returned(token string, abandoned bool) {
+	v, ok := s.calls.Load(token)
+	if !ok || !abandoned {
+		s.calls.Delete(token)
+		return
+	}
+	c := v.(inFlight)
+	c.until = s.m.opts.Now().Add(s.linger())
+	s.calls.Store(token, c)
+}
+
+// prune forgets the abandoned calls whose time is up.
+func (s *server) prune() {
+	now := s.m.opts.Now()
+	s.calls.Range(func(k, v any) bool {
+		if c := v.(inFlight); !c.until.IsZero() && now.After(c.until) {
+			s.calls.Delete(k)
+		}
+		return true
+	})
 }
 
 // declined is the answer to an elicitation chatd cannot put to a person.
@@ -49,10 +97,10 @@ func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Elici
 	}
 	call := ctx
 	if _, own := ctx.Value(callKey{}).(string); !own {
-		var n int
-		if call, n = s.onlyCall(req.Session); n != 1 {
+		var running, abandoned int
+		if call, running, abandoned = s.onlyCall(req.Session); running+abandoned != 1 || call == nil {
 			log.Warn("MCP server asked an elicitation that chatd cannot tie to one call; declined",
-				"calls_in_flight", n)
+				"calls_in_flight", running, "calls_abandoned", abandoned)
 			return declined, nil
 		}
 	}
@@ -121,18 +169,22 @@ func questionOf(p *mcp.ElicitParams) (tool.Question, error) {
 	return tool.Question{Message: p.Message, Schema: schema}, nil
 }
 
-// onlyCall returns the context of the call in flight on sess when it is the only one, and how many
-// there are. A call whose context has ended counts until it returns: the request may be its own.
-func (s *server) onlyCall(sess *mcp.ClientSession) (context.Context, int) {
-	var only context.Context
-	n := 0
+// onlyCall returns the context of the call running on sess when it is the only call in flight there,
+// with the number of calls running and of calls abandoned that still count (linger). A call whose
+// context has ended counts as running until it returns: the request may be its own.
+func (s *server) onlyCall(sess *mcp.ClientSession) (only context.Context, running, abandoned int) {
+	s.prune()
 	s.calls.Range(func(_, v any) bool {
 		c := v.(inFlight)
-		if c.sess == sess {
+		switch {
+		case c.sess != sess:
+		case c.until.IsZero():
 			only = c.ctx
-			n++
+			running++
+		default:
+			abandoned++
 		}
 		return true
 	})
-	return only, n
+	return only, running, abandoned
 }
