@@ -40,6 +40,7 @@ const DecisionCancel = "cancel"
 // liveQuestion is a question a running call waits on; its answer comes through answer, once.
 type liveQuestion struct {
 	ev     runevent.ApprovalRequired
+	check  func(map[string]any) (map[string]any, error) // tool.Question's Check
 	answer chan tool.Answer
 }
 
@@ -67,7 +68,7 @@ func (a runAsker) Ask(ctx context.Context, q tool.Question) (tool.Answer, error)
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	lq := &liveQuestion{answer: make(chan tool.Answer, 1), ev: runevent.ApprovalRequired{Kind: KindQuestion, ToolCallID: a.call.ID,
+	lq := &liveQuestion{answer: make(chan tool.Answer, 1), check: q.Check, ev: runevent.ApprovalRequired{Kind: KindQuestion, ToolCallID: a.call.ID,
 		Name: a.call.Name, Arguments: args, Reason: q.Message, Source: SourceMCP, Message: q.Message, Fields: fields, ExpiresAt: &expires}}
 	if !run.addQuestion(lq) {
 		return tool.Answer{}, fmt.Errorf("tool call %s already waits for an answer", a.call.ID)
@@ -195,6 +196,13 @@ func (s *Service) answerLive(run *Run, d Decision) (*ApprovalResult, bool, error
 		content, err := checkContent(q.ev.Fields, d.Content)
 		if err != nil {
 			return nil, true, err
+		}
+		if q.check != nil {
+			// As the server's side will check it (its schema whole: pattern, uniqueItems …), with the
+			// defaults it will fill in: the content decided is the content the server receives.
+			if content, err = q.check(content); err != nil {
+				return nil, true, invalid("invalid_answer", "%s", err.Error())
+			}
 		}
 		ans = tool.Answer{Action: tool.ActionAccept, Content: content}
 	}

@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -166,7 +170,66 @@ func questionOf(p *mcp.ElicitParams) (tool.Question, error) {
 	if n := len(shape.Properties); n > tool.MaxQuestionFields {
 		return tool.Question{}, fmt.Errorf("the elicitation asks for %d fields; chatd takes at most %d", n, tool.MaxQuestionFields)
 	}
-	return tool.Question{Message: p.Message, Schema: schema}, nil
+	check, err := checker(schema)
+	if err != nil {
+		return tool.Question{}, err
+	}
+	return tool.Question{Message: p.Message, Schema: schema, Check: check}, nil
+}
+
+// checker returns the check the SDK makes of accepted content (mcp.Client's elicit): the requested
+// schema, resolved as it resolves it, validates the content, then fills in its defaults. Content the
+// person sends is checked with it before the server's request gets it, so that an answer chatd takes
+// is one the SDK passes on, and what chatd records is what the server receives. A schema that does not
+// resolve is refused at once: no answer could pass.
+func checker(schema json.RawMessage) (func(map[string]any) (map[string]any, error), error) {
+	var s *jsonschema.Schema
+	if err := json.Unmarshal(schema, &s); err != nil {
+		return nil, fmt.Errorf("the elicitation's requestedSchema: %w", err)
+	}
+	if s == nil {
+		return nil, nil
+	}
+	resolved, err := s.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("the elicitation's requestedSchema does not resolve: %w", err)
+	}
+	names := slices.Sorted(maps.Keys(s.Properties))
+	return func(content map[string]any) (map[string]any, error) {
+		out := maps.Clone(content)
+		if out == nil {
+			out = map[string]any{}
+		}
+		if err := resolved.Validate(out); err != nil {
+			return nil, answerError(names, err)
+		}
+		if err := resolved.ApplyDefaults(&out); err != nil {
+			return nil, &tool.AnswerError{Problem: err.Error()}
+		}
+		return out, nil
+	}, nil
+}
+
+// answerError names the field a validation error of jsonschema-go is about ("validating root:
+// validating /properties/code: pattern: …"), and keeps its last words as the problem.
+func answerError(names []string, err error) *tool.AnswerError {
+	msg := err.Error()
+	e := &tool.AnswerError{}
+	for _, name := range names {
+		ptr := "validating /properties/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(name) + ":"
+		if strings.Contains(msg, ptr) && len(name) >= len(e.Field) {
+			e.Field = name
+		}
+	}
+	for strings.HasPrefix(msg, "validating ") {
+		i := strings.Index(msg, ": ")
+		if i < 0 {
+			break
+		}
+		msg = msg[i+2:]
+	}
+	e.Problem = msg
+	return e
 }
 
 // onlyCall returns the context of the call running on sess when it is the only call in flight there,

@@ -3,6 +3,7 @@ package tool
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 )
 
 // A running tool may need something from the person whose run called it — an MCP server's
@@ -29,6 +30,23 @@ const (
 type Question struct {
 	Message string
 	Schema  json.RawMessage
+	// Check, when set, checks accepted content as the one who asked will (an MCP client's SDK validates
+	// it against the requested schema, then fills in the schema's defaults), and returns the content
+	// that one will receive; a misfit is an *AnswerError.
+	Check func(content map[string]any) (map[string]any, error)
+}
+
+// AnswerError is why an answer does not fit its question; Field names the field at fault, if one is.
+type AnswerError struct {
+	Field   string
+	Problem string
+}
+
+func (e *AnswerError) Error() string {
+	if e.Field == "" {
+		return e.Problem
+	}
+	return "field " + strconv.Quote(e.Field) + ": " + e.Problem
 }
 
 // Answer is the person's answer to a Question: the action, and with accept the values, one per
