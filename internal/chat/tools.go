@@ -222,6 +222,11 @@ func (ts *toolSet) run(ctx context.Context, call llm.ToolCall) agent.ToolResult 
 	if stop != nil {
 		stop()
 	}
+	if ts.obs != nil {
+		// The SDK's goroutine that asked may not have seen the call's end yet: the questions left
+		// are decided now, before the call's tool_complete.
+		ts.obs.run.questions.closeCall(ts.obs.run, call.ID)
+	}
 	res := agent.ToolResult{Arguments: out.Arguments, Content: out.Content, Payload: out.Payload, Success: out.Success, Duration: out.Duration}
 	for _, a := range out.Attachments {
 		res.Attachments = append(res.Attachments, llm.Part{Kind: llm.PartImage, MediaType: a.MediaType, Text: a.Name, Data: a.Data})
