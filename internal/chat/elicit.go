@@ -467,6 +467,9 @@ func fieldOf(name string, raw json.RawMessage) (runevent.Field, error) {
 	default:
 		return runevent.Field{}, fmt.Errorf("field %q of the requested schema has type %q", name, p.Type)
 	}
+	if n := len(f.Choices); n > tool.MaxQuestionChoices {
+		return runevent.Field{}, fmt.Errorf("field %q of the requested schema has %d choices; at most %d", name, n, tool.MaxQuestionChoices)
+	}
 	return f, nil
 }
 

@@ -170,11 +170,38 @@ func questionOf(p *mcp.ElicitParams) (tool.Question, error) {
 	if n := len(shape.Properties); n > tool.MaxQuestionFields {
 		return tool.Question{}, fmt.Errorf("the elicitation asks for %d fields; chatd takes at most %d", n, tool.MaxQuestionFields)
 	}
+	for name, raw := range shape.Properties {
+		if n := choices(raw); n > tool.MaxQuestionChoices {
+			return tool.Question{}, fmt.Errorf("the elicitation's field %q has %d choices; chatd takes at most %d", name, n, tool.MaxQuestionChoices)
+		}
+	}
 	check, err := checker(schema)
 	if err != nil {
 		return tool.Question{}, err
 	}
 	return tool.Question{Message: p.Message, Schema: schema, Check: check}, nil
+}
+
+// choices counts the choices of a requested schema's property: its enum, oneOf and anyOf, or its
+// items' for an array.
+func choices(property json.RawMessage) int {
+	type choosing struct {
+		Enum  []json.RawMessage `json:"enum"`
+		OneOf []json.RawMessage `json:"oneOf"`
+		AnyOf []json.RawMessage `json:"anyOf"`
+	}
+	var p struct {
+		choosing
+		Items *choosing `json:"items"`
+	}
+	if json.Unmarshal(property, &p) != nil {
+		return 0 // the SDK has checked the schema; fieldsOf says what is wrong with it
+	}
+	n := len(p.Enum) + len(p.OneOf) + len(p.AnyOf)
+	if p.Items != nil {
+		n += len(p.Items.Enum) + len(p.Items.OneOf) + len(p.Items.AnyOf)
+	}
+	return n
 }
 
 // checker returns the check the SDK makes of accepted content (mcp.Client's elicit): the requested

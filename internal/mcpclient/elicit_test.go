@@ -163,14 +163,33 @@ func TestElicitationURL(t *testing.T) {
 	})
 }
 
-// TestElicitationTooBig: a requested schema over chatd's limits is refused with an error that says so,
+// elicitedAsked calls srv__elicit with args and returns the question the asker got, declining it.
+func elicitedAsked(t *testing.T, reg *tool.Registry, a *fakeAsker, args string) asked {
+	t.Helper()
+	done := make(chan tool.Outcome, 1)
+	go func() { done <- reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit", json.RawMessage(args)) }()
+	x := receive(t, a.questions, "the elicitation did not reach the asker")
+	x.answer <- tool.Answer{Action: tool.ActionDecline}
+	receive(t, done, "srv__elicit did not return")
+	return x
+}
+
+// TestElicitationTooBig: a requested schema over chatd's limits (fields, choices) is refused with an error that says so,
 // and nobody is asked.
 func TestElicitationTooBig(t *testing.T) {
 	elicitTransports(t, func(t *testing.T, m *Manager, reg *tool.Registry) {
 		a := newAsker()
-		out := reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit", json.RawMessage(`{"fields":33}`))
-		if out.Success || !strings.Contains(out.Content, "asks for 33 fields; chatd takes at most 32") {
-			t.Errorf("srv__elicit: %+v, want a failure naming the limit", out)
+		for args, limit := range map[string]string{
+			`{"fields":33}`:   "asks for 33 fields; chatd takes at most 32",
+			`{"choices":101}`: `field "pick" has 101 choices; chatd takes at most 100`,
+		} {
+			out := reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit", json.RawMessage(args))
+			if out.Success || !strings.Contains(out.Content, limit) {
+				t.Errorf("srv__elicit %s: %+v, want a failure naming the limit", args, out)
+			}
+		}
+		if got := elicitedAsked(t, reg, a, `{"choices":100}`); got.q.Message == "" {
+			t.Error("a question of 100 choices was not asked")
 		}
 		select {
 		case x := <-a.questions:

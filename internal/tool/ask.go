@@ -22,6 +22,7 @@ const (
 	MaxQuestionMessage = 4 << 10  // bytes of the message
 	MaxQuestionSchema  = 16 << 10 // bytes of the requested schema
 	MaxQuestionFields  = 32       // properties of the requested schema
+	MaxQuestionChoices = 100      // choices of one property (enum, oneOf, anyOf, or its items')
 )
 
 // Question is what a running tool asks the person: a message, and the values it wants as a flat JSON
