@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -33,7 +34,7 @@ type askingTool struct {
 }
 
 func (askingTool) Info() tool.Info {
-	return tool.Info{Name: "crm__signup", Description: "Signs the user up."}
+	return tool.Info{Name: "crm__signup", Description: "Signs the user up.", Asks: true}
 }
 
 func (a askingTool) Call(ctx context.Context, _ json.RawMessage) (tool.Result, error) {
@@ -265,7 +266,7 @@ type strayTool struct {
 }
 
 func (strayTool) Info() tool.Info {
-	return tool.Info{Name: "crm__signup", Description: "Signs the user up."}
+	return tool.Info{Name: "crm__signup", Description: "Signs the user up.", Asks: true}
 }
 
 func (s strayTool) Call(ctx context.Context, _ json.RawMessage) (tool.Result, error) {
@@ -312,5 +313,31 @@ func TestElicitationClosedWithItsCall(t *testing.T) {
 	}
 	if aw := f.svc.LiveAwaiting(user, st.RunID); aw != nil {
 		t.Errorf("LiveAwaiting after the run: %+v", aw)
+	}
+}
+
+// askerCheck reports whether its call's context carries an asker.
+type askerCheck struct{ asks bool }
+
+func (a askerCheck) Info() tool.Info {
+	return tool.Info{Name: "check", Description: "Says whether it could ask.", Asks: a.asks}
+}
+
+func (askerCheck) Call(ctx context.Context, _ json.RawMessage) (tool.Result, error) {
+	_, ok := tool.AskerFrom(ctx)
+	return tool.Result{Content: strconv.FormatBool(ok)}, nil
+}
+
+// TestElicitationOnlyForToolsThatAsk: only the calls of a tool that may ask (tool.Info.Asks: MCP
+// tools) carry an asker; the others pay nothing for it.
+func TestElicitationOnlyForToolsThatAsk(t *testing.T) {
+	for _, asks := range []bool{false, true} {
+		f := newFixture(t, setup{Tools: []tool.Tool{askerCheck{asks: asks}}, Turns: []llmtest.Turn{
+			{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "check", Arguments: `{}`}}}, {Text: "Done."}}})
+		st := f.send(t, chat.Request{Message: "go"}, chat.StartOptions{})
+		f.wait(t, st.RunID)
+		if got := toolRecord(t, f.db, st.SessionID, "call_1").Content; got != strconv.FormatBool(asks) {
+			t.Errorf("a tool with Asks %v: asker in its context: %s", asks, got)
+		}
 	}
 }

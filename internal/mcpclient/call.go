@@ -64,6 +64,7 @@ func (s *server) newTool(t *mcp.Tool) (*mcpTool, error) {
 		Destructive: ann != nil && !ann.ReadOnlyHint && ann.DestructiveHint != nil && *ann.DestructiveHint,
 		Timeout:     timeout,
 		Source:      s.source,
+		Asks:        true, // elicitation
 	}}, nil
 }
 
