@@ -45,6 +45,7 @@ const maxQuestionsPerCall = 3
 // Reasons of an approval_decided cancel.
 const (
 	reasonCallEnded = "The call ended before anyone answered."
+	reasonWithdrawn = "The server withdrew the question, or its call ended, before anyone answered."
 	reasonExpired   = "Nobody answered in time (the question expired)."
 )
 
@@ -111,7 +112,7 @@ func (a runAsker) Ask(ctx context.Context, q tool.Question) (tool.Answer, error)
 			expired = timer.C
 		case <-done:
 			done = nil
-			run.questions.decide(run, lq, tool.Answer{Action: tool.ActionCancel}, reasonCallEnded)
+			run.questions.decide(run, lq, tool.Answer{Action: tool.ActionCancel}, reasonWithdrawn)
 		case <-expired:
 			expired = nil
 			run.questions.decide(run, lq, tool.Answer{Action: tool.ActionCancel}, reasonExpired)
