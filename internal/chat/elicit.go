@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -37,10 +38,31 @@ const SourceMCP = "mcp"
 // call ended or its wait expired (MCP's action cancel).
 const DecisionCancel = "cancel"
 
-// liveQuestion is a question a running call waits on; its answer comes through answer, once.
+// Limits of the questions of one call: a server is not trusted to be reasonable, and each question is
+// two events the run keeps.
+const maxQuestionsPerCall = 3
+
+// Reasons of an approval_decided cancel.
+const (
+	reasonCallEnded = "The call ended before anyone answered."
+	reasonWithdrawn = "The server withdrew the question, or its call ended, before anyone answered."
+	reasonExpired   = "Nobody answered in time (the question expired)."
+)
+
+// questionReason is the reason of every question from an MCP server: its message says the rest.
+const questionReason = "A tool's MCP server asks you for information."
+
+// liveQuestion is a question a running call waits on. Whoever decides it (the person, its call's end,
+// its expiry) sends the answer on answer, once.
 type liveQuestion struct {
-	ev     runevent.ApprovalRequired
-	answer chan tool.Answer
+	ev       runevent.ApprovalRequired
+	check    func(map[string]any) (map[string]any, error) // tool.Question's Check
+	deadline time.Time                                    // the call's; zero: none
+	timeout  time.Duration                                // the approval timeout
+	now      func() time.Time
+	answer   chan tool.Answer
+	shown    chan struct{} // closed once approval_required is out: its wait starts then
+	wait     time.Duration // how long it waits once shown
 }
 
 // runAsker is the tool.Asker of one call of a run.
@@ -49,50 +71,148 @@ type runAsker struct {
 	call llm.ToolCall
 }
 
-// Ask shows the question to the run's readers and waits for the answer, the end of ctx, or the
-// approval timeout.
+// Ask shows the question to the run's readers — once the call's questions before it are decided — and
+// waits for the answer, the end of ctx, or the approval timeout. A call that has asked
+// maxQuestionsPerCall questions, or has returned, gets a decline without anyone being asked.
 func (a runAsker) Ask(ctx context.Context, q tool.Question) (tool.Answer, error) {
 	o, run := a.o, a.o.run
 	fields, err := fieldsOf(q.Schema)
 	if err != nil {
 		return tool.Answer{}, err
 	}
-	// It waits for the approval timeout at most, and no longer than the call may run.
-	wait := o.approvalTimeout
-	if d, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(d))
-	}
-	expires := o.now().Add(wait).UTC().Truncate(time.Second)
 	args := a.call.Arguments
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	lq := &liveQuestion{answer: make(chan tool.Answer, 1), ev: runevent.ApprovalRequired{Kind: KindQuestion, ToolCallID: a.call.ID,
-		Name: a.call.Name, Arguments: args, Reason: q.Message, Source: SourceMCP, Message: q.Message, Fields: fields, ExpiresAt: &expires}}
-	if !run.addQuestion(lq) {
-		return tool.Answer{}, fmt.Errorf("tool call %s already waits for an answer", a.call.ID)
+	lq := &liveQuestion{check: q.Check, timeout: o.approvalTimeout, now: o.now, answer: make(chan tool.Answer, 1), shown: make(chan struct{}),
+		ev: runevent.ApprovalRequired{Kind: KindQuestion, ToolCallID: a.call.ID, Name: a.call.Name, Arguments: args,
+			Reason: questionReason, Source: SourceMCP, Message: q.Message, Fields: fields}}
+	lq.deadline, _ = ctx.Deadline()
+	switch run.questions.ask(run, lq) {
+	case askedTooMany:
+		o.log.Warn("an MCP server asked more questions in one call than chatd puts to a person; declined",
+			"tool_call_id", a.call.ID, "tool", a.call.Name, "limit", maxQuestionsPerCall)
+		return tool.Answer{Action: tool.ActionDecline}, nil
+	case askedLate:
+		return tool.Answer{Action: tool.ActionDecline}, nil
 	}
-	run.emit(runevent.TypeApprovalRequired, runevent.Encode(lq.ev))
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	var ans tool.Answer
-	reason := ""
-	select {
-	case ans = <-lq.answer:
-	case <-ctx.Done():
-		reason = "The call ended before anyone answered."
-	case <-timer.C:
-		reason = "Nobody answered in time (the question expired)."
-	}
-	if reason != "" {
-		if run.takeQuestion(a.call.ID, lq) {
-			ans = tool.Answer{Action: tool.ActionCancel}
-		} else {
-			ans = <-lq.answer // answered meanwhile
-			reason = ""
+	var expired <-chan time.Time
+	shown, done := lq.shown, ctx.Done()
+	for {
+		select {
+		case ans := <-lq.answer:
+			if ans.Action == tool.ActionCancel && ctx.Err() != nil {
+				return ans, ctx.Err()
+			}
+			return ans, nil
+		case <-shown:
+			shown = nil
+			timer := time.NewTimer(lq.wait)
+			defer timer.Stop()
+			expired = timer.C
+		case <-done:
+			done = nil
+			run.questions.decide(run, lq, tool.Answer{Action: tool.ActionCancel}, reasonWithdrawn)
+		case <-expired:
+			expired = nil
+			run.questions.decide(run, lq, tool.Answer{Action: tool.ActionCancel}, reasonExpired)
 		}
 	}
-	d := runevent.ApprovalDecided{ToolCallID: a.call.ID, Source: SourceMCP, Reason: reason}
+}
+
+// questionBoard holds the questions from MCP servers a run's calls wait on. A call shows one at a
+// time, keyed by its id as the approvals API is: those it asks meanwhile (a server on protocol
+// 2026-07-28 may ask several in one round) wait their turn behind it. Every question shown gets its
+// decision before its call's tool_complete — the call's end decides those left — and before the run's
+// done. Its lock is taken before the run's (it emits while it holds it), never after.
+type questionBoard struct {
+	mu     sync.Mutex
+	closed bool // the run is finishing: no call asks any more
+	calls  map[string]*callQuestions
+}
+
+// callQuestions are one call's questions.
+type callQuestions struct {
+	asked  int  // how many it has asked
+	closed bool // the call has returned: it asks nothing more
+	queue  []*liveQuestion
+}
+
+// Outcomes of questionBoard.ask.
+const (
+	askedQueued  = iota // shown, or waiting its turn
+	askedTooMany        // the call has asked maxQuestionsPerCall already
+	askedLate           // the call has returned, or the run is finishing
+)
+
+// ask adds a question of its call, and shows it when the call shows no other.
+func (b *questionBoard) ask(run *Run, q *liveQuestion) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	id := q.ev.ToolCallID
+	c := b.calls[id]
+	if c == nil {
+		c = &callQuestions{}
+		if b.calls == nil {
+			b.calls = map[string]*callQuestions{}
+		}
+		b.calls[id] = c
+	}
+	switch {
+	case b.closed || c.closed:
+		return askedLate
+	case c.asked >= maxQuestionsPerCall:
+		return askedTooMany
+	}
+	c.asked++
+	c.queue = append(c.queue, q)
+	if len(c.queue) == 1 {
+		b.show(run, q)
+	}
+	return askedQueued
+}
+
+// show emits q's approval_required, with when it expires: at the approval timeout, and no later than
+// its call's deadline; b.mu is held.
+func (b *questionBoard) show(run *Run, q *liveQuestion) {
+	q.wait = q.timeout
+	if !q.deadline.IsZero() {
+		q.wait = min(q.wait, time.Until(q.deadline))
+	}
+	expires := q.now().Add(q.wait).UTC().Truncate(time.Second)
+	q.ev.ExpiresAt = &expires
+	run.emit(runevent.TypeApprovalRequired, runevent.Encode(q.ev))
+	close(q.shown)
+}
+
+// decide gives q its answer, and reports whether it was still waiting (the one who decides it first
+// wins). A question shown gets its approval_decided, and the next of its call is shown; one still
+// waiting its turn leaves unseen.
+func (b *questionBoard) decide(run *Run, q *liveQuestion, ans tool.Answer, reason string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.calls[q.ev.ToolCallID]
+	if c == nil {
+		return false
+	}
+	i := slices.Index(c.queue, q)
+	if i < 0 {
+		return false
+	}
+	c.queue = slices.Delete(c.queue, i, i+1)
+	if i == 0 {
+		decided(run, q, ans, reason)
+		if len(c.queue) > 0 {
+			b.show(run, c.queue[0])
+		}
+	}
+	q.answer <- ans
+	return true
+}
+
+// decided emits the decision on a question shown; the board's lock is held.
+func decided(run *Run, q *liveQuestion, ans tool.Answer, reason string) {
+	d := runevent.ApprovalDecided{ToolCallID: q.ev.ToolCallID, Source: SourceMCP}
 	switch ans.Action {
 	case tool.ActionAccept:
 		d.Decision = DecisionAnswer
@@ -100,54 +220,64 @@ func (a runAsker) Ask(ctx context.Context, q tool.Question) (tool.Answer, error)
 	case tool.ActionDecline:
 		d.Decision = DecisionDeny
 	default:
-		d.Decision = DecisionCancel
+		d.Decision, d.Reason = DecisionCancel, reason
 	}
 	run.emit(runevent.TypeApprovalDecided, runevent.Encode(d))
-	if ans.Action == tool.ActionCancel && ctx.Err() != nil {
-		return ans, ctx.Err()
-	}
-	return ans, nil
 }
 
-// addQuestion keeps a question the run waits on; false when its call waits on one already.
-func (r *Run) addQuestion(q *liveQuestion) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ended || r.questions[q.ev.ToolCallID] != nil {
-		return false
+// closeCall decides, cancel, the questions of a call that has returned, and refuses those it would
+// still ask: its tool_complete comes next.
+func (b *questionBoard) closeCall(run *Run, callID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.calls[callID]; c != nil {
+		b.cancel(run, c)
+		c.closed = true
 	}
-	if r.questions == nil {
-		r.questions = map[string]*liveQuestion{}
-	}
-	r.questions[q.ev.ToolCallID] = q
-	return true
 }
 
-// takeQuestion forgets q, and reports whether it was still waiting: the one who takes it answers it.
-func (r *Run) takeQuestion(callID string, q *liveQuestion) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.questions[callID] != q {
-		return false
+// closeAll decides, cancel, every question of the run, which is finishing, and refuses any later one:
+// its done comes next.
+func (b *questionBoard) closeAll(run *Run) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for _, c := range b.calls {
+		b.cancel(run, c)
 	}
-	delete(r.questions, callID)
-	return true
 }
 
-// question returns the question the call waits on, or nil.
-func (r *Run) question(callID string) *liveQuestion {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.questions[callID]
+// cancel decides c's questions cancel; b.mu is held.
+func (b *questionBoard) cancel(run *Run, c *callQuestions) {
+	for i, q := range c.queue {
+		ans := tool.Answer{Action: tool.ActionCancel}
+		if i == 0 {
+			decided(run, q, ans, reasonCallEnded)
+		}
+		q.answer <- ans
+	}
+	c.queue = nil
 }
 
-// openQuestions returns the questions the run waits on, in call id order.
-func (r *Run) openQuestions() []*liveQuestion {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]*liveQuestion, 0, len(r.questions))
-	for _, q := range r.questions {
-		out = append(out, q)
+// shown returns the question the call shows, or nil.
+func (b *questionBoard) shown(callID string) *liveQuestion {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.calls[callID]; c != nil && len(c.queue) > 0 {
+		return c.queue[0]
+	}
+	return nil
+}
+
+// open returns the questions the run's calls show, in call id order.
+func (b *questionBoard) open() []*liveQuestion {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []*liveQuestion
+	for _, c := range b.calls {
+		if len(c.queue) > 0 {
+			out = append(out, c.queue[0])
+		}
 	}
 	slices.SortFunc(out, func(a, b *liveQuestion) int { return strings.Compare(a.ev.ToolCallID, b.ev.ToolCallID) })
 	return out
@@ -160,7 +290,7 @@ func (s *Service) LiveAwaiting(user, runID string) *Awaiting {
 	if live == nil {
 		return nil
 	}
-	qs := live.openQuestions()
+	qs := live.questions.open()
 	if len(qs) == 0 {
 		return nil
 	}
@@ -178,7 +308,7 @@ func (s *Service) LiveAwaiting(user, runID string) *Awaiting {
 // answerLive delivers a decision on a question a live run's call waits on. It reports false when the
 // run has no such question: the decision is for a call the store keeps.
 func (s *Service) answerLive(run *Run, d Decision) (*ApprovalResult, bool, error) {
-	q := run.question(d.ToolCallID)
+	q := run.questions.shown(d.ToolCallID)
 	if q == nil {
 		return nil, false, nil
 	}
@@ -196,14 +326,20 @@ func (s *Service) answerLive(run *Run, d Decision) (*ApprovalResult, bool, error
 		if err != nil {
 			return nil, true, err
 		}
+		if q.check != nil {
+			// As the server's side will check it (its schema whole: pattern, uniqueItems …), with the
+			// defaults it will fill in: the content decided is the content the server receives.
+			if content, err = q.check(content); err != nil {
+				return nil, true, invalid("invalid_answer", "%s", err.Error())
+			}
+		}
 		ans = tool.Answer{Action: tool.ActionAccept, Content: content}
 	}
-	if !run.takeQuestion(d.ToolCallID, q) {
+	if !run.questions.decide(run, q, ans, "") {
 		return nil, true, &Error{Kind: ErrBusy, Code: "already_decided", RunID: run.ID,
 			Message: fmt.Sprintf("tool call %q no longer waits: it was answered, or its call ended", d.ToolCallID)}
 	}
-	q.answer <- ans
-	return &ApprovalResult{RunID: run.ID, Status: store.RunRunning, Pending: len(run.openQuestions())}, true, nil
+	return &ApprovalResult{RunID: run.ID, Status: store.RunRunning, Pending: len(run.questions.open())}, true, nil
 }
 
 // notAsking is the error of an answer (content) to a question from an MCP server that no live run of
@@ -331,6 +467,9 @@ func fieldOf(name string, raw json.RawMessage) (runevent.Field, error) {
 		}
 	default:
 		return runevent.Field{}, fmt.Errorf("field %q of the requested schema has type %q", name, p.Type)
+	}
+	if n := len(f.Choices); n > tool.MaxQuestionChoices {
+		return runevent.Field{}, fmt.Errorf("field %q of the requested schema has %d choices; at most %d", name, n, tool.MaxQuestionChoices)
 	}
 	return f, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -33,7 +34,7 @@ type askingTool struct {
 }
 
 func (askingTool) Info() tool.Info {
-	return tool.Info{Name: "crm__signup", Description: "Signs the user up."}
+	return tool.Info{Name: "crm__signup", Description: "Signs the user up.", Asks: true}
 }
 
 func (a askingTool) Call(ctx context.Context, _ json.RawMessage) (tool.Result, error) {
@@ -254,5 +255,89 @@ func TestElicitationOnAnotherInstance(t *testing.T) {
 	}
 	if o, err := a.svc.Wait(t.Context(), user, st.RunID); err != nil || o.Status != store.RunCompleted {
 		t.Fatalf("the run: %+v, %v", o, err)
+	}
+}
+
+// strayTool asks from a goroutine of its own that does not see the call's end, as the SDK's goroutine
+// that handles a server's request may not yet, and returns once released, its question unanswered.
+type strayTool struct {
+	release chan struct{}
+	got     chan tool.Answer
+}
+
+func (strayTool) Info() tool.Info {
+	return tool.Info{Name: "crm__signup", Description: "Signs the user up.", Asks: true}
+}
+
+func (s strayTool) Call(ctx context.Context, _ json.RawMessage) (tool.Result, error) {
+	asker, ok := tool.AskerFrom(ctx)
+	if !ok {
+		return tool.Result{Content: "no asker"}, nil
+	}
+	go func() {
+		ans, _ := asker.Ask(context.WithoutCancel(ctx), tool.Question{Message: "Who are you?", Schema: json.RawMessage(signupSchema)})
+		s.got <- ans
+	}()
+	<-s.release
+	return tool.Result{Content: "returned"}, nil
+}
+
+// TestElicitationClosedWithItsCall: a question still open when its call returns gets its decision,
+// cancel, before the call's tool_complete, and its asker the cancel; the stored log leaves no question
+// undecided.
+func TestElicitationClosedWithItsCall(t *testing.T) {
+	tl := strayTool{release: make(chan struct{}), got: make(chan tool.Answer, 1)}
+	f := newFixture(t, setup{Tools: []tool.Tool{tl}, Respond: func(n int, req llmtest.Request) llmtest.Turn {
+		if n == 0 {
+			return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "crm__signup", Arguments: `{}`}}}
+		}
+		return llmtest.Turn{Text: "Done."}
+	}})
+	st := f.send(t, chat.Request{Message: "sign me up"}, chat.StartOptions{})
+	questionOf(t, f.follow(t, st.RunID, 0))
+	close(tl.release)
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Fatalf("run: %+v", o)
+	}
+	if ans := receive(t, tl.got, "the stray question's wait did not end"); ans.Action != tool.ActionCancel {
+		t.Errorf("the asker got %+v, want cancel", ans)
+	}
+	events := stored(t, f.db, st.RunID)
+	i := slices.IndexFunc(events, func(e chat.Event) bool { return e.Type == runevent.TypeApprovalDecided })
+	j := slices.IndexFunc(events, func(e chat.Event) bool { return e.Type == runevent.TypeToolComplete })
+	if i < 0 || j < i {
+		t.Fatalf("no approval_decided before tool_complete: %s", types(events))
+	}
+	if d, _ := runevent.Decode[runevent.ApprovalDecided](events[i].Data); d.Decision != chat.DecisionCancel {
+		t.Errorf("approval_decided: %+v, want cancel", d)
+	}
+	if aw := f.svc.LiveAwaiting(user, st.RunID); aw != nil {
+		t.Errorf("LiveAwaiting after the run: %+v", aw)
+	}
+}
+
+// askerCheck reports whether its call's context carries an asker.
+type askerCheck struct{ asks bool }
+
+func (a askerCheck) Info() tool.Info {
+	return tool.Info{Name: "check", Description: "Says whether it could ask.", Asks: a.asks}
+}
+
+func (askerCheck) Call(ctx context.Context, _ json.RawMessage) (tool.Result, error) {
+	_, ok := tool.AskerFrom(ctx)
+	return tool.Result{Content: strconv.FormatBool(ok)}, nil
+}
+
+// TestElicitationOnlyForToolsThatAsk: only the calls of a tool that may ask (tool.Info.Asks: MCP
+// tools) carry an asker; the others pay nothing for it.
+func TestElicitationOnlyForToolsThatAsk(t *testing.T) {
+	for _, asks := range []bool{false, true} {
+		f := newFixture(t, setup{Tools: []tool.Tool{askerCheck{asks: asks}}, Turns: []llmtest.Turn{
+			{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "check", Arguments: `{}`}}}, {Text: "Done."}}})
+		st := f.send(t, chat.Request{Message: "go"}, chat.StartOptions{})
+		f.wait(t, st.RunID)
+		if got := toolRecord(t, f.db, st.SessionID, "call_1").Content; got != strconv.FormatBool(asks) {
+			t.Errorf("a tool with Asks %v: asker in its context: %s", asks, got)
+		}
 	}
 }

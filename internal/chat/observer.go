@@ -447,6 +447,7 @@ func (o *observer) finish(res agent.Result) {
 	}
 	o.endText() // a turn that was not stored may have left text held
 	o.run.setFinishing()
+	o.run.questions.closeAll(o.run) // every question shown has its decision before done
 	if res.Status == agent.StatusAwaitingApproval {
 		if o.await(res) {
 			return

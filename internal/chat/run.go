@@ -62,8 +62,8 @@ type Run struct {
 	// run cancelled with event_limit.
 	maxEvents int64
 	overLimit bool
-	// questions are the questions from MCP servers the run's calls wait on, by call id (elicit.go).
-	questions map[string]*liveQuestion
+	// questions are the questions from MCP servers the run's calls wait on (elicit.go).
+	questions questionBoard
 
 	// flushMu serializes the writes of this run's events: the event log's batches and the run's end,
 	// which writes the rest of the log with the run's final state.

@@ -225,18 +225,31 @@ func (ts *toolSet) run(ctx context.Context, call llm.ToolCall) agent.ToolResult 
 	if ts.progress != nil {
 		ctx, stop = withProgress(ctx, call.ID, ts.now, ts.progress)
 	}
-	if ts.obs != nil {
+	asks := ts.obs != nil && ts.asks(call.Name)
+	if asks {
 		ctx = tool.WithAsker(ctx, runAsker{o: ts.obs, call: call})
 	}
 	out := ts.reg.Call(ctx, call.Name, call.Arguments)
 	if stop != nil {
 		stop()
 	}
+	if asks {
+		// The SDK's goroutine that asked may not have seen the call's end yet: the questions left
+		// are decided now, before the call's tool_complete.
+		ts.obs.run.questions.closeCall(ts.obs.run, call.ID)
+	}
 	res := agent.ToolResult{Arguments: out.Arguments, Content: out.Content, Payload: out.Payload, Success: out.Success, Duration: out.Duration}
 	for _, a := range out.Attachments {
 		res.Attachments = append(res.Attachments, llm.Part{Kind: llm.PartImage, MediaType: a.MediaType, Text: a.Name, Data: a.Data})
 	}
 	return res
+}
+
+// asks reports whether the named tool may ask the person behind its call (tool.Info.Asks): only its
+// calls carry an asker, so that the others pay nothing for it.
+func (ts *toolSet) asks(name string) bool {
+	info, ok := ts.reg.Info(name)
+	return ok && info.Asks
 }
 
 // observed returns a copy of ts whose calls report progress to the run of obs, and ask its person.

@@ -20,7 +20,7 @@ import (
 type signupTool struct{}
 
 func (signupTool) Info() tool.Info {
-	return tool.Info{Name: "crm__signup", Description: "Signs the user up."}
+	return tool.Info{Name: "crm__signup", Description: "Signs the user up.", Asks: true}
 }
 
 func (signupTool) Call(ctx context.Context, _ json.RawMessage) (tool.Result, error) {

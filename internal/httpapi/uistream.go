@@ -3,7 +3,9 @@ package httpapi
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"chatd/internal/chat"
@@ -268,6 +270,16 @@ func (c *uiConverter) elicitationDecided(d runevent.ApprovalDecided) {
 	c.chunk(map[string]any{"type": "data-elicitation", "id": d.ToolCallID, "data": data})
 }
 
+// closeElicitations shows the questions from MCP servers still waiting at the end of the run as
+// decided, cancel: nobody can answer them any more. (chatd decides every question before its call's
+// tool_complete; a log stored before it did may lack the decision.)
+func (c *uiConverter) closeElicitations() {
+	for _, id := range slices.Sorted(maps.Keys(c.elicitations)) {
+		c.elicitationDecided(runevent.ApprovalDecided{ToolCallID: id, Decision: chat.DecisionCancel, Source: chat.SourceMCP,
+			Reason: "The run ended before anyone answered."})
+	}
+}
+
 // toolProgress passes the event's data on as it is, in a transient data part.
 func (c *uiConverter) toolProgress(d runevent.ToolProgress, data json.RawMessage) {
 	c.chunk(map[string]any{"type": "data-tool-progress", "id": d.ToolCallID, "data": data, "transient": true})
@@ -329,6 +341,7 @@ func (c *uiConverter) cancelled(runevent.Cancelled) {
 }
 
 func (c *uiConverter) done(d runevent.Done) {
+	c.closeElicitations()
 	c.finishStep()
 	if d.Status != "cancelled" { // a cancelled run ends with abort
 		c.finish("error", nil) // unless complete has said finish

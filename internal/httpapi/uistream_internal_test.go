@@ -75,3 +75,26 @@ func TestUIConverterElicitation(t *testing.T) {
 		t.Errorf("converted %s", got)
 	}
 }
+
+// TestUIConverterElicitationLeftOpen: a question still waiting when the run's done comes (a log stored
+// without its decision) is shown decided, cancel, before the stream ends: a replay shows no card waiting.
+func TestUIConverterElicitationLeftOpen(t *testing.T) {
+	c := uiConverter{messageID: "msg_x"}
+	for _, ev := range []chat.Event{
+		{Seq: 1, Type: runevent.TypeToolStart, Data: runevent.Encode(runevent.ToolStart{ToolCallID: "call_1", Name: "crm__signup", Arguments: []byte(`{}`)})},
+		{Seq: 2, Type: runevent.TypeApprovalRequired, Data: runevent.Encode(runevent.ApprovalRequired{Kind: "question", ToolCallID: "call_1",
+			Name: "crm__signup", Arguments: []byte(`{}`), Source: "mcp", Message: "Who are you?", Fields: []runevent.Field{{Name: "name", Type: "string"}}})},
+		{Seq: 3, Type: runevent.TypeToolComplete, Data: runevent.Encode(runevent.ToolComplete{ToolCallID: "call_1", Name: "crm__signup", Success: true, Content: "ok"})},
+		{Seq: 4, Type: runevent.TypeDone, Data: runevent.Encode(runevent.Done{Status: "completed"})},
+	} {
+		if err := c.event(ev); err != nil {
+			t.Fatalf("%s: %v", ev.Type, err)
+		}
+	}
+	got := string(c.buf)
+	want := `data: {"data":{"decision":"cancel","fields":[{"name":"name","type":"string"}],"message":"Who are you?","name":"crm__signup",` +
+		`"reason":"The run ended before anyone answered.","state":"decided","tool_call_id":"call_1"},"id":"call_1","type":"data-elicitation"}`
+	if i := strings.Index(got, want); i < 0 || i > strings.Index(got, "data: [DONE]") {
+		t.Errorf("converted:\n%s\nwant before [DONE] a chunk\n%s", got, want)
+	}
+}

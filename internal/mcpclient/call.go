@@ -64,6 +64,7 @@ func (s *server) newTool(t *mcp.Tool) (*mcpTool, error) {
 		Destructive: ann != nil && !ann.ReadOnlyHint && ann.DestructiveHint != nil && *ann.DestructiveHint,
 		Timeout:     timeout,
 		Source:      s.source,
+		Asks:        true, // elicitation
 	}}, nil
 }
 
@@ -145,8 +146,8 @@ func answered(rpc *jsonrpc.Error) bool {
 func (s *server) call(ctx context.Context, sess *mcp.ClientSession, name string, args json.RawMessage) (*mcp.CallToolResult, error) {
 	token := "chatd-" + strconv.FormatUint(s.tokens.Add(1), 10)
 	ctx = context.WithValue(ctx, callKey{}, token)
+	s.prune()
 	s.calls.Store(token, inFlight{ctx: ctx, sess: sess})
-	defer s.calls.Delete(token)
 	p := &mcp.CallToolParams{Name: name, Arguments: args}
 	p.SetProgressToken(token)
 	// The call's span, per the MCP semantic conventions; its trace context goes to the server in the
@@ -163,6 +164,7 @@ func (s *server) call(ctx context.Context, sess *mcp.ClientSession, name string,
 		p.Meta[k] = v
 	}
 	res, err := sess.CallTool(ctx, p)
+	s.returned(token, err != nil && ctx.Err() != nil)
 	tracing.EndMCP(span, err, err == nil && res.IsError)
 	return res, err
 }
@@ -180,8 +182,9 @@ func (s *server) progressed(_ context.Context, req *mcp.ProgressNotificationClie
 	if !ok {
 		return // late: the call has returned
 	}
-	ctx := v.(inFlight).ctx
-	if ctx.Err() != nil {
+	c := v.(inFlight)
+	ctx := c.ctx
+	if !c.until.IsZero() || ctx.Err() != nil {
 		return // cancelled: the server may not have stopped yet
 	}
 	p := req.Params

@@ -4,7 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -19,15 +24,62 @@ import (
 // over stdio and over HTTP alike): it is taken to belong to the one call in flight on its session.
 // With none or several in flight it is declined: a question raised by one person's call must never
 // reach another person.
+//
+// A call chatd abandoned before its response (cancelled, or timed out) may still be at work on the
+// server, which may ask its question later, when another person's call is the only one in flight: so
+// an abandoned call keeps counting as in flight for a while (linger), and its question, or anyone's,
+// is declined meanwhile. A call that got its response frees its place at once.
 
 // callKey marks the context of a call, for a handler to tell it from a server's own request.
 type callKey struct{}
 
 // inFlight is one call in flight: its context (the run's asker, its progress reporter) and the session
-// it went out on.
+// it went out on; for a call abandoned before its response, until when it still counts as in flight.
 type inFlight struct {
-	ctx  context.Context
-	sess *mcp.ClientSession
+	ctx   context.Context
+	sess  *mcp.ClientSession
+	until time.Time // zero while the call runs
+}
+
+// minLinger is the shortest time an abandoned call counts as in flight.
+const minLinger = time.Minute
+
+// linger is how long a call abandoned before its response counts as in flight: the longest a call of
+// the server may run (its longest configured timeout), at least minLinger — a server that honours its
+// timeouts has given up on the call by then.
+func (s *server) linger() time.Duration {
+	d := max(minLinger, s.cfg.Timeout)
+	if s.cfg.Timeout <= 0 && s.m.opts.Registry != nil {
+		d = max(d, s.m.opts.Registry.DefaultTimeout())
+	}
+	for _, t := range s.cfg.ToolTimeouts {
+		d = max(d, t)
+	}
+	return d
+}
+
+// returned takes a call out of flight: at once when it got its response, after linger when it was
+// abandoned before it.
+func (s *server) returned(token string, abandoned bool) {
+	v, ok := s.calls.Load(token)
+	if !ok || !abandoned {
+		s.calls.Delete(token)
+		return
+	}
+	c := v.(inFlight)
+	c.until = s.m.opts.Now().Add(s.linger())
+	s.calls.Store(token, c)
+}
+
+// prune forgets the abandoned calls whose time is up.
+func (s *server) prune() {
+	now := s.m.opts.Now()
+	s.calls.Range(func(k, v any) bool {
+		if c := v.(inFlight); !c.until.IsZero() && now.After(c.until) {
+			s.calls.Delete(k)
+		}
+		return true
+	})
 }
 
 // declined is the answer to an elicitation chatd cannot put to a person.
@@ -49,10 +101,10 @@ func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Elici
 	}
 	call := ctx
 	if _, own := ctx.Value(callKey{}).(string); !own {
-		var n int
-		if call, n = s.onlyCall(req.Session); n != 1 {
+		var running, abandoned int
+		if call, running, abandoned = s.onlyCall(req.Session); running+abandoned != 1 || call == nil {
 			log.Warn("MCP server asked an elicitation that chatd cannot tie to one call; declined",
-				"calls_in_flight", n)
+				"calls_in_flight", running, "calls_abandoned", abandoned)
 			return declined, nil
 		}
 	}
@@ -118,21 +170,111 @@ func questionOf(p *mcp.ElicitParams) (tool.Question, error) {
 	if n := len(shape.Properties); n > tool.MaxQuestionFields {
 		return tool.Question{}, fmt.Errorf("the elicitation asks for %d fields; chatd takes at most %d", n, tool.MaxQuestionFields)
 	}
-	return tool.Question{Message: p.Message, Schema: schema}, nil
+	for name, raw := range shape.Properties {
+		if n := choices(raw); n > tool.MaxQuestionChoices {
+			return tool.Question{}, fmt.Errorf("the elicitation's field %q has %d choices; chatd takes at most %d", name, n, tool.MaxQuestionChoices)
+		}
+	}
+	check, err := checker(schema)
+	if err != nil {
+		return tool.Question{}, err
+	}
+	return tool.Question{Message: p.Message, Schema: schema, Check: check}, nil
 }
 
-// onlyCall returns the context of the call in flight on sess when it is the only one, and how many
-// there are. A call whose context has ended counts until it returns: the request may be its own.
-func (s *server) onlyCall(sess *mcp.ClientSession) (context.Context, int) {
-	var only context.Context
-	n := 0
+// choices counts the choices of a requested schema's property: its enum, oneOf and anyOf, or its
+// items' for an array.
+func choices(property json.RawMessage) int {
+	type choosing struct {
+		Enum  []json.RawMessage `json:"enum"`
+		OneOf []json.RawMessage `json:"oneOf"`
+		AnyOf []json.RawMessage `json:"anyOf"`
+	}
+	var p struct {
+		choosing
+		Items *choosing `json:"items"`
+	}
+	if json.Unmarshal(property, &p) != nil {
+		return 0 // the SDK has checked the schema; fieldsOf says what is wrong with it
+	}
+	n := len(p.Enum) + len(p.OneOf) + len(p.AnyOf)
+	if p.Items != nil {
+		n += len(p.Items.Enum) + len(p.Items.OneOf) + len(p.Items.AnyOf)
+	}
+	return n
+}
+
+// checker returns the check the SDK makes of accepted content (mcp.Client's elicit): the requested
+// schema, resolved as it resolves it, validates the content, then fills in its defaults. Content the
+// person sends is checked with it before the server's request gets it, so that an answer chatd takes
+// is one the SDK passes on, and what chatd records is what the server receives. A schema that does not
+// resolve is refused at once: no answer could pass.
+func checker(schema json.RawMessage) (func(map[string]any) (map[string]any, error), error) {
+	var s *jsonschema.Schema
+	if err := json.Unmarshal(schema, &s); err != nil {
+		return nil, fmt.Errorf("the elicitation's requestedSchema: %w", err)
+	}
+	if s == nil {
+		return nil, nil
+	}
+	resolved, err := s.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("the elicitation's requestedSchema does not resolve: %w", err)
+	}
+	names := slices.Sorted(maps.Keys(s.Properties))
+	return func(content map[string]any) (map[string]any, error) {
+		out := maps.Clone(content)
+		if out == nil {
+			out = map[string]any{}
+		}
+		if err := resolved.Validate(out); err != nil {
+			return nil, answerError(names, err)
+		}
+		if err := resolved.ApplyDefaults(&out); err != nil {
+			return nil, &tool.AnswerError{Problem: err.Error()}
+		}
+		return out, nil
+	}, nil
+}
+
+// answerError names the field a validation error of jsonschema-go is about ("validating root:
+// validating /properties/code: pattern: …"), and keeps its last words as the problem.
+func answerError(names []string, err error) *tool.AnswerError {
+	msg := err.Error()
+	e := &tool.AnswerError{}
+	for _, name := range names {
+		ptr := "validating /properties/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(name) + ":"
+		if strings.Contains(msg, ptr) && len(name) >= len(e.Field) {
+			e.Field = name
+		}
+	}
+	for strings.HasPrefix(msg, "validating ") {
+		i := strings.Index(msg, ": ")
+		if i < 0 {
+			break
+		}
+		msg = msg[i+2:]
+	}
+	e.Problem = msg
+	return e
+}
+
+// onlyCall returns the context of the call running on sess when it is the only call in flight there,
+// with the number of calls running and of calls abandoned that still count (linger). A call whose
+// context has ended counts as running until it returns: the request may be its own.
+func (s *server) onlyCall(sess *mcp.ClientSession) (only context.Context, running, abandoned int) {
+	s.prune()
 	s.calls.Range(func(_, v any) bool {
 		c := v.(inFlight)
-		if c.sess == sess {
+		switch {
+		case c.sess != sess:
+		case c.until.IsZero():
 			only = c.ctx
-			n++
+			running++
+		default:
+			abandoned++
 		}
 		return true
 	})
-	return only, n
+	return only, running, abandoned
 }

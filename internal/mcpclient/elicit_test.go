@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -161,14 +163,33 @@ func TestElicitationURL(t *testing.T) {
 	})
 }
 
-// TestElicitationTooBig: a requested schema over chatd's limits is refused with an error that says so,
+// elicitedAsked calls srv__elicit with args and returns the question the asker got, declining it.
+func elicitedAsked(t *testing.T, reg *tool.Registry, a *fakeAsker, args string) asked {
+	t.Helper()
+	done := make(chan tool.Outcome, 1)
+	go func() { done <- reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit", json.RawMessage(args)) }()
+	x := receive(t, a.questions, "the elicitation did not reach the asker")
+	x.answer <- tool.Answer{Action: tool.ActionDecline}
+	receive(t, done, "srv__elicit did not return")
+	return x
+}
+
+// TestElicitationTooBig: a requested schema over chatd's limits (fields, choices) is refused with an error that says so,
 // and nobody is asked.
 func TestElicitationTooBig(t *testing.T) {
 	elicitTransports(t, func(t *testing.T, m *Manager, reg *tool.Registry) {
 		a := newAsker()
-		out := reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit", json.RawMessage(`{"fields":33}`))
-		if out.Success || !strings.Contains(out.Content, "asks for 33 fields; chatd takes at most 32") {
-			t.Errorf("srv__elicit: %+v, want a failure naming the limit", out)
+		for args, limit := range map[string]string{
+			`{"fields":33}`:   "asks for 33 fields; chatd takes at most 32",
+			`{"choices":101}`: `field "pick" has 101 choices; chatd takes at most 100`,
+		} {
+			out := reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit", json.RawMessage(args))
+			if out.Success || !strings.Contains(out.Content, limit) {
+				t.Errorf("srv__elicit %s: %+v, want a failure naming the limit", args, out)
+			}
+		}
+		if got := elicitedAsked(t, reg, a, `{"choices":100}`); got.q.Message == "" {
+			t.Error("a question of 100 choices was not asked")
 		}
 		select {
 		case x := <-a.questions:
@@ -176,4 +197,120 @@ func TestElicitationTooBig(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// clock is a test clock that moves only when told.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// TestElicitationOfAbandonedCall: a server still at work on a call chatd abandoned (Bob cancelled it)
+// asks its question on its own (protocol 2025-11-25) once another person's call (Alice's) is the only
+// one in flight. While the abandoned call lingers the question is declined and Alice is not asked;
+// once its time is up, its place is free.
+func TestElicitationOfAbandonedCall(t *testing.T) {
+	ts := legacyServer()
+	started := make(chan struct{}, 1)
+	ask := make(chan struct{})  // the test lets the abandoned call's server side ask
+	got := make(chan string, 2) // what the server got back
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(ask)
+	ts.raw("transfer", func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ss := req.Session
+		started <- struct{}{}
+		<-ctx.Done() // Bob cancelled: the server goes on with its work anyway
+		wg.Go(func() {
+			for range ask {
+				res, err := ss.Elicit(context.Background(), &mcp.ElicitParams{Message: "Bob: type your PIN to confirm the transfer",
+					RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"pin": map[string]any{"type": "string"}}}})
+				if err != nil {
+					got <- "error: " + err.Error()
+					continue
+				}
+				got <- res.Action
+			}
+		})
+		return nil, ctx.Err()
+	})
+	srv := httpServer(t, ts, nil)
+	clk := newClock()
+	opts := testOptions()
+	opts.Now = clk.now
+	_, reg := startManager(t, httpConfig("srv", srv.URL, ""), nil, opts)
+
+	bob, alice := newAsker(), newAsker()
+	bctx, bcancel := context.WithCancel(tool.WithAsker(t.Context(), bob))
+	bdone := make(chan tool.Outcome, 1)
+	go func() { bdone <- reg.Call(bctx, "srv__transfer", json.RawMessage(`{}`)) }()
+	receive(t, started, "srv__transfer did not start")
+	bcancel()
+	receive(t, bdone, "Bob's call did not return once cancelled")
+
+	r := newReporter()
+	actx, acancel := context.WithCancel(tool.WithAsker(tool.WithProgress(t.Context(), r.report), alice))
+	defer acancel()
+	adone := make(chan tool.Outcome, 1)
+	go func() { adone <- reg.Call(actx, "srv__block", json.RawMessage(`{}`)) }()
+	r.waitReports(t, 1)
+
+	ask <- struct{}{}
+	if a := receive(t, got, "the server got no answer to its question"); a != tool.ActionDecline {
+		t.Errorf("while Bob's abandoned call lingers, the server got %q, want decline", a)
+	}
+	select {
+	case x := <-alice.questions:
+		t.Fatalf("Alice was asked Bob's question %q", x.q.Message)
+	default:
+	}
+
+	// A minute later (the server's longest timeout is the registry's 10s) the abandoned call is
+	// forgotten: Alice's call is the only one in flight again.
+	clk.advance(time.Minute + time.Second)
+	ask <- struct{}{}
+	x := receive(t, alice.questions, "with Bob's call forgotten, the only call in flight was not asked")
+	x.answer <- tool.Answer{Action: tool.ActionDecline}
+	if a := receive(t, got, "the server got no answer to its second question"); a != tool.ActionDecline {
+		t.Errorf("the server got %q, want decline", a)
+	}
+	acancel()
+	receive(t, adone, "Alice's call did not return once cancelled")
+}
+
+// TestLinger: an abandoned call counts as in flight for the server's longest configured timeout, at
+// least a minute.
+func TestLinger(t *testing.T) {
+	for _, tc := range []struct {
+		config string
+		want   time.Duration
+	}{
+		{`{"url":"http://x"}`, time.Minute},
+		{`{"url":"http://x","timeout":"5m"}`, 5 * time.Minute},
+		{`{"url":"http://x","timeout":"10s","tools":{"book":{"timeout":"20m"}}}`, 20 * time.Minute},
+	} {
+		servers, err := ParseConfig([]byte(`{"mcpServers":{"s":`+tc.config+`}}`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := tool.NewRegistry(tool.Options{DefaultTimeout: 30 * time.Second})
+		m := New(servers, Options{Registry: reg})
+		if got := m.servers[0].linger(); got != tc.want {
+			t.Errorf("%s: linger %s, want %s", tc.config, got, tc.want)
+		}
+	}
 }

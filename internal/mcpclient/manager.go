@@ -56,6 +56,9 @@ type Options struct {
 	Version string
 	// Tracing traces tool calls (tools/call spans, the trace context sent in _meta); nil: none.
 	Tracing *tracing.Tracing
+	// Now is the clock that ends the window in which an abandoned call still counts as in flight
+	// (elicit.go); nil: time.Now.
+	Now func() time.Time
 }
 
 // Manager supervises the configured servers.
@@ -94,6 +97,9 @@ func New(servers []ServerConfig, opts Options) *Manager {
 	opts.KeepAlive = cmp.Or(opts.KeepAlive, 30*time.Second)
 	opts.MaxTools = cmp.Or(opts.MaxTools, 512)
 	opts.Version = cmp.Or(opts.Version, "dev")
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	m := &Manager{opts: opts, log: opts.Logger}
 	for _, sc := range servers {
 		m.servers = append(m.servers, newServer(m, sc))

@@ -233,7 +233,8 @@ func (ts *testServer) addTools() {
 	}
 }
 
-// elicit asks the client for a name and an age — or, with {"fields": n}, for n strings — as an input
+// elicit asks the client for a name and an age — or, with {"fields": n}, for n strings, or with
+// {"choices": n}, for one of n — as an input
 // request of its result (the SDK's server sends it as elicitation/create to a client on an earlier
 // protocol), and returns what it got as JSON: {"action": …, "content": …}.
 func (ts *testServer) elicit(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -242,7 +243,8 @@ func (ts *testServer) elicit(_ context.Context, req *mcp.CallToolRequest) (*mcp.
 		return text(string(b)), nil
 	}
 	var in struct {
-		Fields int `json:"fields"`
+		Fields  int `json:"fields"`
+		Choices int `json:"choices"`
 	}
 	_ = json.Unmarshal(req.Params.Arguments, &in)
 	schema := map[string]any{"type": "object", "required": []string{"name"}, "properties": map[string]any{
@@ -255,6 +257,13 @@ func (ts *testServer) elicit(_ context.Context, req *mcp.CallToolRequest) (*mcp.
 			props["f"+strconv.Itoa(i)] = map[string]any{"type": "string"}
 		}
 		schema = map[string]any{"type": "object", "properties": props}
+	}
+	if in.Choices > 0 {
+		enum := make([]string, in.Choices)
+		for i := range enum {
+			enum[i] = "c" + strconv.Itoa(i)
+		}
+		schema = map[string]any{"type": "object", "properties": map[string]any{"pick": map[string]any{"type": "string", "enum": enum}}}
 	}
 	return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{
 		"who": &mcp.ElicitParams{Message: "Who are you?", RequestedSchema: schema}}}, nil

@@ -3,6 +3,7 @@ package tool
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 )
 
 // A running tool may need something from the person whose run called it — an MCP server's
@@ -21,6 +22,7 @@ const (
 	MaxQuestionMessage = 4 << 10  // bytes of the message
 	MaxQuestionSchema  = 16 << 10 // bytes of the requested schema
 	MaxQuestionFields  = 32       // properties of the requested schema
+	MaxQuestionChoices = 100      // choices of one property (enum, oneOf, anyOf, or its items')
 )
 
 // Question is what a running tool asks the person: a message, and the values it wants as a flat JSON
@@ -29,6 +31,23 @@ const (
 type Question struct {
 	Message string
 	Schema  json.RawMessage
+	// Check, when set, checks accepted content as the one who asked will (an MCP client's SDK validates
+	// it against the requested schema, then fills in the schema's defaults), and returns the content
+	// that one will receive; a misfit is an *AnswerError.
+	Check func(content map[string]any) (map[string]any, error)
+}
+
+// AnswerError is why an answer does not fit its question; Field names the field at fault, if one is.
+type AnswerError struct {
+	Field   string
+	Problem string
+}
+
+func (e *AnswerError) Error() string {
+	if e.Field == "" {
+		return e.Problem
+	}
+	return "field " + strconv.Quote(e.Field) + ": " + e.Problem
 }
 
 // Answer is the person's answer to a Question: the action, and with accept the values, one per

@@ -89,6 +89,9 @@ func NewRegistry(opts Options) *Registry {
 	}
 }
 
+// DefaultTimeout is how long a call of a tool that sets no timeout of its own may run.
+func (r *Registry) DefaultTimeout() time.Duration { return r.timeout }
+
 // Register adds t under its Info().Name. It fails when the name is not
 // valid, already taken, or the input schema does not compile.
 func (r *Registry) Register(t Tool) error {

@@ -37,6 +37,9 @@ type Info struct {
 	// Destructive: the tool may change or delete data in ways that cannot be undone (an MCP server's
 	// destructiveHint, not read-only). An approval policy asks a person before it runs by default.
 	Destructive bool
+	// Asks: the tool may ask the person behind the call while it runs (an MCP server's elicitation);
+	// only its calls get an Asker in their context.
+	Asks bool
 }
 
 // Result is what a tool returns to the registry.

@@ -4,15 +4,17 @@
 import { useState, type FormEvent } from 'react'
 import { api, errorText, sentence, type ElicitationData, type ElicitationField } from '../api'
 
-type Values = Record<string, unknown>
+// Values are keyed by field name in a Map: a server names its fields, and a name such as __proto__
+// or constructor must be a field like any other, never a key of Object.prototype.
+type Values = Map<string, unknown>
 
 function initial(fields: ElicitationField[]): Values {
-  const v: Values = {}
+  const v: Values = new Map()
   for (const f of fields) {
-    if (f.default !== undefined && f.default !== null) v[f.name] = f.default
-    else if (f.type === 'boolean') v[f.name] = false
-    else if (f.multiple) v[f.name] = []
-    else v[f.name] = ''
+    if (f.default !== undefined && f.default !== null) v.set(f.name, f.default)
+    else if (f.type === 'boolean') v.set(f.name, false)
+    else if (f.multiple) v.set(f.name, [])
+    else v.set(f.name, '')
   }
   return v
 }
@@ -20,9 +22,10 @@ function initial(fields: ElicitationField[]): Values {
 /** contentOf turns the form's values into the answer's content: empty optional fields are left out,
  * numbers are numbers, a date-time is RFC 3339. */
 function contentOf(fields: ElicitationField[], values: Values): Record<string, unknown> {
-  const out: Record<string, unknown> = {}
+  // No prototype: out['__proto__'] = v is then an own property, which JSON.stringify sends.
+  const out: Record<string, unknown> = Object.create(null)
   for (const f of fields) {
-    const v = values[f.name]
+    const v = values.get(f.name)
     if (f.type === 'boolean') {
       out[f.name] = v === true
     } else if (f.multiple) {
@@ -40,6 +43,11 @@ function contentOf(fields: ElicitationField[], values: Values): Record<string, u
 }
 
 const inputTypes: Record<string, string> = { email: 'email', uri: 'url', date: 'date', 'date-time': 'datetime-local' }
+
+/** inputType is the input's type for a string of format: one of inputTypes' own keys, else text. */
+function inputType(format: string | undefined): string {
+  return format !== undefined && Object.hasOwn(inputTypes, format) ? inputTypes[format] : 'text'
+}
 
 function FieldInput({ f, id, value, set }: { f: ElicitationField; id: string; value: unknown; set: (v: unknown) => void }) {
   if (f.type === 'boolean') {
@@ -78,7 +86,7 @@ function FieldInput({ f, id, value, set }: { f: ElicitationField; id: string; va
   return (
     <input
       id={id}
-      type={numeric ? 'number' : (inputTypes[f.format ?? ''] ?? 'text')}
+      type={numeric ? 'number' : inputType(f.format)}
       step={f.type === 'integer' ? 1 : numeric ? 'any' : undefined}
       min={f.minimum}
       max={f.maximum}
@@ -145,7 +153,7 @@ export function ElicitationCard({ data, runId, live }: { data: ElicitationData; 
               {f.title || f.name}
               {f.required ? ' *' : ''}
             </label>
-            <FieldInput f={f} id={id} value={values[f.name]} set={(v) => setValues((old) => ({ ...old, [f.name]: v }))} />
+            <FieldInput f={f} id={id} value={values.get(f.name)} set={(v) => setValues((old) => new Map(old).set(f.name, v))} />
             {f.description ? <span className="small muted">{f.description}</span> : null}
           </div>
         )
