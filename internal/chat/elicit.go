@@ -112,10 +112,10 @@ func (a runAsker) Ask(ctx context.Context, q tool.Question) (tool.Answer, error)
 			expired = timer.C
 		case <-done:
 			done = nil
-			run.questions.decide(run, lq, tool.Answer{Action: tool.ActionCancel}, reasonWithdrawn)
+			run.questions.decide(run, lq, tool.Answer{Action: tool.ActionCancel}, reasonWithdrawn, "")
 		case <-expired:
 			expired = nil
-			run.questions.decide(run, lq, tool.Answer{Action: tool.ActionCancel}, reasonExpired)
+			run.questions.decide(run, lq, tool.Answer{Action: tool.ActionCancel}, reasonExpired, "")
 		}
 	}
 }
@@ -188,7 +188,7 @@ func (b *questionBoard) show(run *Run, q *liveQuestion) {
 // decide gives q its answer, and reports whether it was still waiting (the one who decides it first
 // wins). A question shown gets its approval_decided, and the next of its call is shown; one still
 // waiting its turn leaves unseen.
-func (b *questionBoard) decide(run *Run, q *liveQuestion, ans tool.Answer, reason string) bool {
+func (b *questionBoard) decide(run *Run, q *liveQuestion, ans tool.Answer, reason, by string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.calls[q.ev.ToolCallID]
@@ -201,7 +201,7 @@ func (b *questionBoard) decide(run *Run, q *liveQuestion, ans tool.Answer, reaso
 	}
 	c.queue = slices.Delete(c.queue, i, i+1)
 	if i == 0 {
-		decided(run, q, ans, reason)
+		decided(run, q, ans, reason, by)
 		if len(c.queue) > 0 {
 			b.show(run, c.queue[0])
 		}
@@ -210,9 +210,10 @@ func (b *questionBoard) decide(run *Run, q *liveQuestion, ans tool.Answer, reaso
 	return true
 }
 
-// decided emits the decision on a question shown; the board's lock is held.
-func decided(run *Run, q *liveQuestion, ans tool.Answer, reason string) {
-	d := runevent.ApprovalDecided{ToolCallID: q.ev.ToolCallID, Source: SourceMCP}
+// decided emits the decision on a question shown, by an admin for the run's owner when by is set; the
+// board's lock is held.
+func decided(run *Run, q *liveQuestion, ans tool.Answer, reason, by string) {
+	d := runevent.ApprovalDecided{ToolCallID: q.ev.ToolCallID, Source: SourceMCP, DecidedBy: by}
 	switch ans.Action {
 	case tool.ActionAccept:
 		d.Decision = DecisionAnswer
@@ -252,7 +253,7 @@ func (b *questionBoard) cancel(run *Run, c *callQuestions) {
 	for i, q := range c.queue {
 		ans := tool.Answer{Action: tool.ActionCancel}
 		if i == 0 {
-			decided(run, q, ans, reasonCallEnded)
+			decided(run, q, ans, reasonCallEnded, "")
 		}
 		q.answer <- ans
 	}
@@ -335,7 +336,7 @@ func (s *Service) answerLive(run *Run, d Decision) (*ApprovalResult, bool, error
 		}
 		ans = tool.Answer{Action: tool.ActionAccept, Content: content}
 	}
-	if !run.questions.decide(run, q, ans, "") {
+	if !run.questions.decide(run, q, ans, "", d.DecidedBy) {
 		return nil, true, &Error{Kind: ErrBusy, Code: "already_decided", RunID: run.ID,
 			Message: fmt.Sprintf("tool call %q no longer waits: it was answered, or its call ended", d.ToolCallID)}
 	}

@@ -341,3 +341,28 @@ func TestElicitationOnlyForToolsThatAsk(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminAnswersLiveQuestion: an admin's answer to a question a live run waits on says who answered
+// in approval_decided, as an admin's decision on a stored call does.
+func TestAdminAnswersLiveQuestion(t *testing.T) {
+	f := elicitFixture(t, askingTool{})
+	st := f.send(t, chat.Request{Message: "sign me up"}, chat.StartOptions{})
+	questionOf(t, f.follow(t, st.RunID, 0))
+	if _, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_1", Decision: chat.DecisionAnswer,
+		Content: json.RawMessage(`{"name":"Ada"}`), DecidedBy: "root"}); err != nil {
+		t.Fatal(err)
+	}
+	f.wait(t, st.RunID)
+	n := 0
+	for _, e := range stored(t, f.db, st.RunID) {
+		if e.Type == runevent.TypeApprovalDecided {
+			n++
+			if d, _ := runevent.Decode[runevent.ApprovalDecided](e.Data); d.DecidedBy != "root" {
+				t.Errorf("approval_decided of the admin's answer: %s; want decided_by root", e.Data)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d approval_decided events, want 1", n)
+	}
+}
