@@ -246,6 +246,44 @@ func TestResumeAdmittedAsASend(t *testing.T) {
 	}
 }
 
+// TestResumeWithMessageQueuedBehind: under a key's concurrent_runs of 1, a message sent to the session of
+// a run awaiting approval is queued behind it (the waiting run is not counted), and the approval is
+// admitted all the same: the queued run waits for the resumed one and does not count against it. The
+// approved call runs, then the queued message.
+func TestResumeWithMessageQueuedBehind(t *testing.T) {
+	counts := map[string]*atomic.Int32{}
+	su := approvalSetup(counts)
+	su.Quota = func(_ context.Context, _, keyID string) ([]store.Limit, error) {
+		return []store.Limit{{Name: store.LimitConcurrentRuns, KeyID: keyID, Max: 1}}, nil
+	}
+	f := newFixture(t, su)
+	if err := f.db.CreateKey(t.Context(), &store.APIKey{ID: "key-1", User: user, Hash: []byte("key-1")}); err != nil {
+		t.Fatal(err)
+	}
+	quota, _ := su.Quota(t.Context(), user, "key-1")
+	acct := chat.StartOptions{Account: chat.Account{KeyID: "key-1", Quota: quota}}
+	st := f.send(t, chat.Request{Message: "mail bob"}, acct)
+	if o := f.wait(t, st.RunID); o.Status != store.RunAwaiting {
+		t.Fatalf("run: %+v", o)
+	}
+	acct.OnActiveRun = chat.OnActiveEnqueue
+	queued := f.send(t, chat.Request{Message: "and also", SessionID: st.SessionID}, acct)
+	if queued.Status != store.RunQueued {
+		t.Fatalf("the message sent behind the waiting run: %+v, want queued", queued)
+	}
+	if _, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_2", Decision: chat.DecisionApprove}); err != nil {
+		t.Fatalf("the approval with a message queued behind the run: %v", err)
+	}
+	for _, id := range []string{st.RunID, queued.RunID} {
+		if o := f.wait(t, id); o.Status != store.RunCompleted {
+			t.Errorf("run %s: %+v, want completed", id, o)
+		}
+	}
+	if n := counts["mail__send"].Load(); n != 1 {
+		t.Errorf("the approved call ran %d times, want once", n)
+	}
+}
+
 // TestExpirySweptAcrossInstances: on PostgreSQL, a run whose wait expired while no instance kept its
 // timer (the clock is stepped; no timer fires) is expired by the instances' sweep once a grace has
 // passed — not before —, and two instances sweeping at once expire it once: one resume wins, the run

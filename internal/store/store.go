@@ -462,7 +462,8 @@ type Store interface {
 	// raising its ReservedSeq to reserve; Request and Awaiting are cleared. ErrConflict when it is not
 	// awaiting approval or before changed: another decision, a cancel or its expiry came first. quota is
 	// checked in the same transaction as CreateRun checks a new run's (a refusal is a *LimitError, and
-	// the run still waits as it was): a resume counts as a run being created.
+	// the run still waits as it was): a resume counts as a run being created, except that the runs
+	// queued in the run's own session, which wait for it, are not counted.
 	ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []Limit) error
 	// AwaitingRuns returns, for every user, the runs awaiting approval, oldest first, with UserID and
 	// Awaiting: for start-up, to keep their expiry.

@@ -206,7 +206,7 @@ func prepareRun(ctx context.Context, tx *sql.Tx, user string, run *store.Run, se
 			return err
 		}
 	}
-	return checkQuota(ctx, tx, user, run.Quota)
+	return checkQuota(ctx, tx, user, run.Quota, "")
 }
 
 // checkIdle refuses with a *store.BusyError while the user's session has a running run. The unique
@@ -682,7 +682,7 @@ func (db *DB) UpdateAwaiting(ctx context.Context, user, runID string, before, af
 // before and the quota allows one more run.
 func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
 	return db.write(ctx, "resume run", func(tx *sql.Tx) error {
-		var check func() error
+		var check func(sessionID string) error
 		if len(quota) > 0 {
 			// As prepareRun: the user's lock, before any row lock, makes the count and the resume one step
 			// for every run of the user created or resumed at the same time, on any instance. The
@@ -690,7 +690,7 @@ func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.Raw
 			if _, err := tx.ExecContext(ctx, lockUserSQL, user); err != nil {
 				return err
 			}
-			check = func() error { return checkQuota(ctx, tx, user, quota) }
+			check = func(sessionID string) error { return checkQuota(ctx, tx, user, quota, sessionID) }
 		}
 		now := db.clock()
 		return awaitingChange(ctx, tx, user, runID, check, resumeRunSQL, string(before), reserve, nullable(db.instance), db.leaseUntil(now))
@@ -699,9 +699,10 @@ func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.Raw
 
 // awaitingChange runs an update of an awaiting run that names it by id, user and what it waits for
 // ($1–$3), under its session's lock, reporting a run that is not the user's as not found and one that
-// changed as a conflict. check, when set, may refuse the update once the run is known to wait.
-func awaitingChange(ctx context.Context, tx *sql.Tx, user, runID string, check func() error, query string, args ...any) error {
-	_, status, err := lockRun(ctx, tx, user, runID)
+// changed as a conflict. check, when set, may refuse the update once the run is known to wait; it is
+// given the run's session.
+func awaitingChange(ctx context.Context, tx *sql.Tx, user, runID string, check func(sessionID string) error, query string, args ...any) error {
+	sessionID, status, err := lockRun(ctx, tx, user, runID)
 	if err != nil {
 		return err
 	}
@@ -709,7 +710,7 @@ func awaitingChange(ctx context.Context, tx *sql.Tx, user, runID string, check f
 		return conflict("run %q is %s, not awaiting approval", runID, status)
 	}
 	if check != nil {
-		if err := check(); err != nil {
+		if err := check(sessionID); err != nil {
 			return err
 		}
 	}

@@ -120,7 +120,7 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 				return err
 			}
 		}
-		if err := checkQuota(ctx, tx, user, run.Quota); err != nil {
+		if err := checkQuota(ctx, tx, user, run.Quota, ""); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, insertRunSQL, run.ID, run.SessionID, user, run.Status, run.Agent, run.Model,
@@ -703,16 +703,16 @@ func (db *DB) UpdateAwaiting(ctx context.Context, user, runID string, before, af
 func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
 	return db.write(ctx, "resume run", func(tx txn) error {
 		// The awaiting run is not counted among the running: the check admits it as one more.
-		check := func() error { return checkQuota(ctx, tx, user, quota) }
+		check := func(sessionID string) error { return checkQuota(ctx, tx, user, quota, sessionID) }
 		return awaitingChange(ctx, tx, user, runID, check, resumeRunSQL, string(before), reserve)
 	})
 }
 
 // awaitingChange runs an update of an awaiting run that names it by id, user and what it waits for
 // ($1–$3), reporting a run that is not the user's as not found and one that changed as a conflict.
-// check, when set, may refuse the update once the run is known to wait.
-func awaitingChange(ctx context.Context, tx txn, user, runID string, check func() error, query string, args ...any) error {
-	_, status, err := runState(ctx, tx, user, runID)
+// check, when set, may refuse the update once the run is known to wait; it is given the run's session.
+func awaitingChange(ctx context.Context, tx txn, user, runID string, check func(sessionID string) error, query string, args ...any) error {
+	sessionID, status, err := runState(ctx, tx, user, runID)
 	if err != nil {
 		return err
 	}
@@ -720,7 +720,7 @@ func awaitingChange(ctx context.Context, tx txn, user, runID string, check func(
 		return conflict("run %q is %s, not awaiting approval", runID, status)
 	}
 	if check != nil {
-		if err := check(); err != nil {
+		if err := check(sessionID); err != nil {
 			return err
 		}
 	}

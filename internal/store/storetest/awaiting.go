@@ -154,3 +154,47 @@ func testResumeRunQuota(t *testing.T, s store.Store) {
 		t.Fatalf("ResumeRun once the other run ended: %v", err)
 	}
 }
+
+// testResumeRunQueuedBehind: the runs queued in a resumed run's own session, which wait for it, do not
+// count against the resume (a run queued behind a run awaiting approval would otherwise refuse every
+// decision under a concurrent_runs limit of 1, until the wait expired); runs queued in another session
+// still count, as they do for a new run.
+func testResumeRunQueuedBehind(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	k := createKey(t, s, alice, "laptop").ID
+	quota := []store.Limit{{Name: store.LimitConcurrentRuns, Max: 1}, {Name: store.LimitConcurrentRuns, KeyID: k, Max: 1}}
+	waits := json.RawMessage(`{"calls":[{"id":"call_2","decision":"approve"}]}`)
+	// await starts a run of the key in a new session and makes it wait, then queues a message behind
+	// it, both under quota.
+	await := func(quota ...store.Limit) (waiting, queued *store.Run) {
+		t.Helper()
+		sess := createSession(t, s, alice)
+		waiting = mustCreateLimited(t, s, alice, sess.ID, k, store.RunRunning, quota...)
+		if err := s.AwaitRun(ctx, alice, waiting.ID, store.Await{Awaiting: waits}); err != nil {
+			t.Fatal(err)
+		}
+		return waiting, mustCreateLimited(t, s, alice, sess.ID, k, store.RunQueued, quota...)
+	}
+	// Another session's run waits with a message queued behind it (sent before the limit was set), then
+	// this one's: its queued message admitted once the other's has ended, the waiting run not counted.
+	other, otherQueued := await()
+	if _, err := createLimited(t, s, alice, createSession(t, s, alice).ID, k, store.RunQueued, quota...); err == nil {
+		t.Fatal("a new run was created under a limit of 1 with a run queued")
+	}
+	mustFinish(t, s, alice, otherQueued.ID, store.RunEnd{Status: store.RunCancelled, FinishReason: "cancelled"})
+	waiting, _ := await(quota...)
+	otherQueued = mustCreateLimited(t, s, alice, other.SessionID, k, store.RunQueued)
+
+	err := s.ResumeRun(ctx, alice, waiting.ID, waits, 10, quota)
+	wantLimit(t, "ResumeRun with a run queued in another session", err, quota[0], 1)
+	if got := getRun(t, s, alice, waiting.ID); got.Status != store.RunAwaiting {
+		t.Fatalf("the refused run is %s, want still awaiting approval", got.Status)
+	}
+	mustFinish(t, s, alice, otherQueued.ID, store.RunEnd{Status: store.RunCancelled, FinishReason: "cancelled"})
+	if err := s.ResumeRun(ctx, alice, waiting.ID, waits, 10, quota); err != nil {
+		t.Fatalf("ResumeRun with only its own session's run queued behind it: %v", err)
+	}
+	// Now the resumed run and the run queued behind it count against the other session's resume.
+	err = s.ResumeRun(ctx, alice, other.ID, waits, 10, quota)
+	wantLimit(t, "ResumeRun with another session's run resumed and one queued behind it", err, quota[0], 2)
+}

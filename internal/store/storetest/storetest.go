@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AwaitingRun", testAwaitingRun},
 		{"StaleCancelOfAResumedRun", testStaleCancel},
 		{"ResumeRunQuota", testResumeRunQuota},
+		{"ResumeRunQueuedBehind", testResumeRunQueuedBehind},
 		{"FinishRunOwnCallsOnly", testFinishRunOwnCallsOnly},
 		{"CloseCalls", testCloseCalls},
 		{"RunUsageSoFar", testRunUsageSoFar},
