@@ -385,10 +385,7 @@ func (s *Service) decide(ctx context.Context, user, runID string, admit bool, ch
 func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awaiting, admit bool) error {
 	p, err := s.resumePlan(ctx, user, r, aw)
 	if err != nil {
-		// The run cannot go on as it was asked (its agent is gone, its request no longer fits): it ends
-		// failed, its calls closed.
-		s.log.Warn("an awaiting run cannot resume", append(storedRunAttrs(r), "err", err)...)
-		return s.endAwaiting(ctx, user, r, store.RunFailed, "The run could not resume after its approval: "+err.Error())
+		return s.cannotResume(ctx, user, r, err)
 	}
 	p.decided = aw
 	if s.opts.Quota != nil {
@@ -412,7 +409,9 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 		return errClosingDecision()
 	}
 	reserve := run.reservation()
-	if err := s.opts.Store.ResumeRun(ctx, user, r.ID, r.Awaiting, reserve, quota); err != nil {
+	if err := s.opts.Store.ResumeRun(ctx, user, r.ID, r.Awaiting, reserve, quota); errors.Is(err, store.ErrKeyRevoked) {
+		return s.cannotResume(ctx, user, r, errKeyRevoked())
+	} else if err != nil {
 		return err
 	}
 	s.stopExpiry(r.ID)
@@ -421,11 +420,44 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 		s.unresume(ctx, user, r, aw.ExpiresAt)
 		return errClosingDecision()
 	}
+	s.recheckKey(ctx, run, r)
 	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
 		records, err := s.opts.Store.Records(ctx, user, run.SessionID)
 		return store.Current(records), err
 	})
 	return nil
+}
+
+// cannotResume ends an awaiting run that cannot go on as it was asked (its agent is gone, its request no
+// longer fits, its key was revoked): failed, its calls closed. A run whose key no longer works also
+// refuses the decision, with the code a send with that key gets.
+func (s *Service) cannotResume(ctx context.Context, user string, r *store.Run, cause error) error {
+	s.log.Warn("an awaiting run cannot resume", append(storedRunAttrs(r), "err", cause)...)
+	if err := s.endAwaiting(ctx, user, r, store.RunFailed, "The run could not resume after its approval: "+cause.Error()); err != nil {
+		return err
+	}
+	if e, ok := errors.AsType[*Error](cause); ok && e.Code == "key_revoked" {
+		return &Error{Kind: ErrForbidden, Code: e.Code, RunID: r.ID,
+			Message: "the API key that sent this run was revoked or has expired: the run has ended, and the decision was not carried out"}
+	}
+	return nil
+}
+
+// recheckKey cancels a resumed run, live but not started, whose key was revoked since ResumeRun read it.
+// A revoke cancels the key's live runs, then its awaiting ones (CancelKey): a run whose resume committed
+// before the revoke but that was not yet live was in neither set. Read once the run is live, either the
+// key is seen revoked here, or the revoke came after this read and its cancel finds the run live. The
+// cancel, asked before the run starts, ends it before the approved calls run. A failed read lets the run
+// go on: its key was checked moments ago, in ResumeRun's transaction.
+func (s *Service) recheckKey(ctx context.Context, run *Run, r *store.Run) {
+	refused, err := s.keyRefused(ctx, r)
+	if err != nil {
+		s.log.Error("check again the key of a resumed run", append(storedRunAttrs(r), "err", err)...)
+		return
+	}
+	if refused != nil {
+		run.requestCancel(keyRevokedReason)
+	}
 }
 
 // errClosingDecision refuses a decision that would resume a run on a service shutting down.
@@ -644,8 +676,8 @@ func (s *Service) expire(user, runID string) {
 	var e *Error
 	switch {
 	case err == nil, errors.Is(err, errNotExpired):
-	case errors.As(err, &e) && (e.Code == "not_awaiting_approval" || e.Code == "run_not_found"):
-		// Decided, cancelled or deleted meanwhile.
+	case errors.As(err, &e) && (e.Code == "not_awaiting_approval" || e.Code == "run_not_found" || e.Code == "key_revoked"):
+		// Decided, cancelled or deleted meanwhile; or ended, its key revoked.
 	default:
 		s.log.Error("expire a run awaiting approval", "run", runID, "err", err)
 	}

@@ -173,6 +173,96 @@ func everySession(su setup) setup {
 	return su
 }
 
+// revokingStore revokes key-1 as the store resumes a run: before the resume's write or, with after,
+// once it has committed, and then cancels what the key started as the API's revoke does (CancelKey).
+type revokingStore struct {
+	store.Store
+	db        store.Store
+	svc       atomic.Pointer[chat.Service]
+	after     bool
+	cancelled atomic.Int32
+}
+
+func (c *revokingStore) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
+	if c.after {
+		if err := c.Store.ResumeRun(ctx, user, runID, before, reserve, quota); err != nil {
+			return err
+		}
+	}
+	if _, err := c.db.RevokeKey(ctx, user, "key-1"); err != nil {
+		return err
+	}
+	if !c.after {
+		// The resume reads the key next; the revoke's cancel, not yet run, would find the run waiting.
+		return c.Store.ResumeRun(ctx, user, runID, before, reserve, quota)
+	}
+	c.cancelled.Store(int32(c.svc.Load().CancelKey(ctx, "key-1", "the API key that started the run was revoked")))
+	return nil
+}
+
+// TestRevokeAroundResume: a run whose key is revoked around the decision that resumes it does not run
+// the approved call, whenever the revoke lands. Revoked before the decision (with no cancel of the
+// key's runs, as an expired key has none) or as the resume is written (before the revoke's cancel of
+// the key's runs), the decision is refused as a send with the key is (key_revoked) and the run ends
+// failed. Revoked once the resume is written but before the run is live — where the revoke's cancel
+// finds the run neither live nor waiting —, the run is cancelled before the call runs.
+func TestRevokeAroundResume(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		wrap    bool // revoke in the store's resume, else before the decision
+		after   bool // after the resume's write
+		wantErr string
+		wantRun string
+	}{
+		{name: "before the decision", wantErr: "key_revoked", wantRun: store.RunFailed},
+		{name: "as the resume is written", wrap: true, wantErr: "key_revoked", wantRun: store.RunFailed},
+		{name: "once the resume is written", wrap: true, after: true, wantRun: store.RunCancelled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			counts := map[string]*atomic.Int32{}
+			su := approvalSetup(counts)
+			rs := &revokingStore{after: tc.after}
+			if tc.wrap {
+				su.Wrap = func(db store.Store) store.Store { rs.Store = db; return rs }
+			}
+			f := newFixture(t, su)
+			rs.db = f.db
+			rs.svc.Store(f.svc)
+			if err := f.db.CreateKey(t.Context(), &store.APIKey{ID: "key-1", User: user, Hash: []byte("key-1")}); err != nil {
+				t.Fatal(err)
+			}
+			st := f.send(t, chat.Request{Message: "mail bob"}, chat.StartOptions{Account: chat.Account{KeyID: "key-1"}})
+			if o := f.wait(t, st.RunID); o.Status != store.RunAwaiting {
+				t.Fatalf("run: %+v", o)
+			}
+			if !tc.wrap {
+				if _, err := f.db.RevokeKey(t.Context(), user, "key-1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_2", Decision: chat.DecisionApprove})
+			if (tc.wantErr == "" && err != nil) || (tc.wantErr != "" && !isCode(err, tc.wantErr)) {
+				t.Fatalf("Decide: %v, want %q", err, tc.wantErr)
+			}
+			if e, ok := errors.AsType[*chat.Error](err); ok && !errors.Is(e, chat.ErrForbidden) {
+				t.Errorf("Decide: %v is not ErrForbidden", err)
+			}
+			if o := f.wait(t, st.RunID); o.Status != tc.wantRun {
+				t.Errorf("the run ended %s, want %s", o.Status, tc.wantRun)
+			}
+			if n := counts["mail__send"].Load(); n != 0 {
+				t.Errorf("the approved call of a revoked key's run ran %d times", n)
+			}
+			if n := rs.cancelled.Load(); n != 0 {
+				t.Errorf("the revoke's CancelKey cancelled %d runs: the run was not between its resume and its start", n)
+			}
+			if rec := toolRecord(t, f.db, st.SessionID, "call_2"); rec.Success == nil || *rec.Success {
+				t.Errorf("call_2's record: %+v, want a failed one", rec)
+			}
+		})
+	}
+}
+
 // TestResumeAdmittedAsASend: a decision that would resume a run is admitted with the limits of the key
 // that sent it, as a send is: past the key's concurrent runs (another of its runs resumed and still
 // running) or its token budget, it is refused with the limit's *store.LimitError, the run still waits

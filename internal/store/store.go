@@ -33,6 +33,8 @@ var (
 	ErrBusy = errors.New("session has a running run")
 	// ErrDuplicate: the user already has a run with this idempotency key (CreateRun).
 	ErrDuplicate = errors.New("idempotency key already used")
+	// ErrKeyRevoked: the API key that started the run was revoked or has expired (ResumeRun).
+	ErrKeyRevoked = errors.New("the run's API key was revoked or has expired")
 )
 
 // Roles of a record.
@@ -463,7 +465,8 @@ type Store interface {
 	// awaiting approval or before changed: another decision, a cancel or its expiry came first. quota is
 	// checked in the same transaction as CreateRun checks a new run's (a refusal is a *LimitError, and
 	// the run still waits as it was): a resume counts as a run being created, except that the runs
-	// queued in the run's own session, which wait for it, are not counted.
+	// queued in the run's own session, which wait for it, are not counted. ErrKeyRevoked, the run still
+	// waiting, when the API key that started it (Run.KeyID) is revoked, has expired or is gone.
 	ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []Limit) error
 	// AwaitingRuns returns, for every user, the runs awaiting approval, oldest first, with UserID and
 	// Awaiting: for start-up, to keep their expiry.

@@ -698,14 +698,36 @@ func (db *DB) UpdateAwaiting(ctx context.Context, user, runID string, before, af
 	})
 }
 
-// ResumeRun makes an awaiting run running again, when what it waits for is still before and the quota
-// allows one more run.
+// ResumeRun makes an awaiting run running again, when what it waits for is still before, its key still
+// works and the quota allows one more run.
 func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
 	return db.write(ctx, "resume run", func(tx txn) error {
-		// The awaiting run is not counted among the running: the check admits it as one more.
-		check := func(sessionID string) error { return checkQuota(ctx, tx, user, quota, sessionID) }
+		check := func(sessionID string) error {
+			if err := checkRunKey(ctx, tx, runID, db.clock()); err != nil {
+				return err
+			}
+			// The awaiting run is not counted among the running: the check admits it as one more.
+			return checkQuota(ctx, tx, user, quota, sessionID)
+		}
 		return awaitingChange(ctx, tx, user, runID, check, resumeRunSQL, string(before), reserve)
 	})
+}
+
+// runKeyRefusedSQL: the run was started with an API key that is revoked, has expired at $2 or is gone.
+const runKeyRefusedSQL = `SELECT EXISTS (SELECT 1 FROM runs r LEFT JOIN api_keys k ON k.id = r.key_id
+WHERE r.id = $1 AND r.key_id <> '' AND (k.id IS NULL OR k.revoked_at IS NOT NULL OR k.expires_at <= $2))`
+
+// checkRunKey refuses with store.ErrKeyRevoked the resume of a run whose key no longer works: what it
+// started stops with the key, as a send with the key is refused.
+func checkRunKey(ctx context.Context, tx txn, runID string, now time.Time) error {
+	var refused bool
+	if err := tx.QueryRowContext(ctx, runKeyRefusedSQL, runID, now.UnixMicro()).Scan(&refused); err != nil {
+		return err
+	}
+	if refused {
+		return fmt.Errorf("%w: run %q", store.ErrKeyRevoked, runID)
+	}
+	return nil
 }
 
 // awaitingChange runs an update of an awaiting run that names it by id, user and what it waits for

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"chatd/internal/store"
 )
@@ -197,4 +198,47 @@ func testResumeRunQueuedBehind(t *testing.T, s store.Store) {
 	// Now the resumed run and the run queued behind it count against the other session's resume.
 	err = s.ResumeRun(ctx, alice, other.ID, waits, 10, quota)
 	wantLimit(t, "ResumeRun with another session's run resumed and one queued behind it", err, quota[0], 2)
+}
+
+// testResumeRunKeyRevoked: a run whose API key was revoked, has expired or is gone does not resume
+// (ErrKeyRevoked) and still waits as it was; a run of a key that works, or of no key, resumes.
+func testResumeRunKeyRevoked(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	revoked := createKey(t, s, alice, "revoked").ID
+	if _, err := s.RevokeKey(ctx, alice, revoked); err != nil {
+		t.Fatal(err)
+	}
+	expired := &store.APIKey{User: alice, Name: "expired", Prefix: "chd_expired", Hash: newHash(),
+		ExpiresAt: ptr(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))} // before any store's clock
+	if err := s.CreateKey(ctx, expired); err != nil {
+		t.Fatal(err)
+	}
+	live := createKey(t, s, alice, "live").ID
+	waits := json.RawMessage(`{"calls":[{"id":"call_2","decision":"approve"}]}`)
+	for _, tc := range []struct {
+		name, key string
+		want      error
+	}{
+		{"revoked", revoked, store.ErrKeyRevoked},
+		{"expired", expired.ID, store.ErrKeyRevoked},
+		{"unknown", "no-such-key", store.ErrKeyRevoked},
+		{"live", live, nil},
+		{"none", "", nil},
+	} {
+		run := mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, tc.key, store.RunRunning)
+		if err := s.AwaitRun(ctx, alice, run.ID, store.Await{Awaiting: waits}); err != nil {
+			t.Fatal(err)
+		}
+		err := s.ResumeRun(ctx, alice, run.ID, waits, 10, nil)
+		if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+			t.Errorf("ResumeRun of a run whose key is %s: %v, want %v", tc.name, err, tc.want)
+		}
+		want := store.RunRunning
+		if tc.want != nil {
+			want = store.RunAwaiting
+		}
+		if got := getRun(t, s, alice, run.ID); got.Status != want {
+			t.Errorf("the run whose key is %s is %s after ResumeRun, want %s", tc.name, got.Status, want)
+		}
+	}
 }

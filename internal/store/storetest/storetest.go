@@ -52,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"StaleCancelOfAResumedRun", testStaleCancel},
 		{"ResumeRunQuota", testResumeRunQuota},
 		{"ResumeRunQueuedBehind", testResumeRunQueuedBehind},
+		{"ResumeRunKeyRevoked", testResumeRunKeyRevoked},
 		{"FinishRunOwnCallsOnly", testFinishRunOwnCallsOnly},
 		{"CloseCalls", testCloseCalls},
 		{"RunUsageSoFar", testRunUsageSoFar},
