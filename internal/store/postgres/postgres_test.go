@@ -2,10 +2,13 @@ package postgres
 
 import (
 	"context"
+	"io/fs"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pressly/goose/v3"
 
 	"chatd/internal/store"
 	"chatd/internal/store/postgres/pgtest"
@@ -189,5 +192,53 @@ func TestExpiredAwaiting(t *testing.T) {
 	}
 	if runs := found(expires.Add(time.Hour)); len(runs) != 0 {
 		t.Errorf("once resumed: %+v", runs)
+	}
+}
+
+// TestAwaitingExpiryBackfilled: a run already waiting when migration 00008 adds awaiting_expires_at gets
+// its expiry from what it waits for, so the sweep of expired waits finds it.
+func TestAwaitingExpiryBackfilled(t *testing.T) {
+	dsn := pgtest.NewSchema(t)
+	ctx, user := t.Context(), "alice"
+	db := openTest(t, dsn)
+	sess := &store.Session{Agent: "default"}
+	if err := db.CreateSession(ctx, user, sess); err != nil {
+		t.Fatal(err)
+	}
+	run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "openai/gpt-4o-mini"}
+	if err := db.CreateRun(ctx, user, run, nil); err != nil {
+		t.Fatal(err)
+	}
+	expires := time.Date(2026, 5, 2, 12, 0, 0, 0, time.UTC)
+	waits := []byte(`{"request":{"message":"mail bob"},"expires_at":"2026-05-02T12:00:00Z","calls":[]}`)
+	if err := db.AwaitRun(ctx, user, run.ID, store.Await{Awaiting: waits, ExpiresAt: expires}); err != nil {
+		t.Fatal(err)
+	}
+	// The schema as it was before 00008, the run waiting: its down drops the column.
+	fsys, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db.pool, fsys, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 7); err != nil {
+		t.Fatalf("down to 00007: %v", err)
+	}
+	if err := db.migrate(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	for _, tc := range []struct {
+		before time.Time
+		want   int
+	}{{expires.Add(-time.Microsecond), 0}, {expires, 1}} {
+		runs, err := db.ExpiredAwaiting(ctx, tc.before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) != tc.want || (tc.want == 1 && runs[0].ID != run.ID) {
+			t.Errorf("ExpiredAwaiting(%s) after 00008: %+v; want %d run(s), the run waiting before it", tc.before, runs, tc.want)
+		}
 	}
 }
