@@ -228,10 +228,15 @@ func (o *observer) await(res agent.Result) bool {
 	if out.ToolHistory == nil {
 		out.ToolHistory = []runevent.ToolHistory{}
 	}
+	if o.awaited != nil {
+		// Its expiry is kept before the run is seen waiting (its end): whoever sees it waiting finds the
+		// timer set, measured from when it paused.
+		o.awaited(o.p.user, run.ID, aw.ExpiresAt, "")
+	}
 	run.end(last, true, out)
 	o.retire(run)
-	if o.awaited != nil {
-		o.awaited(o.p.user, run.ID, aw.ExpiresAt, run.reason())
+	if reason := run.reason(); o.awaited != nil && reason != "" {
+		o.awaited(o.p.user, run.ID, aw.ExpiresAt, reason) // cancelled as it paused: ended now
 	}
 	return true
 }
