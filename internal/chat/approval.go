@@ -79,10 +79,14 @@ func (a *awaiting) undecided() int {
 func decodeAwaiting(b []byte) (*awaiting, error) {
 	var a awaiting
 	if err := json.Unmarshal(b, &a); err != nil {
-		return nil, fmt.Errorf("what the run waits for is unreadable: %w", err)
+		return nil, fmt.Errorf("%w: %w", errUnreadableAwaiting, err)
 	}
 	return &a, nil
 }
+
+// errUnreadableAwaiting: what a run waits for cannot be decoded. No decision can resume it; its expiry
+// ends it.
+var errUnreadableAwaiting = errors.New("what the run waits for is unreadable")
 
 // Decision is a person's answer to a call that waits for approval.
 type Decision struct {
@@ -683,15 +687,32 @@ func (s *Service) expire(user, runID string) {
 	case err == nil, errors.Is(err, errNotExpired):
 	case errors.As(err, &e) && (e.Code == "not_awaiting_approval" || e.Code == "run_not_found" || e.Code == "key_revoked"):
 		// Decided, cancelled or deleted meanwhile; or ended, its key revoked.
+	case errors.Is(err, errUnreadableAwaiting):
+		// Nothing can resume it: waiting on, it would be found again by every sweep, the oldest
+		// first, and enough of them would keep the sweep from the others.
+		s.endUnreadable(ctx, user, runID, err)
 	default:
 		s.log.Error("expire a run awaiting approval", "run", runID, "err", err)
+	}
+}
+
+// endUnreadable ends failed, its calls closed, a run awaiting approval whose state is unreadable: no
+// decision can resume it, and its expiry is unknown.
+func (s *Service) endUnreadable(ctx context.Context, user, runID string, cause error) {
+	r, err := s.opts.Store.Run(ctx, user, runID)
+	if err == nil && r.Status == store.RunAwaiting {
+		s.log.Error("an awaiting run's state is unreadable: it ends failed", append(storedRunAttrs(r), "err", cause)...)
+		err = s.endAwaiting(ctx, user, r, store.RunFailed, "The run could not go on: "+cause.Error())
+	}
+	if err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+		s.log.Error("end a run awaiting approval whose state is unreadable", "run", runID, "err", err)
 	}
 }
 
 var errNotExpired = errors.New("not expired yet")
 
 // keepExpiries keeps the expiry of every run awaiting approval in the store: at start-up, for the
-// runs a previous process left waiting.
+// runs a previous process left waiting. One whose state is unreadable ends failed.
 func (s *Service) keepExpiries(ctx context.Context) error {
 	runs, err := s.opts.Store.AwaitingRuns(ctx)
 	if err != nil {
@@ -700,7 +721,8 @@ func (s *Service) keepExpiries(ctx context.Context) error {
 	for i := range runs {
 		aw, err := decodeAwaiting(runs[i].Awaiting)
 		if err != nil {
-			s.log.Error("an awaiting run's state is unreadable", "run", runs[i].ID, "err", err)
+			// Its expiry is unknown, and no decision can resume it: it ends now.
+			s.endUnreadable(ctx, runs[i].UserID, runs[i].ID, err)
 			continue
 		}
 		s.keepExpiry(runs[i].UserID, runs[i].ID, aw.ExpiresAt)

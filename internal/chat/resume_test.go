@@ -374,6 +374,76 @@ func TestResumeWithMessageQueuedBehind(t *testing.T) {
 	}
 }
 
+// TestUnreadableWaitEnds: a run awaiting approval whose state cannot be read (no decision can resume
+// it) ends failed, its call closed without running: at a restart, which cannot know its expiry, and
+// when PostgreSQL's sweep finds its wait expired (else every sweep would find it again, first).
+func TestUnreadableWaitEnds(t *testing.T) {
+	const unreadable = `{"expires_at":`
+	check := func(t *testing.T, db store.Store, runID string, sent int32) {
+		t.Helper()
+		r, err := db.Run(t.Context(), user, runID)
+		if err != nil || r.Status != store.RunFailed {
+			t.Fatalf("the run whose wait is unreadable: %+v, %v; want failed", r, err)
+		}
+		if rec := toolRecord(t, db, r.SessionID, "call_1"); rec.Success == nil || *rec.Success {
+			t.Errorf("its waiting call's record: %+v, want a failed one", rec)
+		}
+		if sent != 0 {
+			t.Errorf("the waiting call ran %d times", sent)
+		}
+	}
+	t.Run("at a restart", func(t *testing.T) {
+		counts := map[string]*atomic.Int32{}
+		su := approvalSetup(counts)
+		su.Respond = func(n int, req llmtest.Request) llmtest.Turn {
+			return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "mail__send", Arguments: `{"to":"bob@example.com"}`}}}
+		}
+		f := newFixture(t, su)
+		st := f.send(t, chat.Request{Message: "mail bob"}, chat.StartOptions{})
+		if o := f.wait(t, st.RunID); o.Status != store.RunAwaiting {
+			t.Fatalf("run: %+v", o)
+		}
+		if err := f.db.UpdateAwaiting(t.Context(), user, st.RunID, storedRun(t, f.db, st.RunID).Awaiting, []byte(unreadable)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.svc.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		svc := restart(t, f, su)
+		if err := svc.Recover(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		check(t, f.db, st.RunID, counts["mail__send"].Load())
+	})
+	t.Run("swept", func(t *testing.T) {
+		dsn := pgtest.NewSchema(t)
+		clk := newClock()
+		a := newInstance(t, dsn, "a", clk, true, llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "mail__send", Arguments: `{}`}}})
+		b := newInstance(t, dsn, "b", clk, true)
+		var sent atomic.Int32
+		for _, in := range []*instance{a, b} {
+			if err := in.reg.Register(policyTool{info: tool.Info{Name: "mail__send", Description: "Sends mail.", Destructive: true}, calls: &sent}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := a.svc.Start(t.Context(), user, chat.Request{Message: "mail bob"}, chat.StartOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, err := a.svc.Wait(t.Context(), user, st.RunID); err != nil || o.Status != store.RunAwaiting {
+			t.Fatalf("run on a: %+v, %v", o, err)
+		}
+		if err := a.db.UpdateAwaiting(t.Context(), user, st.RunID, storedRun(t, a.db, st.RunID).Awaiting, []byte(unreadable)); err != nil {
+			t.Fatal(err)
+		}
+		clk.step(chat.DefaultApprovalTimeout + 2*time.Minute) // past the expiry and its grace
+		if err := b.svc.Sweep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		check(t, b.db, st.RunID, sent.Load())
+	})
+}
+
 // TestExpirySweptAcrossInstances: on PostgreSQL, a run whose wait expired while no instance kept its
 // timer (the clock is stepped; no timer fires) is expired by the instances' sweep once a grace has
 // passed — not before —, and two instances sweeping at once expire it once: one resume wins, the run

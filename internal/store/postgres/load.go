@@ -25,7 +25,7 @@ type loadPart struct {
 // loadRunsAfterSQL gives the runs awaiting approval their expiry (awaiting_expires_at, which the sweep of
 // expired waits reads), from what they wait for, as migration 00008 does: another store keeps it there
 // alone. Every waiting run, not only the ones without one: a run copied again may wait anew.
-const loadRunsAfterSQL = `UPDATE runs SET awaiting_expires_at = (awaiting::jsonb ->> 'expires_at')::timestamptz
+const loadRunsAfterSQL = `UPDATE runs SET awaiting_expires_at = awaiting_expiry(awaiting, created_at)
 WHERE status = 'awaiting_approval'`
 
 var loadParts = map[string]loadPart{

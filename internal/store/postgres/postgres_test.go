@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -196,25 +197,31 @@ func TestExpiredAwaiting(t *testing.T) {
 }
 
 // TestAwaitingExpiryBackfilled: a run already waiting when migration 00008 adds awaiting_expires_at gets
-// its expiry from what it waits for, so the sweep of expired waits finds it.
+// its expiry from what it waits for, so the sweep of expired waits finds it; one whose awaiting cannot
+// be read gets its creation time, so that the sweep finds it too, and ends it.
 func TestAwaitingExpiryBackfilled(t *testing.T) {
 	dsn := pgtest.NewSchema(t)
 	ctx, user := t.Context(), "alice"
 	db := openTest(t, dsn)
-	sess := &store.Session{Agent: "default"}
-	if err := db.CreateSession(ctx, user, sess); err != nil {
-		t.Fatal(err)
-	}
-	run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "openai/gpt-4o-mini"}
-	if err := db.CreateRun(ctx, user, run, nil); err != nil {
-		t.Fatal(err)
+	await := func(awaiting string, expires time.Time) *store.Run {
+		t.Helper()
+		sess := &store.Session{Agent: "default"}
+		if err := db.CreateSession(ctx, user, sess); err != nil {
+			t.Fatal(err)
+		}
+		run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "openai/gpt-4o-mini"}
+		if err := db.CreateRun(ctx, user, run, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.AwaitRun(ctx, user, run.ID, store.Await{Awaiting: []byte(awaiting), ExpiresAt: expires}); err != nil {
+			t.Fatal(err)
+		}
+		return run
 	}
 	expires := time.Date(2026, 5, 2, 12, 0, 0, 0, time.UTC)
-	waits := []byte(`{"request":{"message":"mail bob"},"expires_at":"2026-05-02T12:00:00Z","calls":[]}`)
-	if err := db.AwaitRun(ctx, user, run.ID, store.Await{Awaiting: waits, ExpiresAt: expires}); err != nil {
-		t.Fatal(err)
-	}
-	// The schema as it was before 00008, the run waiting: its down drops the column.
+	readable := await(`{"request":{"message":"mail bob"},"expires_at":"2026-05-02T12:00:00Z","calls":[]}`, expires)
+	unreadable := await(`{"expires_at":`, time.Time{})
+	// The schema as it was before 00008, the runs waiting: its down drops the column.
 	fsys, err := fs.Sub(migrations, "migrations")
 	if err != nil {
 		t.Fatal(err)
@@ -231,14 +238,22 @@ func TestAwaitingExpiryBackfilled(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		before time.Time
-		want   int
-	}{{expires.Add(-time.Microsecond), 0}, {expires, 1}} {
+		want   []string
+	}{
+		{expires.Add(-time.Microsecond), nil},
+		{expires, []string{readable.ID}},
+		{unreadable.CreatedAt, []string{readable.ID, unreadable.ID}},
+	} {
 		runs, err := db.ExpiredAwaiting(ctx, tc.before)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(runs) != tc.want || (tc.want == 1 && runs[0].ID != run.ID) {
-			t.Errorf("ExpiredAwaiting(%s) after 00008: %+v; want %d run(s), the run waiting before it", tc.before, runs, tc.want)
+		var got []string
+		for _, r := range runs {
+			got = append(got, r.ID)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("ExpiredAwaiting(%s) after 00008: %v, want %v", tc.before, got, tc.want)
 		}
 	}
 }
