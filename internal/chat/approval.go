@@ -714,7 +714,7 @@ var errNotExpired = errors.New("not expired yet")
 // keepExpiries keeps the expiry of every run awaiting approval in the store: at start-up, for the
 // runs a previous process left waiting. One whose state is unreadable ends failed.
 func (s *Service) keepExpiries(ctx context.Context) error {
-	runs, err := s.opts.Store.AwaitingRuns(ctx)
+	runs, err := s.opts.Store.AwaitingRuns(ctx, "")
 	if err != nil {
 		return fmt.Errorf("awaiting runs: %w", err)
 	}

@@ -469,8 +469,9 @@ type Store interface {
 	// waiting, when the API key that started it (Run.KeyID) is revoked, has expired or is gone.
 	ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []Limit) error
 	// AwaitingRuns returns, for every user, the runs awaiting approval, oldest first, with UserID and
-	// Awaiting: for start-up, to keep their expiry.
-	AwaitingRuns(ctx context.Context) ([]Run, error)
+	// Awaiting: for start-up, to keep their expiry. When keyID is not "", only those started with that
+	// API key: to cancel them when it is revoked.
+	AwaitingRuns(ctx context.Context, keyID string) ([]Run, error)
 	// CloseCalls appends a failed tool record (content reason) for every tool call of the run that has
 	// none, in call order, and returns them.
 	CloseCalls(ctx context.Context, user, runID, reason string) ([]Record, error)

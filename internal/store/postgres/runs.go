@@ -50,7 +50,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 	unfinishedSQL = `SELECT ` + runColumns + `, r.user_id, r.request` + runJoins +
 		`WHERE r.status IN ('queued', 'running') ORDER BY r.created_at, r.id`
 	awaitingSQL = `SELECT ` + runColumns + `, r.user_id, r.request` + runJoins +
-		`WHERE r.status = 'awaiting_approval' ORDER BY r.created_at, r.id`
+		`WHERE r.status = 'awaiting_approval' AND ($1 = '' OR r.key_id = $1) ORDER BY r.created_at, r.id`
 	runningInSQL = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	keyTakenSQL  = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
 
@@ -318,14 +318,14 @@ func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
 	return db.runsAcrossUsers(ctx, "unfinished runs", unfinishedSQL)
 }
 
-// AwaitingRuns returns every user's runs awaiting approval, oldest first.
-func (db *DB) AwaitingRuns(ctx context.Context) ([]store.Run, error) {
-	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL)
+// AwaitingRuns returns every user's runs awaiting approval, or those started with keyID, oldest first.
+func (db *DB) AwaitingRuns(ctx context.Context, keyID string) ([]store.Run, error) {
+	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL, keyID)
 }
 
 // runsAcrossUsers reads the runs of query, of every user, with their user ids and requests.
-func (db *DB) runsAcrossUsers(ctx context.Context, what, query string) ([]store.Run, error) {
-	rows, err := db.pool.QueryContext(ctx, query)
+func (db *DB) runsAcrossUsers(ctx context.Context, what, query string, args ...any) ([]store.Run, error) {
+	rows, err := db.pool.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", what, err)
 	}

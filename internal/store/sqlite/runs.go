@@ -36,7 +36,7 @@ FROM sessions WHERE id = $2 AND user_id = $3`
 	activeRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	runByKeySQL     = `SELECT ` + runColumns + ` FROM runs WHERE user_id = $1 AND idempotency_key = $2`
 	unfinishedSQL   = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status IN ('queued', 'running') ORDER BY created_at, id`
-	awaitingSQL     = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status = 'awaiting_approval' ORDER BY created_at, id`
+	awaitingSQL     = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status = 'awaiting_approval' AND ($1 = '' OR key_id = $1) ORDER BY created_at, id`
 	runningInSQL    = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	keyTakenSQL     = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
 	lastEventSeqSQL = `SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = $1`
@@ -301,16 +301,16 @@ func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
 	return db.runsAcrossUsers(ctx, "unfinished runs", unfinishedSQL)
 }
 
-// AwaitingRuns returns every user's runs awaiting approval, oldest first.
-func (db *DB) AwaitingRuns(ctx context.Context) ([]store.Run, error) {
-	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL)
+// AwaitingRuns returns every user's runs awaiting approval, or those started with keyID, oldest first.
+func (db *DB) AwaitingRuns(ctx context.Context, keyID string) ([]store.Run, error) {
+	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL, keyID)
 }
 
 // runsAcrossUsers reads the runs of query, of every user, with their user ids and requests.
-func (db *DB) runsAcrossUsers(ctx context.Context, what, query string) ([]store.Run, error) {
+func (db *DB) runsAcrossUsers(ctx context.Context, what, query string, args ...any) ([]store.Run, error) {
 	var runs []store.Run
 	err := db.read(ctx, what, func(tx txn) error {
-		rows, err := tx.QueryContext(ctx, query)
+		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"chatd/internal/store"
 )
 
@@ -47,7 +49,7 @@ func testAwaitingRun(t *testing.T, s store.Store) {
 			t.Error("UnfinishedRuns lists the awaiting run: recovery would end it")
 		}
 	}
-	awaiting, err := s.AwaitingRuns(ctx)
+	awaiting, err := s.AwaitingRuns(ctx, "")
 	if err != nil || len(awaiting) != 1 || awaiting[0].ID != run.ID || awaiting[0].UserID != alice ||
 		string(awaiting[0].Awaiting) != string(waits) {
 		t.Fatalf("AwaitingRuns = %+v, %v", awaiting, err)
@@ -83,7 +85,7 @@ func testAwaitingRun(t *testing.T, s store.Store) {
 	if got, err := s.Run(ctx, alice, run.ID); err != nil || got.Status != store.RunCancelled || got.Awaiting != nil {
 		t.Errorf("ended Run = %+v, %v", got, err)
 	}
-	if awaiting, err := s.AwaitingRuns(ctx); err != nil || len(awaiting) != 0 {
+	if awaiting, err := s.AwaitingRuns(ctx, ""); err != nil || len(awaiting) != 0 {
 		t.Errorf("AwaitingRuns after the end = %+v, %v", awaiting, err)
 	}
 	wantErr(t, "UpdateAwaiting of an ended run", s.UpdateAwaiting(ctx, alice, run.ID, waits, decided), store.ErrConflict)
@@ -239,6 +241,43 @@ func testResumeRunKeyRevoked(t *testing.T, s store.Store) {
 		}
 		if got := getRun(t, s, alice, run.ID); got.Status != want {
 			t.Errorf("the run whose key is %s is %s after ResumeRun, want %s", tc.name, got.Status, want)
+		}
+	}
+}
+
+// testAwaitingRunsOfKey: AwaitingRuns with a key id lists the runs awaiting approval started with that
+// key alone, of every user; without one, every run awaiting approval.
+func testAwaitingRunsOfKey(t *testing.T, s store.Store) {
+	ctx, alice, bob := t.Context(), newUser("alice"), newUser("bob")
+	k1, k2 := createKey(t, s, alice, "one").ID, createKey(t, s, bob, "two").ID
+	waits := json.RawMessage(`{"calls":[{"id":"call_2"}]}`)
+	await := func(user, key string) string {
+		t.Helper()
+		run := mustCreateLimited(t, s, user, createSession(t, s, user).ID, key, store.RunRunning)
+		if err := s.AwaitRun(ctx, user, run.ID, store.Await{Awaiting: waits}); err != nil {
+			t.Fatal(err)
+		}
+		return run.ID
+	}
+	a1, b1, a2, none := await(alice, k1), await(bob, k1), await(alice, k2), await(alice, "")
+	mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, k1, store.RunRunning) // running, not awaiting
+	for _, tc := range []struct {
+		key  string
+		want []string
+	}{{k1, []string{a1, b1}}, {k2, []string{a2}}, {"no-such-key", nil}, {"", []string{a1, b1, a2, none}}} {
+		runs, err := s.AwaitingRuns(ctx, tc.key)
+		if err != nil {
+			t.Fatalf("AwaitingRuns(%q): %v", tc.key, err)
+		}
+		var got []string
+		for _, r := range runs {
+			if r.KeyID != tc.key && tc.key != "" {
+				t.Errorf("AwaitingRuns(%q) lists run %s of key %q", tc.key, r.ID, r.KeyID)
+			}
+			got = append(got, r.ID)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("AwaitingRuns(%q) (-want +got):\n%s", tc.key, diff)
 		}
 	}
 }

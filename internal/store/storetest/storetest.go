@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ResumeRunQuota", testResumeRunQuota},
 		{"ResumeRunQueuedBehind", testResumeRunQueuedBehind},
 		{"ResumeRunKeyRevoked", testResumeRunKeyRevoked},
+		{"AwaitingRunsOfKey", testAwaitingRunsOfKey},
 		{"FinishRunOwnCallsOnly", testFinishRunOwnCallsOnly},
 		{"CloseCalls", testCloseCalls},
 		{"RunUsageSoFar", testRunUsageSoFar},
