@@ -480,8 +480,15 @@ func errClosingDecision() error {
 // on the next process. Waiting again, rather than ending it, keeps the person's choice theirs; a run left
 // running in the store with no one running it would only be ended as interrupted at the next start,
 // which is what happens should this write fail too.
+//
+// A cancel asked meanwhile on another instance (the store refuses to put the run back to wait) ends it
+// cancelled instead: waiting, nothing would carry the cancel out.
 func (s *Service) unresume(ctx context.Context, user string, r *store.Run, expires time.Time) {
-	err := s.opts.Store.AwaitRun(context.WithoutCancel(ctx), user, r.ID, store.Await{Awaiting: r.Awaiting, ExpiresAt: expires})
+	ctx = context.WithoutCancel(ctx)
+	err := s.opts.Store.AwaitRun(ctx, user, r.ID, store.Await{Awaiting: r.Awaiting, ExpiresAt: expires})
+	if c, ok := errors.AsType[*store.CancelRequestedError](err); ok {
+		err = s.endStored(ctx, user, r, store.RunCancelled, "The run was cancelled while this call waited for approval ("+c.Reason+")", false)
+	}
 	if err != nil {
 		s.log.Error("put back to wait a run the closing service could not resume", append(storedRunAttrs(r), "err", err)...)
 	}
@@ -578,6 +585,12 @@ func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 // endAwaiting ends a run awaiting approval with status (cancelled, failed), its open calls closed with
 // reason, and its last events. It reports store.ErrConflict when the run no longer waits.
 func (s *Service) endAwaiting(ctx context.Context, user string, r *store.Run, status, reason string) error {
+	return s.endStored(ctx, user, r, status, reason, true)
+}
+
+// endStored ends a run no process runs — awaiting approval (whileAwaiting), or resumed in the store but
+// never started — as endAwaiting does.
+func (s *Service) endStored(ctx context.Context, user string, r *store.Run, status, reason string, whileAwaiting bool) error {
 	seq := r.LastEventSeq
 	var evs []store.Event
 	add := func(typ string, data []byte) {
@@ -593,7 +606,7 @@ func (s *Service) endAwaiting(ctx context.Context, user string, r *store.Run, st
 	}
 	add(runevent.TypeDone, runevent.Encode(runevent.Done{Status: status}))
 	end := store.RunEnd{Status: status, FinishReason: finish, UsageFromEntries: true, Events: evs,
-		Reason: "Not run: " + strings.TrimSuffix(reason, ".") + ".", WhileAwaiting: true}
+		Reason: "Not run: " + strings.TrimSuffix(reason, ".") + ".", WhileAwaiting: whileAwaiting}
 	if status == store.RunFailed {
 		end.Error = reason
 	}

@@ -39,6 +39,7 @@ type leases struct {
 	sweep time.Duration
 	nudge chan struct{} // a notification asks the loop for work (coalesced)
 	stop  chan struct{}
+	once  sync.Once // closes stop: Close may be called more than once
 	wg    sync.WaitGroup
 
 	mu       sync.Mutex
@@ -73,7 +74,7 @@ func (s *Service) stopLeases() {
 	if s.leases == nil {
 		return
 	}
-	close(s.leases.stop)
+	s.leases.once.Do(func() { close(s.leases.stop) })
 	s.leases.wg.Wait()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/runevent"
 	"chatd/internal/store"
+	"chatd/internal/store/postgres"
 	"chatd/internal/store/postgres/pgtest"
 	"chatd/internal/tool"
 )
@@ -76,6 +78,72 @@ func TestDecideWhileClosing(t *testing.T) {
 			t.Error("the call ran")
 		}
 	})
+}
+
+// cancelThenCloseStore is a store shared by instances on which, as a run resumes, another instance asks
+// its cancel, and then this service begins to close: the run, resumed in the store but never admitted,
+// is put back to wait.
+type cancelThenCloseStore struct {
+	*postgres.DB
+	svc atomic.Pointer[chat.Service]
+}
+
+func (c *cancelThenCloseStore) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
+	if err := c.DB.ResumeRun(ctx, user, runID, before, reserve, quota); err != nil {
+		return err
+	}
+	if asked, err := c.DB.RequestCancel(ctx, user, runID, "cancelled on another instance"); err != nil || !asked {
+		return fmt.Errorf("request cancel: %v, %v", asked, err)
+	}
+	return c.svc.Load().Close(ctx)
+}
+
+// TestCancelWhileUnresuming: on PostgreSQL, a cancel asked on another instance while a closing service
+// puts back to wait a run it resumed but could not start is not lost: the run ends cancelled, its call
+// closed without running, instead of waiting with nothing to carry the cancel out.
+func TestCancelWhileUnresuming(t *testing.T) {
+	dsn := pgtest.NewSchema(t)
+	db, err := postgres.Open(t.Context(), dsn, postgres.Options{Instance: "a", LeaseTTL: leaseTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	up := llmtest.NewServer(t, llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "mail__send", Arguments: `{}`}}})
+	client, err := newClient(up, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent atomic.Int32
+	reg := tool.NewRegistry(tool.Options{})
+	t.Cleanup(reg.Close)
+	if err := reg.Register(policyTool{info: tool.Info{Name: "mail__send", Description: "Sends mail.", Destructive: true}, calls: &sent}); err != nil {
+		t.Fatal(err)
+	}
+	cs := &cancelThenCloseStore{DB: db}
+	svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: cs, Models: oneModel{client}, Tools: reg, DefaultModel: "x/m",
+		FlushInterval: 5 * time.Millisecond, RetryBase: time.Millisecond, SweepInterval: time.Hour})
+	cs.svc.Store(svc)
+	t.Cleanup(func() { svc.Close(context.Background()) })
+	st, err := svc.Start(t.Context(), user, chat.Request{Message: "mail bob"}, chat.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := svc.Wait(t.Context(), user, st.RunID); err != nil || o.Status != store.RunAwaiting {
+		t.Fatalf("run: %+v, %v", o, err)
+	}
+	_, err = svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_1", Decision: chat.DecisionApprove})
+	if !isCode(err, "shutting_down") {
+		t.Fatalf("Decide as the service closes: %v, want shutting_down", err)
+	}
+	if r := storedRun(t, db, st.RunID); r.Status != store.RunCancelled {
+		t.Errorf("the run cancelled as it was put back to wait is %s, want cancelled", r.Status)
+	}
+	if rec := toolRecord(t, db, st.SessionID, "call_1"); rec.Success == nil || *rec.Success {
+		t.Errorf("call_1's record: %+v, want a failed one", rec)
+	}
+	if n := sent.Load(); n != 0 {
+		t.Errorf("the call ran %d times", n)
+	}
 }
 
 // TestApprovedCallDeniedByNewPolicy: a call approved after the operator changed the agent's policy to

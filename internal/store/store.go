@@ -37,6 +37,16 @@ var (
 	ErrKeyRevoked = errors.New("the run's API key was revoked or has expired")
 )
 
+// CancelRequestedError refuses to put to wait a run a cancel was asked of (AwaitRun): waiting, no
+// instance would carry the cancel out.
+type CancelRequestedError struct {
+	Reason string // the cancel's
+}
+
+func (e *CancelRequestedError) Error() string { return "a cancel was asked of the run: " + e.Reason }
+
+func (e *CancelRequestedError) Is(target error) bool { return target == ErrConflict }
+
 // Roles of a record.
 const (
 	RoleUser      = "user"
@@ -455,7 +465,9 @@ type Store interface {
 	// and Request. It is for start-up, to end the runs of a process that died and start the queued ones.
 	UnfinishedRuns(ctx context.Context) ([]Run, error)
 	// AwaitRun makes a running run await approval, storing what it waits for and appending its events,
-	// in one transaction. ErrConflict when the run is not running.
+	// in one transaction. ErrConflict when the run is not running; on a store several instances share,
+	// a *CancelRequestedError (an ErrConflict too) when a cancel was asked of the run on another
+	// instance and not yet carried out: the run is not put to wait, for its owner to end it.
 	AwaitRun(ctx context.Context, user, runID string, a Await) error
 	// UpdateAwaiting replaces what a run awaiting approval waits for (Run.Awaiting), when it is still
 	// before: ErrConflict when the run is not awaiting approval, or another write changed it first.

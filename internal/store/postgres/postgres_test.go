@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"slices"
 	"strings"
@@ -255,5 +256,31 @@ func TestAwaitingExpiryBackfilled(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("ExpiredAwaiting(%s) after 00008: %v, want %v", tc.before, got, tc.want)
 		}
+	}
+}
+
+// TestAwaitRunCancelRequested: a run a cancel was asked of on another instance is not put to wait — no
+// instance would carry the cancel out —: AwaitRun refuses with a *CancelRequestedError naming the
+// cancel's reason, an ErrConflict, and the run still runs for its owner to end.
+func TestAwaitRunCancelRequested(t *testing.T) {
+	db := openTest(t, pgtest.NewSchema(t))
+	ctx, user := t.Context(), "alice"
+	sess := &store.Session{Agent: "default"}
+	if err := db.CreateSession(ctx, user, sess); err != nil {
+		t.Fatal(err)
+	}
+	run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "openai/gpt-4o-mini"}
+	if err := db.CreateRun(ctx, user, run, nil); err != nil {
+		t.Fatal(err)
+	}
+	if asked, err := db.RequestCancel(ctx, user, run.ID, "cancelled on b"); err != nil || !asked {
+		t.Fatalf("RequestCancel = %v, %v", asked, err)
+	}
+	err := db.AwaitRun(ctx, user, run.ID, store.Await{Awaiting: []byte(`{"calls":[]}`)})
+	if c, ok := errors.AsType[*store.CancelRequestedError](err); !ok || c.Reason != "cancelled on b" || !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("AwaitRun of a run a cancel was asked of: %v, want a *CancelRequestedError for \"cancelled on b\"", err)
+	}
+	if got, err := db.Run(ctx, user, run.ID); err != nil || got.Status != store.RunRunning {
+		t.Errorf("the run after the refused AwaitRun: %+v, %v; want running", got, err)
 	}
 }

@@ -77,7 +77,8 @@ request = NULL, (input_tokens, output_tokens, cache_read_tokens, cache_write_tok
 	FROM usage u WHERE $13 AND u.run_id = $1 AND u.user_id = $2), awaiting = NULL
 WHERE id = $1 AND user_id = $2 AND status IN ('queued', 'running', 'awaiting_approval')`
 
-	awaitRunSQL = `UPDATE runs SET status = 'awaiting_approval', awaiting = $3, awaiting_expires_at = $4
+	cancelReasonSQL = `SELECT cancel_reason FROM runs WHERE id = $1 FOR UPDATE`
+	awaitRunSQL     = `UPDATE runs SET status = 'awaiting_approval', awaiting = $3, awaiting_expires_at = $4
 WHERE id = $1 AND user_id = $2 AND status = 'running'`
 	updateAwaitingSQL = `UPDATE runs SET awaiting = $4
 WHERE id = $1 AND user_id = $2 AND status = 'awaiting_approval' AND awaiting = $3`
@@ -656,6 +657,16 @@ func (db *DB) AwaitRun(ctx context.Context, user, runID string, a store.Await) e
 		}
 		if status != store.RunRunning {
 			return conflict("run %q is %s, not running", runID, status)
+		}
+		// A cancel asked on another instance (RequestCancel) is carried out by the run's owner while it
+		// runs or is queued; a waiting run has no owner. The row's lock holds off a cancel asked now: it
+		// finds the run waiting, and ends it as such.
+		var cancelReason string
+		if err := tx.QueryRowContext(ctx, cancelReasonSQL, runID).Scan(&cancelReason); err != nil {
+			return err
+		}
+		if cancelReason != "" {
+			return &store.CancelRequestedError{Reason: cancelReason}
 		}
 		if err := insertEvents(ctx, tx, a.Events, nil); err != nil {
 			return err
