@@ -92,7 +92,7 @@ func copyPart(ctx context.Context, sdb *sqlite.DB, pdb *postgres.DB, part string
 		l.Rollback()
 		return 0, err
 	}
-	return n, l.Commit()
+	return n, l.Commit(ctx)
 }
 
 // checkMigration compares the row counts of both databases and checks the pairing invariant on the

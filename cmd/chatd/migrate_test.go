@@ -190,3 +190,49 @@ func TestMigrate(t *testing.T) {
 	}
 	sdb.Close()
 }
+
+// TestMigrateAwaitingExpiry: a run awaiting approval copied by chatd migrate keeps its expiry where
+// PostgreSQL's sweep of expired waits looks for it (SQLite keeps it in what the run waits for alone).
+func TestMigrateAwaitingExpiry(t *testing.T) {
+	ctx := t.Context()
+	dsn := pgtest.NewSchema(t)
+	path := filepath.Join(t.TempDir(), "chatd.db")
+	db, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := &store.Run{NewSession: &store.Session{Title: "t", Agent: "default"}, Agent: "default", Model: "fake/model"}
+	if err := db.CreateRun(ctx, "alice", waiting, &store.Record{Role: store.RoleUser, Content: "mail bob"}); err != nil {
+		t.Fatal(err)
+	}
+	expires := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	aw, err := json.Marshal(map[string]any{"expires_at": expires, "calls": []map[string]any{{"tool_call_id": "call_1", "name": "mail__send"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AwaitRun(ctx, "alice", waiting.ID, store.Await{Awaiting: aw, ExpiresAt: expires}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	var out bytes.Buffer
+	if err := run(ctx, []string{"migrate", "--from", "sqlite:" + path, "--to", dsn}, nil, &out, &out); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out.String())
+	}
+	pdb, err := postgres.Open(ctx, dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pdb.Close()
+	for _, tc := range []struct {
+		before time.Time
+		want   int
+	}{{expires.Add(-time.Microsecond), 0}, {expires, 1}} {
+		runs, err := pdb.ExpiredAwaiting(ctx, tc.before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) != tc.want || (tc.want == 1 && runs[0].ID != waiting.ID) {
+			t.Errorf("ExpiredAwaiting(%s) after migrate: %+v; want %d run(s), the copied run expiring at %s", tc.before, runs, tc.want, expires)
+		}
+	}
+}

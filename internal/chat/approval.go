@@ -79,10 +79,14 @@ func (a *awaiting) undecided() int {
 func decodeAwaiting(b []byte) (*awaiting, error) {
 	var a awaiting
 	if err := json.Unmarshal(b, &a); err != nil {
-		return nil, fmt.Errorf("what the run waits for is unreadable: %w", err)
+		return nil, fmt.Errorf("%w: %w", errUnreadableAwaiting, err)
 	}
 	return &a, nil
 }
+
+// errUnreadableAwaiting: what a run waits for cannot be decoded. No decision can resume it; its expiry
+// ends it.
+var errUnreadableAwaiting = errors.New("what the run waits for is unreadable")
 
 // Decision is a person's answer to a call that waits for approval.
 type Decision struct {
@@ -228,10 +232,15 @@ func (o *observer) await(res agent.Result) bool {
 	if out.ToolHistory == nil {
 		out.ToolHistory = []runevent.ToolHistory{}
 	}
+	if o.awaited != nil {
+		// Its expiry is kept before the run is seen waiting (its end): whoever sees it waiting finds the
+		// timer set, measured from when it paused.
+		o.awaited(o.p.user, run.ID, aw.ExpiresAt, "")
+	}
 	run.end(last, true, out)
 	o.retire(run)
-	if o.awaited != nil {
-		o.awaited(o.p.user, run.ID, aw.ExpiresAt, run.reason())
+	if reason := run.reason(); o.awaited != nil && reason != "" {
+		o.awaited(o.p.user, run.ID, aw.ExpiresAt, reason) // cancelled as it paused: ended now
 	}
 	return true
 }
@@ -385,10 +394,7 @@ func (s *Service) decide(ctx context.Context, user, runID string, admit bool, ch
 func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awaiting, admit bool) error {
 	p, err := s.resumePlan(ctx, user, r, aw)
 	if err != nil {
-		// The run cannot go on as it was asked (its agent is gone, its request no longer fits): it ends
-		// failed, its calls closed.
-		s.log.Warn("an awaiting run cannot resume", append(storedRunAttrs(r), "err", err)...)
-		return s.endAwaiting(ctx, user, r, store.RunFailed, "The run could not resume after its approval: "+err.Error())
+		return s.cannotResume(ctx, user, r, err)
 	}
 	p.decided = aw
 	if s.opts.Quota != nil {
@@ -412,7 +418,9 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 		return errClosingDecision()
 	}
 	reserve := run.reservation()
-	if err := s.opts.Store.ResumeRun(ctx, user, r.ID, r.Awaiting, reserve, quota); err != nil {
+	if err := s.opts.Store.ResumeRun(ctx, user, r.ID, r.Awaiting, reserve, quota); errors.Is(err, store.ErrKeyRevoked) {
+		return s.cannotResume(ctx, user, r, errKeyRevoked())
+	} else if err != nil {
 		return err
 	}
 	s.stopExpiry(r.ID)
@@ -421,11 +429,44 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 		s.unresume(ctx, user, r, aw.ExpiresAt)
 		return errClosingDecision()
 	}
+	s.recheckKey(ctx, run, r)
 	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
 		records, err := s.opts.Store.Records(ctx, user, run.SessionID)
 		return store.Current(records), err
 	})
 	return nil
+}
+
+// cannotResume ends an awaiting run that cannot go on as it was asked (its agent is gone, its request no
+// longer fits, its key was revoked): failed, its calls closed. A run whose key no longer works also
+// refuses the decision, with the code a send with that key gets.
+func (s *Service) cannotResume(ctx context.Context, user string, r *store.Run, cause error) error {
+	s.log.Warn("an awaiting run cannot resume", append(storedRunAttrs(r), "err", cause)...)
+	if err := s.endAwaiting(ctx, user, r, store.RunFailed, "The run could not resume after its approval: "+cause.Error()); err != nil {
+		return err
+	}
+	if e, ok := errors.AsType[*Error](cause); ok && e.Code == "key_revoked" {
+		return &Error{Kind: ErrForbidden, Code: e.Code, RunID: r.ID,
+			Message: "the API key that sent this run was revoked or has expired: the run has ended, and the decision was not carried out"}
+	}
+	return nil
+}
+
+// recheckKey cancels a resumed run, live but not started, whose key was revoked since ResumeRun read it.
+// A revoke cancels the key's live runs, then its awaiting ones (CancelKey): a run whose resume committed
+// before the revoke but that was not yet live was in neither set. Read once the run is live, either the
+// key is seen revoked here, or the revoke came after this read and its cancel finds the run live. The
+// cancel, asked before the run starts, ends it before the approved calls run. A failed read lets the run
+// go on: its key was checked moments ago, in ResumeRun's transaction.
+func (s *Service) recheckKey(ctx context.Context, run *Run, r *store.Run) {
+	refused, err := s.keyRefused(ctx, r)
+	if err != nil {
+		s.log.Error("check again the key of a resumed run", append(storedRunAttrs(r), "err", err)...)
+		return
+	}
+	if refused != nil {
+		run.requestCancel(keyRevokedReason)
+	}
 }
 
 // errClosingDecision refuses a decision that would resume a run on a service shutting down.
@@ -439,8 +480,15 @@ func errClosingDecision() error {
 // on the next process. Waiting again, rather than ending it, keeps the person's choice theirs; a run left
 // running in the store with no one running it would only be ended as interrupted at the next start,
 // which is what happens should this write fail too.
+//
+// A cancel asked meanwhile on another instance (the store refuses to put the run back to wait) ends it
+// cancelled instead: waiting, nothing would carry the cancel out.
 func (s *Service) unresume(ctx context.Context, user string, r *store.Run, expires time.Time) {
-	err := s.opts.Store.AwaitRun(context.WithoutCancel(ctx), user, r.ID, store.Await{Awaiting: r.Awaiting, ExpiresAt: expires})
+	ctx = context.WithoutCancel(ctx)
+	err := s.opts.Store.AwaitRun(ctx, user, r.ID, store.Await{Awaiting: r.Awaiting, ExpiresAt: expires})
+	if c, ok := errors.AsType[*store.CancelRequestedError](err); ok {
+		err = s.endStored(ctx, user, r, store.RunCancelled, "The run was cancelled while this call waited for approval ("+c.Reason+")", false)
+	}
 	if err != nil {
 		s.log.Error("put back to wait a run the closing service could not resume", append(storedRunAttrs(r), "err", err)...)
 	}
@@ -537,6 +585,12 @@ func (s *Service) runDecided(ctx context.Context, p *plan, obs *observer) {
 // endAwaiting ends a run awaiting approval with status (cancelled, failed), its open calls closed with
 // reason, and its last events. It reports store.ErrConflict when the run no longer waits.
 func (s *Service) endAwaiting(ctx context.Context, user string, r *store.Run, status, reason string) error {
+	return s.endStored(ctx, user, r, status, reason, true)
+}
+
+// endStored ends a run no process runs — awaiting approval (whileAwaiting), or resumed in the store but
+// never started — as endAwaiting does.
+func (s *Service) endStored(ctx context.Context, user string, r *store.Run, status, reason string, whileAwaiting bool) error {
 	seq := r.LastEventSeq
 	var evs []store.Event
 	add := func(typ string, data []byte) {
@@ -552,7 +606,7 @@ func (s *Service) endAwaiting(ctx context.Context, user string, r *store.Run, st
 	}
 	add(runevent.TypeDone, runevent.Encode(runevent.Done{Status: status}))
 	end := store.RunEnd{Status: status, FinishReason: finish, UsageFromEntries: true, Events: evs,
-		Reason: "Not run: " + strings.TrimSuffix(reason, ".") + ".", WhileAwaiting: true}
+		Reason: "Not run: " + strings.TrimSuffix(reason, ".") + ".", WhileAwaiting: whileAwaiting}
 	if status == store.RunFailed {
 		end.Error = reason
 	}
@@ -644,26 +698,44 @@ func (s *Service) expire(user, runID string) {
 	var e *Error
 	switch {
 	case err == nil, errors.Is(err, errNotExpired):
-	case errors.As(err, &e) && (e.Code == "not_awaiting_approval" || e.Code == "run_not_found"):
-		// Decided, cancelled or deleted meanwhile.
+	case errors.As(err, &e) && (e.Code == "not_awaiting_approval" || e.Code == "run_not_found" || e.Code == "key_revoked"):
+		// Decided, cancelled or deleted meanwhile; or ended, its key revoked.
+	case errors.Is(err, errUnreadableAwaiting):
+		// Nothing can resume it: waiting on, it would be found again by every sweep, the oldest
+		// first, and enough of them would keep the sweep from the others.
+		s.endUnreadable(ctx, user, runID, err)
 	default:
 		s.log.Error("expire a run awaiting approval", "run", runID, "err", err)
+	}
+}
+
+// endUnreadable ends failed, its calls closed, a run awaiting approval whose state is unreadable: no
+// decision can resume it, and its expiry is unknown.
+func (s *Service) endUnreadable(ctx context.Context, user, runID string, cause error) {
+	r, err := s.opts.Store.Run(ctx, user, runID)
+	if err == nil && r.Status == store.RunAwaiting {
+		s.log.Error("an awaiting run's state is unreadable: it ends failed", append(storedRunAttrs(r), "err", cause)...)
+		err = s.endAwaiting(ctx, user, r, store.RunFailed, "The run could not go on: "+cause.Error())
+	}
+	if err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+		s.log.Error("end a run awaiting approval whose state is unreadable", "run", runID, "err", err)
 	}
 }
 
 var errNotExpired = errors.New("not expired yet")
 
 // keepExpiries keeps the expiry of every run awaiting approval in the store: at start-up, for the
-// runs a previous process left waiting.
+// runs a previous process left waiting. One whose state is unreadable ends failed.
 func (s *Service) keepExpiries(ctx context.Context) error {
-	runs, err := s.opts.Store.AwaitingRuns(ctx)
+	runs, err := s.opts.Store.AwaitingRuns(ctx, "")
 	if err != nil {
 		return fmt.Errorf("awaiting runs: %w", err)
 	}
 	for i := range runs {
 		aw, err := decodeAwaiting(runs[i].Awaiting)
 		if err != nil {
-			s.log.Error("an awaiting run's state is unreadable", "run", runs[i].ID, "err", err)
+			// Its expiry is unknown, and no decision can resume it: it ends now.
+			s.endUnreadable(ctx, runs[i].UserID, runs[i].ID, err)
 			continue
 		}
 		s.keepExpiry(runs[i].UserID, runs[i].ID, aw.ExpiresAt)

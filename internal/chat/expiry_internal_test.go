@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"chatd/internal/store"
 )
 
 // TestExpiryMemory logs what this process keeps for each of 1,000 runs awaiting approval: its expiry
@@ -33,4 +38,58 @@ func TestExpiryMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
 	t.Logf("%d runs awaiting approval: %d bytes of heap each (timer and map entry)", n, (int64(m1.HeapAlloc)-int64(m0.HeapAlloc))/n)
+}
+
+// slowSweepStore is a store shared by instances whose search for expired waits blocks until released,
+// and which counts lease renewals. The service calls nothing else of it here.
+type slowSweepStore struct {
+	store.Store
+	searching chan struct{} // closed once the search began
+	release   chan struct{}
+	once      sync.Once
+	renewed   atomic.Int32
+}
+
+func (f *slowSweepStore) Instance() string        { return "a" }
+func (f *slowSweepStore) LeaseTTL() time.Duration { return 30 * time.Second }
+func (f *slowSweepStore) RenewLeases(context.Context, []string) ([]store.Leased, error) {
+	f.renewed.Add(1)
+	return nil, nil
+}
+func (f *slowSweepStore) ClaimExpired(context.Context) ([]store.Claimed, error) { return nil, nil }
+func (f *slowSweepStore) RequestCancel(context.Context, string, string, string) (bool, error) {
+	return false, nil
+}
+
+func (f *slowSweepStore) ExpiredAwaiting(context.Context, time.Time) ([]store.Run, error) {
+	f.once.Do(func() { close(f.searching) })
+	<-f.release
+	return nil, nil
+}
+
+// TestSlowSweepKeepsRenewing: a sweep held up by a slow database (its search for expired waits does not
+// return) does not hold back the renewal of this instance's leases, which would let other instances
+// take its runs over as if it had died.
+func TestSlowSweepKeepsRenewing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &slowSweepStore{searching: make(chan struct{}), release: make(chan struct{})}
+		s := New(Options{Store: st, FlushInterval: -1, SweepInterval: time.Minute})
+		live := &Run{ID: "run-1", user: "alice"} // a lease to renew
+		s.mu.Lock()
+		s.runs[live.ID] = live
+		s.mu.Unlock()
+		<-st.searching
+		before := st.renewed.Load()
+		time.Sleep(st.LeaseTTL()) // three renewals are due
+		if n := st.renewed.Load() - before; n < 2 {
+			t.Errorf("%d lease renewals in a lease's time while a sweep was held up, want 3 (2 at least)", n)
+		}
+		close(st.release)
+		s.mu.Lock()
+		delete(s.runs, live.ID)
+		s.mu.Unlock()
+		if err := s.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -33,12 +33,13 @@ const DefaultSweepInterval = 10 * time.Second
 
 // leases keeps the runs of an instance among several: it renews their leases, recovers the runs of
 // instances that died, starts the queued runs a notification says may start, and carries out cancels
-// asked elsewhere. Its loop runs from New until Close.
+// asked elsewhere. Its two loops (maintain, sweeping) run from New until Close.
 type leases struct {
 	st    leaseStore
 	sweep time.Duration
 	nudge chan struct{} // a notification asks the loop for work (coalesced)
 	stop  chan struct{}
+	once  sync.Once // closes stop: Close may be called more than once
 	wg    sync.WaitGroup
 
 	mu       sync.Mutex
@@ -55,7 +56,7 @@ func sharedStore(st store.Store) leaseStore {
 	return nil
 }
 
-// startLeases starts the loop of a service on a shared store.
+// startLeases starts the loops of a service on a shared store.
 func (s *Service) startLeases(ls leaseStore) {
 	l := &leases{st: ls, sweep: s.opts.SweepInterval, nudge: make(chan struct{}, 1), stop: make(chan struct{}),
 		sessions: map[string]bool{}}
@@ -64,26 +65,27 @@ func (s *Service) startLeases(ls leaseStore) {
 	}
 	s.leases = l
 	l.wg.Go(s.maintain)
+	l.wg.Go(s.sweeping)
 }
 
-// stopLeases stops the loop and waits for it; the runs it held are ended or stay leased until their
+// stopLeases stops the loops and waits for them; the runs it held are ended or stay leased until their
 // leases end.
 func (s *Service) stopLeases() {
 	if s.leases == nil {
 		return
 	}
-	close(s.leases.stop)
+	s.leases.once.Do(func() { close(s.leases.stop) })
 	s.leases.wg.Wait()
 }
 
-// maintain renews this instance's leases three times per TTL, sweeps every sweep interval, and does
-// what notifications ask in between.
+// maintain renews this instance's leases three times per TTL, and does what notifications ask in
+// between. Sweeps have a loop of their own (sweeping): a slow sweep — up to a hundred expired waits
+// resumed one after another, on a slow database — must not hold back the renewals without which this
+// instance's runs are taken over as if it had died.
 func (s *Service) maintain() {
 	l := s.leases
 	renew := time.NewTicker(max(l.st.LeaseTTL()/3, time.Millisecond))
 	defer renew.Stop()
-	sweep := time.NewTicker(l.sweep)
-	defer sweep.Stop()
 	ctx := context.Background()
 	for {
 		select {
@@ -91,12 +93,26 @@ func (s *Service) maintain() {
 			return
 		case <-renew.C:
 			s.RenewLeases(ctx)
+		case <-l.nudge:
+			s.nudged(ctx)
+		}
+	}
+}
+
+// sweeping sweeps every sweep interval, one sweep at a time: a tick while a sweep runs is dropped.
+func (s *Service) sweeping() {
+	l := s.leases
+	sweep := time.NewTicker(l.sweep)
+	defer sweep.Stop()
+	ctx := context.Background()
+	for {
+		select {
+		case <-l.stop:
+			return
 		case <-sweep.C:
 			if err := s.Sweep(ctx); err != nil {
 				s.log.Error("sweep runs of dead instances", "err", err)
 			}
-		case <-l.nudge:
-			s.nudged(ctx)
 		}
 	}
 }

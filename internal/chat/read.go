@@ -127,10 +127,9 @@ func (s *Service) CancelKey(ctx context.Context, keyID, reason string) int {
 }
 
 // cancelKeyAwaiting cancels the key's runs awaiting approval, which live in the store only (on any
-// instance): a decision could not resume them with a revoked key anyway. Revoking is rare, so the
-// store's awaiting runs are read whole and filtered here.
+// instance): a decision could not resume them with a revoked key anyway.
 func (s *Service) cancelKeyAwaiting(ctx context.Context, keyID, reason string) int {
-	runs, err := s.opts.Store.AwaitingRuns(ctx)
+	runs, err := s.opts.Store.AwaitingRuns(ctx, keyID)
 	if err != nil {
 		s.log.Error("read the runs awaiting approval of a revoked key", "key_id", keyID, "err", err)
 		return 0
@@ -138,9 +137,6 @@ func (s *Service) cancelKeyAwaiting(ctx context.Context, keyID, reason string) i
 	n := 0
 	for i := range runs {
 		r := &runs[i]
-		if r.KeyID != keyID {
-			continue
-		}
 		if _, err := s.cancelAwaiting(ctx, r.UserID, r, reason); err != nil {
 			s.log.Error("cancel a run awaiting approval of a revoked key", append(storedRunAttrs(r), "err", err)...)
 			continue

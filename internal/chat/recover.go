@@ -283,8 +283,16 @@ func (s *Service) keyRefused(ctx context.Context, r *store.Run) (refused, err er
 			return nil, nil
 		}
 	}
-	return &Error{Kind: ErrForbidden, Code: "key_revoked", Message: "the API key that queued it was revoked or has expired"}, nil
+	return errKeyRevoked(), nil
 }
+
+// errKeyRevoked says why a run may not start or resume: its API key no longer works.
+func errKeyRevoked() *Error {
+	return &Error{Kind: ErrForbidden, Code: "key_revoked", Message: "the API key that sent it was revoked or has expired"}
+}
+
+// keyRevokedReason is the cancel reason of the runs of a revoked key.
+const keyRevokedReason = "the API key that started the run was revoked"
 
 // failQueued ends a recovered queued run that can no longer start.
 func (s *Service) failQueued(ctx context.Context, r *store.Run, cause error) error {

@@ -307,6 +307,27 @@ func TestAdminDecidesAsUser(t *testing.T) {
 	}
 }
 
+// TestDecisionOnRevokedKeysRun: a decision on a run whose key was revoked without its runs being
+// cancelled (chatd keys revoke, with chatd stopped) is refused as a send with that key is — 403
+// key_revoked —, whoever decides, and the run ends failed: its approved call never runs.
+func TestDecisionOnRevokedKeysRun(t *testing.T) {
+	e := waitingKeyedEnv(t, auth.Options{}, chat.Options{})
+	laptop, laptopID := e.key(t, auth.KeySpec{User: "bob"})
+	phone, _ := e.key(t, auth.KeySpec{User: "bob"})
+	runID := e.pauseAs(t, laptop)
+	if _, err := e.db.RevokeKey(t.Context(), "", laptopID); err != nil {
+		t.Fatal(err)
+	}
+	resp, raw := e.call(t, "POST", "/v1/runs/"+runID+"/approvals", `{"tool_call_id":"call_1","decision":"approve"}`, e.bearer(phone))
+	e.wantError(t, "a decision on the revoked key's run", resp, raw, http.StatusForbidden, "key_revoked")
+	if r, err := e.db.Run(t.Context(), "bob", runID); err != nil || r.Status != store.RunFailed {
+		t.Errorf("the revoked key's run: %+v, %v; want failed", r, err)
+	}
+	if n := len(e.upstream.Requests()); n != 1 {
+		t.Errorf("the model was called %d times, want once (before the run paused)", n)
+	}
+}
+
 // TestDecisionPastLimits: a decision that would resume a run past the limits of the key that sent it is
 // refused as a send would be — 429 with the limit's code and Retry-After —, whoever decides (the owner,
 // or an admin for them); the run still waits, the call undecided, and the decision can be given again.

@@ -33,7 +33,19 @@ var (
 	ErrBusy = errors.New("session has a running run")
 	// ErrDuplicate: the user already has a run with this idempotency key (CreateRun).
 	ErrDuplicate = errors.New("idempotency key already used")
+	// ErrKeyRevoked: the API key that started the run was revoked or has expired (ResumeRun).
+	ErrKeyRevoked = errors.New("the run's API key was revoked or has expired")
 )
+
+// CancelRequestedError refuses to put to wait a run a cancel was asked of (AwaitRun): waiting, no
+// instance would carry the cancel out.
+type CancelRequestedError struct {
+	Reason string // the cancel's
+}
+
+func (e *CancelRequestedError) Error() string { return "a cancel was asked of the run: " + e.Reason }
+
+func (e *CancelRequestedError) Is(target error) bool { return target == ErrConflict }
 
 // Roles of a record.
 const (
@@ -453,7 +465,9 @@ type Store interface {
 	// and Request. It is for start-up, to end the runs of a process that died and start the queued ones.
 	UnfinishedRuns(ctx context.Context) ([]Run, error)
 	// AwaitRun makes a running run await approval, storing what it waits for and appending its events,
-	// in one transaction. ErrConflict when the run is not running.
+	// in one transaction. ErrConflict when the run is not running; on a store several instances share,
+	// a *CancelRequestedError (an ErrConflict too) when a cancel was asked of the run on another
+	// instance and not yet carried out: the run is not put to wait, for its owner to end it.
 	AwaitRun(ctx context.Context, user, runID string, a Await) error
 	// UpdateAwaiting replaces what a run awaiting approval waits for (Run.Awaiting), when it is still
 	// before: ErrConflict when the run is not awaiting approval, or another write changed it first.
@@ -462,11 +476,14 @@ type Store interface {
 	// raising its ReservedSeq to reserve; Request and Awaiting are cleared. ErrConflict when it is not
 	// awaiting approval or before changed: another decision, a cancel or its expiry came first. quota is
 	// checked in the same transaction as CreateRun checks a new run's (a refusal is a *LimitError, and
-	// the run still waits as it was): a resume counts as a run being created.
+	// the run still waits as it was): a resume counts as a run being created, except that the runs
+	// queued in the run's own session, which wait for it, are not counted. ErrKeyRevoked, the run still
+	// waiting, when the API key that started it (Run.KeyID) is revoked, has expired or is gone.
 	ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []Limit) error
 	// AwaitingRuns returns, for every user, the runs awaiting approval, oldest first, with UserID and
-	// Awaiting: for start-up, to keep their expiry.
-	AwaitingRuns(ctx context.Context) ([]Run, error)
+	// Awaiting: for start-up, to keep their expiry. When keyID is not "", only those started with that
+	// API key: to cancel them when it is revoked.
+	AwaitingRuns(ctx context.Context, keyID string) ([]Run, error)
 	// CloseCalls appends a failed tool record (content reason) for every tool call of the run that has
 	// none, in call order, and returns them.
 	CloseCalls(ctx context.Context, user, runID, reason string) ([]Record, error)

@@ -10,26 +10,35 @@ import (
 	"chatd/internal/store"
 )
 
-// A part of store.TransferParts as this store loads it: its table, the columns that identify a row, and
+// A part of store.TransferParts as this store loads it: its table, the columns that identify a row,
 // whether a row already there is updated to the source's (rows that change: a session's title, a run's
-// status, a key's revocation) or left as it is (rows only ever inserted: records, events, usage).
+// status, a key's revocation) or left as it is (rows only ever inserted: records, events, usage), and
+// what runs once the rows are written, in the same transaction: the columns of this store alone, derived
+// from those copied.
 type loadPart struct {
 	table  string
 	key    []string
 	update bool
+	after  string
 }
 
+// loadRunsAfterSQL gives the runs awaiting approval their expiry (awaiting_expires_at, which the sweep of
+// expired waits reads), from what they wait for, as migration 00008 does: another store keeps it there
+// alone. Every waiting run, not only the ones without one: a run copied again may wait anew.
+const loadRunsAfterSQL = `UPDATE runs SET awaiting_expires_at = awaiting_expiry(awaiting, created_at)
+WHERE status = 'awaiting_approval'`
+
 var loadParts = map[string]loadPart{
-	store.PartSessions:     {"sessions", []string{"id"}, true},
-	store.PartRecords:      {"records", []string{"id"}, false},
-	store.PartToolCalls:    {"tool_calls", []string{"record_id", "call_id"}, true},
-	store.PartToolRecords:  {"records", []string{"id"}, false},
-	store.PartRuns:         {"runs", []string{"id"}, true},
-	store.PartRunEvents:    {"run_events", []string{"run_id", "seq"}, false},
-	store.PartUsage:        {"usage", []string{"id"}, false},
-	store.PartAPIKeys:      {"api_keys", []string{"id"}, true},
-	store.PartAuthSessions: {"auth_sessions", []string{"hash"}, true},
-	store.PartModelCalls:   {"model_calls", []string{"run_id", "n"}, false},
+	store.PartSessions:     {"sessions", []string{"id"}, true, ""},
+	store.PartRecords:      {"records", []string{"id"}, false, ""},
+	store.PartToolCalls:    {"tool_calls", []string{"record_id", "call_id"}, true, ""},
+	store.PartToolRecords:  {"records", []string{"id"}, false, ""},
+	store.PartRuns:         {"runs", []string{"id"}, true, loadRunsAfterSQL},
+	store.PartRunEvents:    {"run_events", []string{"run_id", "seq"}, false, ""},
+	store.PartUsage:        {"usage", []string{"id"}, false, ""},
+	store.PartAPIKeys:      {"api_keys", []string{"id"}, true, ""},
+	store.PartAuthSessions: {"auth_sessions", []string{"hash"}, true, ""},
+	store.PartModelCalls:   {"model_calls", []string{"run_id", "n"}, false, ""},
 }
 
 // countSQL counts the rows of each part of store.TransferParts.
@@ -50,10 +59,11 @@ var countSQL = map[string]string{
 // skipped, or updated to the one given when its part's rows change. Loading the same rows twice stores
 // them once.
 type Loader struct {
-	tx   *sql.Tx
-	stmt *sql.Stmt
-	cols []string
-	part string
+	tx    *sql.Tx
+	stmt  *sql.Stmt
+	cols  []string
+	part  string
+	after string // loadPart.after
 }
 
 // Load starts loading a part whose rows have the columns cols. Call Row for each row, then Commit (or
@@ -92,7 +102,7 @@ func (db *DB) Load(ctx context.Context, part string, cols []string) (*Loader, er
 		tx.Rollback()
 		return nil, fmt.Errorf("postgres: load %s: %w", part, err)
 	}
-	return &Loader{tx: tx, stmt: stmt, cols: slices.Clone(cols), part: part}, nil
+	return &Loader{tx: tx, stmt: stmt, cols: slices.Clone(cols), part: part, after: lp.after}, nil
 }
 
 // Row writes one row, its values in the order of the columns given to Load.
@@ -111,8 +121,14 @@ func (l *Loader) Row(ctx context.Context, vals []any) error {
 }
 
 // Commit stores the rows written.
-func (l *Loader) Commit() error {
+func (l *Loader) Commit(ctx context.Context) error {
 	l.stmt.Close()
+	if l.after != "" {
+		if _, err := l.tx.ExecContext(ctx, l.after); err != nil {
+			l.tx.Rollback()
+			return fmt.Errorf("postgres: load %s: %w", l.part, err)
+		}
+	}
 	if err := l.tx.Commit(); err != nil {
 		return fmt.Errorf("postgres: load %s: %w", l.part, err)
 	}

@@ -2,10 +2,15 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pressly/goose/v3"
 
 	"chatd/internal/store"
 	"chatd/internal/store/postgres/pgtest"
@@ -189,5 +194,93 @@ func TestExpiredAwaiting(t *testing.T) {
 	}
 	if runs := found(expires.Add(time.Hour)); len(runs) != 0 {
 		t.Errorf("once resumed: %+v", runs)
+	}
+}
+
+// TestAwaitingExpiryBackfilled: a run already waiting when migration 00008 adds awaiting_expires_at gets
+// its expiry from what it waits for, so the sweep of expired waits finds it; one whose awaiting cannot
+// be read gets its creation time, so that the sweep finds it too, and ends it.
+func TestAwaitingExpiryBackfilled(t *testing.T) {
+	dsn := pgtest.NewSchema(t)
+	ctx, user := t.Context(), "alice"
+	db := openTest(t, dsn)
+	await := func(awaiting string, expires time.Time) *store.Run {
+		t.Helper()
+		sess := &store.Session{Agent: "default"}
+		if err := db.CreateSession(ctx, user, sess); err != nil {
+			t.Fatal(err)
+		}
+		run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "openai/gpt-4o-mini"}
+		if err := db.CreateRun(ctx, user, run, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.AwaitRun(ctx, user, run.ID, store.Await{Awaiting: []byte(awaiting), ExpiresAt: expires}); err != nil {
+			t.Fatal(err)
+		}
+		return run
+	}
+	expires := time.Date(2026, 5, 2, 12, 0, 0, 0, time.UTC)
+	readable := await(`{"request":{"message":"mail bob"},"expires_at":"2026-05-02T12:00:00Z","calls":[]}`, expires)
+	unreadable := await(`{"expires_at":`, time.Time{})
+	// The schema as it was before 00008, the runs waiting: its down drops the column.
+	fsys, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db.pool, fsys, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 7); err != nil {
+		t.Fatalf("down to 00007: %v", err)
+	}
+	if err := db.migrate(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	for _, tc := range []struct {
+		before time.Time
+		want   []string
+	}{
+		{expires.Add(-time.Microsecond), nil},
+		{expires, []string{readable.ID}},
+		{unreadable.CreatedAt, []string{readable.ID, unreadable.ID}},
+	} {
+		runs, err := db.ExpiredAwaiting(ctx, tc.before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range runs {
+			got = append(got, r.ID)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("ExpiredAwaiting(%s) after 00008: %v, want %v", tc.before, got, tc.want)
+		}
+	}
+}
+
+// TestAwaitRunCancelRequested: a run a cancel was asked of on another instance is not put to wait — no
+// instance would carry the cancel out —: AwaitRun refuses with a *CancelRequestedError naming the
+// cancel's reason, an ErrConflict, and the run still runs for its owner to end.
+func TestAwaitRunCancelRequested(t *testing.T) {
+	db := openTest(t, pgtest.NewSchema(t))
+	ctx, user := t.Context(), "alice"
+	sess := &store.Session{Agent: "default"}
+	if err := db.CreateSession(ctx, user, sess); err != nil {
+		t.Fatal(err)
+	}
+	run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "openai/gpt-4o-mini"}
+	if err := db.CreateRun(ctx, user, run, nil); err != nil {
+		t.Fatal(err)
+	}
+	if asked, err := db.RequestCancel(ctx, user, run.ID, "cancelled on b"); err != nil || !asked {
+		t.Fatalf("RequestCancel = %v, %v", asked, err)
+	}
+	err := db.AwaitRun(ctx, user, run.ID, store.Await{Awaiting: []byte(`{"calls":[]}`)})
+	if c, ok := errors.AsType[*store.CancelRequestedError](err); !ok || c.Reason != "cancelled on b" || !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("AwaitRun of a run a cancel was asked of: %v, want a *CancelRequestedError for \"cancelled on b\"", err)
+	}
+	if got, err := db.Run(ctx, user, run.ID); err != nil || got.Status != store.RunRunning {
+		t.Errorf("the run after the refused AwaitRun: %+v, %v; want running", got, err)
 	}
 }

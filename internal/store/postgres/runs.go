@@ -50,7 +50,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 	unfinishedSQL = `SELECT ` + runColumns + `, r.user_id, r.request` + runJoins +
 		`WHERE r.status IN ('queued', 'running') ORDER BY r.created_at, r.id`
 	awaitingSQL = `SELECT ` + runColumns + `, r.user_id, r.request` + runJoins +
-		`WHERE r.status = 'awaiting_approval' ORDER BY r.created_at, r.id`
+		`WHERE r.status = 'awaiting_approval' AND ($1 = '' OR r.key_id = $1) ORDER BY r.created_at, r.id`
 	runningInSQL = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	keyTakenSQL  = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
 
@@ -77,7 +77,8 @@ request = NULL, (input_tokens, output_tokens, cache_read_tokens, cache_write_tok
 	FROM usage u WHERE $13 AND u.run_id = $1 AND u.user_id = $2), awaiting = NULL
 WHERE id = $1 AND user_id = $2 AND status IN ('queued', 'running', 'awaiting_approval')`
 
-	awaitRunSQL = `UPDATE runs SET status = 'awaiting_approval', awaiting = $3, awaiting_expires_at = $4
+	cancelReasonSQL = `SELECT cancel_reason FROM runs WHERE id = $1 FOR UPDATE`
+	awaitRunSQL     = `UPDATE runs SET status = 'awaiting_approval', awaiting = $3, awaiting_expires_at = $4
 WHERE id = $1 AND user_id = $2 AND status = 'running'`
 	updateAwaitingSQL = `UPDATE runs SET awaiting = $4
 WHERE id = $1 AND user_id = $2 AND status = 'awaiting_approval' AND awaiting = $3`
@@ -206,7 +207,7 @@ func prepareRun(ctx context.Context, tx *sql.Tx, user string, run *store.Run, se
 			return err
 		}
 	}
-	return checkQuota(ctx, tx, user, run.Quota)
+	return checkQuota(ctx, tx, user, run.Quota, "")
 }
 
 // checkIdle refuses with a *store.BusyError while the user's session has a running run. The unique
@@ -318,14 +319,14 @@ func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
 	return db.runsAcrossUsers(ctx, "unfinished runs", unfinishedSQL)
 }
 
-// AwaitingRuns returns every user's runs awaiting approval, oldest first.
-func (db *DB) AwaitingRuns(ctx context.Context) ([]store.Run, error) {
-	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL)
+// AwaitingRuns returns every user's runs awaiting approval, or those started with keyID, oldest first.
+func (db *DB) AwaitingRuns(ctx context.Context, keyID string) ([]store.Run, error) {
+	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL, keyID)
 }
 
 // runsAcrossUsers reads the runs of query, of every user, with their user ids and requests.
-func (db *DB) runsAcrossUsers(ctx context.Context, what, query string) ([]store.Run, error) {
-	rows, err := db.pool.QueryContext(ctx, query)
+func (db *DB) runsAcrossUsers(ctx context.Context, what, query string, args ...any) ([]store.Run, error) {
+	rows, err := db.pool.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", what, err)
 	}
@@ -657,6 +658,16 @@ func (db *DB) AwaitRun(ctx context.Context, user, runID string, a store.Await) e
 		if status != store.RunRunning {
 			return conflict("run %q is %s, not running", runID, status)
 		}
+		// A cancel asked on another instance (RequestCancel) is carried out by the run's owner while it
+		// runs or is queued; a waiting run has no owner. The row's lock holds off a cancel asked now: it
+		// finds the run waiting, and ends it as such.
+		var cancelReason string
+		if err := tx.QueryRowContext(ctx, cancelReasonSQL, runID).Scan(&cancelReason); err != nil {
+			return err
+		}
+		if cancelReason != "" {
+			return &store.CancelRequestedError{Reason: cancelReason}
+		}
 		if err := insertEvents(ctx, tx, a.Events, nil); err != nil {
 			return err
 		}
@@ -679,29 +690,56 @@ func (db *DB) UpdateAwaiting(ctx context.Context, user, runID string, before, af
 }
 
 // ResumeRun makes an awaiting run running again, owned by this instance, when what it waits for is still
-// before and the quota allows one more run.
+// before, its key still works and the quota allows one more run.
 func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
 	return db.write(ctx, "resume run", func(tx *sql.Tx) error {
-		var check func() error
 		if len(quota) > 0 {
 			// As prepareRun: the user's lock, before any row lock, makes the count and the resume one step
-			// for every run of the user created or resumed at the same time, on any instance. The
-			// awaiting run is not counted among the running: the check admits it as one more.
+			// for every run of the user created or resumed at the same time, on any instance.
 			if _, err := tx.ExecContext(ctx, lockUserSQL, user); err != nil {
 				return err
 			}
-			check = func() error { return checkQuota(ctx, tx, user, quota) }
 		}
 		now := db.clock()
+		check := func(sessionID string) error {
+			// A revoke committed after this read is not seen here: the service checks the key again
+			// once the run is live, where the revoke's cancel of the key's live runs finds it.
+			if err := checkRunKey(ctx, tx, runID, now); err != nil {
+				return err
+			}
+			if len(quota) == 0 {
+				return nil
+			}
+			// The awaiting run is not counted among the running: the check admits it as one more.
+			return checkQuota(ctx, tx, user, quota, sessionID)
+		}
 		return awaitingChange(ctx, tx, user, runID, check, resumeRunSQL, string(before), reserve, nullable(db.instance), db.leaseUntil(now))
 	})
 }
 
+// runKeyRefusedSQL: the run was started with an API key that is revoked, has expired at $2 or is gone.
+const runKeyRefusedSQL = `SELECT EXISTS (SELECT 1 FROM runs r LEFT JOIN api_keys k ON k.id = r.key_id
+WHERE r.id = $1 AND r.key_id <> '' AND (k.id IS NULL OR k.revoked_at IS NOT NULL OR k.expires_at <= $2))`
+
+// checkRunKey refuses with store.ErrKeyRevoked the resume of a run whose key no longer works: what it
+// started stops with the key, as a send with the key is refused.
+func checkRunKey(ctx context.Context, tx *sql.Tx, runID string, now time.Time) error {
+	var refused bool
+	if err := tx.QueryRowContext(ctx, runKeyRefusedSQL, runID, now).Scan(&refused); err != nil {
+		return err
+	}
+	if refused {
+		return fmt.Errorf("%w: run %q", store.ErrKeyRevoked, runID)
+	}
+	return nil
+}
+
 // awaitingChange runs an update of an awaiting run that names it by id, user and what it waits for
 // ($1–$3), under its session's lock, reporting a run that is not the user's as not found and one that
-// changed as a conflict. check, when set, may refuse the update once the run is known to wait.
-func awaitingChange(ctx context.Context, tx *sql.Tx, user, runID string, check func() error, query string, args ...any) error {
-	_, status, err := lockRun(ctx, tx, user, runID)
+// changed as a conflict. check, when set, may refuse the update once the run is known to wait; it is
+// given the run's session.
+func awaitingChange(ctx context.Context, tx *sql.Tx, user, runID string, check func(sessionID string) error, query string, args ...any) error {
+	sessionID, status, err := lockRun(ctx, tx, user, runID)
 	if err != nil {
 		return err
 	}
@@ -709,7 +747,7 @@ func awaitingChange(ctx context.Context, tx *sql.Tx, user, runID string, check f
 		return conflict("run %q is %s, not awaiting approval", runID, status)
 	}
 	if check != nil {
-		if err := check(); err != nil {
+		if err := check(sessionID); err != nil {
 			return err
 		}
 	}

@@ -34,10 +34,14 @@ const (
 	// What a Quota counts: the runs not ended and the usage since a time, of one key — or of a user,
 	// leaving out the keys that set their own limit of the kind: those count over the key alone, as the
 	// per-minute limiter counts them, so that a key's own limit neither spends nor is held to its user's.
+	// The runs queued in the session of a run being resumed are left out (see checkQuota); a new run
+	// passes '' for that session, which no run has.
 	activeRunsSQL = `SELECT COUNT(*) FROM runs WHERE user_id = $1 AND status IN ('running', 'queued')
+AND (status = 'running' OR session_id <> $2)
 AND key_id NOT IN (SELECT id FROM api_keys WHERE user_id = $1 AND json_extract(limits, '$.concurrent_runs') > 0)`
-	activeKeyRunsSQL = `SELECT COUNT(*) FROM runs WHERE key_id = $1 AND user_id = $2 AND status IN ('running', 'queued')`
-	usageSinceSQL    = `SELECT
+	activeKeyRunsSQL = `SELECT COUNT(*) FROM runs WHERE key_id = $1 AND user_id = $2 AND status IN ('running', 'queued')
+AND (status = 'running' OR session_id <> $3)`
+	usageSinceSQL = `SELECT
 COALESCE(SUM(CASE WHEN key_id IN (SELECT id FROM api_keys WHERE user_id = $1 AND json_extract(limits, '$.tokens_per_day') > 0)
 	THEN 0 ELSE input_tokens + output_tokens END), 0),
 COALESCE(SUM(CASE WHEN key_id IN (SELECT id FROM api_keys WHERE user_id = $1 AND json_extract(limits, '$.spend_usd') > 0)
@@ -225,8 +229,16 @@ func scanKey(row scanner) (*store.APIKey, error) {
 }
 
 // checkQuota refuses with a *store.LimitError when a run would pass one of the limits. It runs in the
-// write transaction that creates the run: SQLite's one writer makes the count and the insert one step.
-func checkQuota(ctx context.Context, tx txn, user string, quota []store.Limit) error {
+// write transaction that creates or resumes the run: SQLite's one writer makes the count and the write
+// one step.
+//
+// resumed is the session of a run being resumed, "" for a new run. The runs queued in it are not
+// counted: they passed the check when they were queued, and they wait for the resumed run — a
+// session's runs run one at a time, so the resumed run and those queued behind it hold one slot between
+// them, and counting them would refuse every decision until the wait expired. Runs queued in other
+// sessions are counted, as a new run counts them: each will hold a slot of its own once the run before
+// it in its session ends.
+func checkQuota(ctx context.Context, tx txn, user string, quota []store.Limit, resumed string) error {
 	var tokens, cost sql.NullInt64 // of the last usage query, reused when two limits share it
 	var last store.Limit
 	for _, l := range quota {
@@ -235,9 +247,9 @@ func checkQuota(ctx context.Context, tx txn, user string, quota []store.Limit) e
 		case store.LimitConcurrentRuns:
 			var err error
 			if l.KeyID != "" {
-				err = tx.QueryRowContext(ctx, activeKeyRunsSQL, l.KeyID, user).Scan(&used)
+				err = tx.QueryRowContext(ctx, activeKeyRunsSQL, l.KeyID, user, resumed).Scan(&used)
 			} else {
-				err = tx.QueryRowContext(ctx, activeRunsSQL, user).Scan(&used)
+				err = tx.QueryRowContext(ctx, activeRunsSQL, user, resumed).Scan(&used)
 			}
 			if err != nil {
 				return err

@@ -36,7 +36,7 @@ FROM sessions WHERE id = $2 AND user_id = $3`
 	activeRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	runByKeySQL     = `SELECT ` + runColumns + ` FROM runs WHERE user_id = $1 AND idempotency_key = $2`
 	unfinishedSQL   = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status IN ('queued', 'running') ORDER BY created_at, id`
-	awaitingSQL     = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status = 'awaiting_approval' ORDER BY created_at, id`
+	awaitingSQL     = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status = 'awaiting_approval' AND ($1 = '' OR key_id = $1) ORDER BY created_at, id`
 	runningInSQL    = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	keyTakenSQL     = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
 	lastEventSeqSQL = `SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = $1`
@@ -120,7 +120,7 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 				return err
 			}
 		}
-		if err := checkQuota(ctx, tx, user, run.Quota); err != nil {
+		if err := checkQuota(ctx, tx, user, run.Quota, ""); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, insertRunSQL, run.ID, run.SessionID, user, run.Status, run.Agent, run.Model,
@@ -301,16 +301,16 @@ func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
 	return db.runsAcrossUsers(ctx, "unfinished runs", unfinishedSQL)
 }
 
-// AwaitingRuns returns every user's runs awaiting approval, oldest first.
-func (db *DB) AwaitingRuns(ctx context.Context) ([]store.Run, error) {
-	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL)
+// AwaitingRuns returns every user's runs awaiting approval, or those started with keyID, oldest first.
+func (db *DB) AwaitingRuns(ctx context.Context, keyID string) ([]store.Run, error) {
+	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL, keyID)
 }
 
 // runsAcrossUsers reads the runs of query, of every user, with their user ids and requests.
-func (db *DB) runsAcrossUsers(ctx context.Context, what, query string) ([]store.Run, error) {
+func (db *DB) runsAcrossUsers(ctx context.Context, what, query string, args ...any) ([]store.Run, error) {
 	var runs []store.Run
 	err := db.read(ctx, what, func(tx txn) error {
-		rows, err := tx.QueryContext(ctx, query)
+		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -698,21 +698,43 @@ func (db *DB) UpdateAwaiting(ctx context.Context, user, runID string, before, af
 	})
 }
 
-// ResumeRun makes an awaiting run running again, when what it waits for is still before and the quota
-// allows one more run.
+// ResumeRun makes an awaiting run running again, when what it waits for is still before, its key still
+// works and the quota allows one more run.
 func (db *DB) ResumeRun(ctx context.Context, user, runID string, before json.RawMessage, reserve int64, quota []store.Limit) error {
 	return db.write(ctx, "resume run", func(tx txn) error {
-		// The awaiting run is not counted among the running: the check admits it as one more.
-		check := func() error { return checkQuota(ctx, tx, user, quota) }
+		check := func(sessionID string) error {
+			if err := checkRunKey(ctx, tx, runID, db.clock()); err != nil {
+				return err
+			}
+			// The awaiting run is not counted among the running: the check admits it as one more.
+			return checkQuota(ctx, tx, user, quota, sessionID)
+		}
 		return awaitingChange(ctx, tx, user, runID, check, resumeRunSQL, string(before), reserve)
 	})
 }
 
+// runKeyRefusedSQL: the run was started with an API key that is revoked, has expired at $2 or is gone.
+const runKeyRefusedSQL = `SELECT EXISTS (SELECT 1 FROM runs r LEFT JOIN api_keys k ON k.id = r.key_id
+WHERE r.id = $1 AND r.key_id <> '' AND (k.id IS NULL OR k.revoked_at IS NOT NULL OR k.expires_at <= $2))`
+
+// checkRunKey refuses with store.ErrKeyRevoked the resume of a run whose key no longer works: what it
+// started stops with the key, as a send with the key is refused.
+func checkRunKey(ctx context.Context, tx txn, runID string, now time.Time) error {
+	var refused bool
+	if err := tx.QueryRowContext(ctx, runKeyRefusedSQL, runID, now.UnixMicro()).Scan(&refused); err != nil {
+		return err
+	}
+	if refused {
+		return fmt.Errorf("%w: run %q", store.ErrKeyRevoked, runID)
+	}
+	return nil
+}
+
 // awaitingChange runs an update of an awaiting run that names it by id, user and what it waits for
 // ($1–$3), reporting a run that is not the user's as not found and one that changed as a conflict.
-// check, when set, may refuse the update once the run is known to wait.
-func awaitingChange(ctx context.Context, tx txn, user, runID string, check func() error, query string, args ...any) error {
-	_, status, err := runState(ctx, tx, user, runID)
+// check, when set, may refuse the update once the run is known to wait; it is given the run's session.
+func awaitingChange(ctx context.Context, tx txn, user, runID string, check func(sessionID string) error, query string, args ...any) error {
+	sessionID, status, err := runState(ctx, tx, user, runID)
 	if err != nil {
 		return err
 	}
@@ -720,7 +742,7 @@ func awaitingChange(ctx context.Context, tx txn, user, runID string, check func(
 		return conflict("run %q is %s, not awaiting approval", runID, status)
 	}
 	if check != nil {
-		if err := check(); err != nil {
+		if err := check(sessionID); err != nil {
 			return err
 		}
 	}

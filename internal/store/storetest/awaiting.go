@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"chatd/internal/store"
 )
@@ -46,7 +49,7 @@ func testAwaitingRun(t *testing.T, s store.Store) {
 			t.Error("UnfinishedRuns lists the awaiting run: recovery would end it")
 		}
 	}
-	awaiting, err := s.AwaitingRuns(ctx)
+	awaiting, err := s.AwaitingRuns(ctx, "")
 	if err != nil || len(awaiting) != 1 || awaiting[0].ID != run.ID || awaiting[0].UserID != alice ||
 		string(awaiting[0].Awaiting) != string(waits) {
 		t.Fatalf("AwaitingRuns = %+v, %v", awaiting, err)
@@ -82,7 +85,7 @@ func testAwaitingRun(t *testing.T, s store.Store) {
 	if got, err := s.Run(ctx, alice, run.ID); err != nil || got.Status != store.RunCancelled || got.Awaiting != nil {
 		t.Errorf("ended Run = %+v, %v", got, err)
 	}
-	if awaiting, err := s.AwaitingRuns(ctx); err != nil || len(awaiting) != 0 {
+	if awaiting, err := s.AwaitingRuns(ctx, ""); err != nil || len(awaiting) != 0 {
 		t.Errorf("AwaitingRuns after the end = %+v, %v", awaiting, err)
 	}
 	wantErr(t, "UpdateAwaiting of an ended run", s.UpdateAwaiting(ctx, alice, run.ID, waits, decided), store.ErrConflict)
@@ -152,5 +155,129 @@ func testResumeRunQuota(t *testing.T, s store.Store) {
 	}
 	if err := s.ResumeRun(ctx, alice, waiting.ID, waits, 10, quota); err != nil {
 		t.Fatalf("ResumeRun once the other run ended: %v", err)
+	}
+}
+
+// testResumeRunQueuedBehind: the runs queued in a resumed run's own session, which wait for it, do not
+// count against the resume (a run queued behind a run awaiting approval would otherwise refuse every
+// decision under a concurrent_runs limit of 1, until the wait expired); runs queued in another session
+// still count, as they do for a new run.
+func testResumeRunQueuedBehind(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	k := createKey(t, s, alice, "laptop").ID
+	quota := []store.Limit{{Name: store.LimitConcurrentRuns, Max: 1}, {Name: store.LimitConcurrentRuns, KeyID: k, Max: 1}}
+	waits := json.RawMessage(`{"calls":[{"id":"call_2","decision":"approve"}]}`)
+	// await starts a run of the key in a new session and makes it wait, then queues a message behind
+	// it, both under quota.
+	await := func(quota ...store.Limit) (waiting, queued *store.Run) {
+		t.Helper()
+		sess := createSession(t, s, alice)
+		waiting = mustCreateLimited(t, s, alice, sess.ID, k, store.RunRunning, quota...)
+		if err := s.AwaitRun(ctx, alice, waiting.ID, store.Await{Awaiting: waits}); err != nil {
+			t.Fatal(err)
+		}
+		return waiting, mustCreateLimited(t, s, alice, sess.ID, k, store.RunQueued, quota...)
+	}
+	// Another session's run waits with a message queued behind it (sent before the limit was set), then
+	// this one's: its queued message admitted once the other's has ended, the waiting run not counted.
+	other, otherQueued := await()
+	if _, err := createLimited(t, s, alice, createSession(t, s, alice).ID, k, store.RunQueued, quota...); err == nil {
+		t.Fatal("a new run was created under a limit of 1 with a run queued")
+	}
+	mustFinish(t, s, alice, otherQueued.ID, store.RunEnd{Status: store.RunCancelled, FinishReason: "cancelled"})
+	waiting, _ := await(quota...)
+	otherQueued = mustCreateLimited(t, s, alice, other.SessionID, k, store.RunQueued)
+
+	err := s.ResumeRun(ctx, alice, waiting.ID, waits, 10, quota)
+	wantLimit(t, "ResumeRun with a run queued in another session", err, quota[0], 1)
+	if got := getRun(t, s, alice, waiting.ID); got.Status != store.RunAwaiting {
+		t.Fatalf("the refused run is %s, want still awaiting approval", got.Status)
+	}
+	mustFinish(t, s, alice, otherQueued.ID, store.RunEnd{Status: store.RunCancelled, FinishReason: "cancelled"})
+	if err := s.ResumeRun(ctx, alice, waiting.ID, waits, 10, quota); err != nil {
+		t.Fatalf("ResumeRun with only its own session's run queued behind it: %v", err)
+	}
+	// Now the resumed run and the run queued behind it count against the other session's resume.
+	err = s.ResumeRun(ctx, alice, other.ID, waits, 10, quota)
+	wantLimit(t, "ResumeRun with another session's run resumed and one queued behind it", err, quota[0], 2)
+}
+
+// testResumeRunKeyRevoked: a run whose API key was revoked, has expired or is gone does not resume
+// (ErrKeyRevoked) and still waits as it was; a run of a key that works, or of no key, resumes.
+func testResumeRunKeyRevoked(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	revoked := createKey(t, s, alice, "revoked").ID
+	if _, err := s.RevokeKey(ctx, alice, revoked); err != nil {
+		t.Fatal(err)
+	}
+	expired := &store.APIKey{User: alice, Name: "expired", Prefix: "chd_expired", Hash: newHash(),
+		ExpiresAt: ptr(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))} // before any store's clock
+	if err := s.CreateKey(ctx, expired); err != nil {
+		t.Fatal(err)
+	}
+	live := createKey(t, s, alice, "live").ID
+	waits := json.RawMessage(`{"calls":[{"id":"call_2","decision":"approve"}]}`)
+	for _, tc := range []struct {
+		name, key string
+		want      error
+	}{
+		{"revoked", revoked, store.ErrKeyRevoked},
+		{"expired", expired.ID, store.ErrKeyRevoked},
+		{"unknown", "no-such-key", store.ErrKeyRevoked},
+		{"live", live, nil},
+		{"none", "", nil},
+	} {
+		run := mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, tc.key, store.RunRunning)
+		if err := s.AwaitRun(ctx, alice, run.ID, store.Await{Awaiting: waits}); err != nil {
+			t.Fatal(err)
+		}
+		err := s.ResumeRun(ctx, alice, run.ID, waits, 10, nil)
+		if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+			t.Errorf("ResumeRun of a run whose key is %s: %v, want %v", tc.name, err, tc.want)
+		}
+		want := store.RunRunning
+		if tc.want != nil {
+			want = store.RunAwaiting
+		}
+		if got := getRun(t, s, alice, run.ID); got.Status != want {
+			t.Errorf("the run whose key is %s is %s after ResumeRun, want %s", tc.name, got.Status, want)
+		}
+	}
+}
+
+// testAwaitingRunsOfKey: AwaitingRuns with a key id lists the runs awaiting approval started with that
+// key alone, of every user; without one, every run awaiting approval.
+func testAwaitingRunsOfKey(t *testing.T, s store.Store) {
+	ctx, alice, bob := t.Context(), newUser("alice"), newUser("bob")
+	k1, k2 := createKey(t, s, alice, "one").ID, createKey(t, s, bob, "two").ID
+	waits := json.RawMessage(`{"calls":[{"id":"call_2"}]}`)
+	await := func(user, key string) string {
+		t.Helper()
+		run := mustCreateLimited(t, s, user, createSession(t, s, user).ID, key, store.RunRunning)
+		if err := s.AwaitRun(ctx, user, run.ID, store.Await{Awaiting: waits}); err != nil {
+			t.Fatal(err)
+		}
+		return run.ID
+	}
+	a1, b1, a2, none := await(alice, k1), await(bob, k1), await(alice, k2), await(alice, "")
+	mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, k1, store.RunRunning) // running, not awaiting
+	for _, tc := range []struct {
+		key  string
+		want []string
+	}{{k1, []string{a1, b1}}, {k2, []string{a2}}, {"no-such-key", nil}, {"", []string{a1, b1, a2, none}}} {
+		runs, err := s.AwaitingRuns(ctx, tc.key)
+		if err != nil {
+			t.Fatalf("AwaitingRuns(%q): %v", tc.key, err)
+		}
+		var got []string
+		for _, r := range runs {
+			if r.KeyID != tc.key && tc.key != "" {
+				t.Errorf("AwaitingRuns(%q) lists run %s of key %q", tc.key, r.ID, r.KeyID)
+			}
+			got = append(got, r.ID)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("AwaitingRuns(%q) (-want +got):\n%s", tc.key, diff)
+		}
 	}
 }
