@@ -47,8 +47,11 @@ type Run struct {
 	next   int64   // the Seq of the next event
 	// reserved is the highest Seq a reader may see: the store's ReservedSeq for the run (MaxInt64 without
 	// a durable log).
-	reserved     int64
-	persisted    int64 // Seq of the last event the store holds
+	reserved  int64
+	persisted int64 // Seq of the last event the store holds
+	// held says the run started before its commit (gate.go) and the commit is not known yet: its
+	// events wait, unseen and unwritten, after the Seqs its first two events will take (see hold).
+	held         bool
 	status       string
 	ended        bool
 	finishing    bool // the agent loop has returned: the run ends as it ended, a cancel comes too late
@@ -121,14 +124,48 @@ func (r *Run) emit(typ string, data []byte) {
 	if seq <= r.reserved {
 		r.wake()
 	}
+	held := r.held
 	r.mu.Unlock()
-	if r.log != nil {
+	if r.log != nil && !held {
 		if r.dirty.CompareAndSwap(false, true) {
 			r.log.mark(r)
 		}
 		if short {
 			r.log.hurry()
 		}
+	}
+}
+
+// firstEvents is how many events begin emits for a run before the loop's first: run_start and the
+// user's record.
+const firstEvents = 2
+
+// hold readies a run that starts before its commit: the loop's events, which may come before the
+// commit is known, are kept after the Seqs of the first events begin emits once it is (open), and
+// neither a reader nor the event log sees them until then. The loop need not wait at the gate for
+// the model's first token: the token is there when the commit ends, and goes to the client with the
+// run's first events, in one write.
+func (r *Run) hold() {
+	r.mu.Lock()
+	r.held, r.next, r.reserved = true, firstEvents+1, 0
+	r.mu.Unlock()
+}
+
+// open ends the hold of a run whose commit succeeded: its first events (Seqs 1 and 2) go before those
+// the loop emitted meanwhile, readers see them all up to reserved (MaxInt64 without a durable log),
+// and the event log writes them.
+func (r *Run) open(runStart, record []byte, reserved int64) {
+	r.mu.Lock()
+	first := [firstEvents]Event{{Seq: 1, Type: runevent.TypeRunStart, Data: runStart}, {Seq: 2, Type: runevent.TypeRecord, Data: record}}
+	r.events = append(first[:], r.events...)
+	r.held = false
+	if r.log == nil {
+		reserved = math.MaxInt64
+	}
+	r.reserve(reserved)
+	r.mu.Unlock()
+	if r.log != nil && r.dirty.CompareAndSwap(false, true) {
+		r.log.mark(r)
 	}
 }
 
