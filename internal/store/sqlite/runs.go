@@ -32,10 +32,12 @@ FROM sessions WHERE id = $2 AND user_id = $3`
 	// titleSessionSQL titles a session that has no title yet.
 	titleSessionSQL = `UPDATE sessions SET title = $3 WHERE id = $1 AND user_id = $2 AND title = ''`
 
-	selectRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE id = $1 AND user_id = $2`
-	activeRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
-	runByKeySQL     = `SELECT ` + runColumns + ` FROM runs WHERE user_id = $1 AND idempotency_key = $2`
-	unfinishedSQL   = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status IN ('queued', 'running') ORDER BY created_at, id`
+	selectRunSQL = `SELECT ` + runColumns + ` FROM runs WHERE id = $1 AND user_id = $2`
+	activeRunSQL = `SELECT ` + runColumns + ` FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
+	runByKeySQL  = `SELECT ` + runColumns + ` FROM runs WHERE user_id = $1 AND idempotency_key = $2`
+	// unfinishedSQL's condition is runs_active_by_user's, written alike: SQLite uses a partial index only
+	// for a condition it recognizes as the index's.
+	unfinishedSQL   = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status IN ('running', 'queued') ORDER BY created_at, id`
 	awaitingSQL     = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status = 'awaiting_approval' ORDER BY created_at, id`
 	runningInSQL    = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	keyTakenSQL     = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
