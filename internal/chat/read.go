@@ -227,7 +227,16 @@ func (f *Follower) Read(ctx context.Context) ([]Event, bool, error) {
 		return nil, true, nil
 	}
 	if f.run != nil {
-		events, ended := f.run.Events(f.after)
+		events, ended, inStore := f.run.Events(f.after)
+		if inStore {
+			// Behind the events the run keeps in memory: the store has the ones it dropped.
+			if events, err := f.page(ctx, f.after); err != nil || len(events) > 0 {
+				if len(events) > 0 {
+					f.after = events[len(events)-1].Seq
+				}
+				return events, false, err
+			}
+		}
 		if len(events) > 0 {
 			f.after = events[len(events)-1].Seq
 			return events, false, nil
@@ -236,7 +245,7 @@ func (f *Follower) Read(ctx context.Context) ([]Event, bool, error) {
 			f.ended = true
 			if last := f.run.lastSeq(); f.after > last && last > 0 {
 				// A last id beyond the end: events a crash lost after the reader saw them.
-				done, _ := f.run.Events(last - 1)
+				done, _, _ := f.run.Events(last - 1)
 				return done, true, nil
 			}
 		}

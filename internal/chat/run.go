@@ -23,7 +23,9 @@ type Event struct {
 
 // Run is a live run — queued or running in this process. Its events are kept in order; any number of
 // readers follow them, each at its own pace, without slowing the run: appending never waits for a
-// reader, nor for the disk. The event log writes them to the store in batches.
+// reader, nor for the disk. The event log writes them to the store in batches, and then drops them
+// from memory: a stream held open for long keeps only what the store does not have yet, and a reader
+// behind the events kept reads the rest from the store (Follower.Read).
 //
 // A reader sees an event only once its Seq is reserved in the store (store.Run.ReservedSeq): the run is
 // created with reserveAhead Seqs reserved, and the event log raises the reservation, in the batches it
@@ -44,7 +46,10 @@ type Run struct {
 
 	mu     sync.Mutex
 	events []Event // in Seq order; Seqs run without gaps, but for one after a restart (requeue)
-	next   int64   // the Seq of the next event
+	// trimmed is the Seq of the last event dropped from events once stored (0: none): a reader after
+	// an earlier Seq reads the store up to it.
+	trimmed int64
+	next    int64 // the Seq of the next event
 	// reserved is the highest Seq a reader may see: the store's ReservedSeq for the run (MaxInt64 without
 	// a durable log).
 	reserved  int64
@@ -224,10 +229,28 @@ func (r *Run) reservation() int64 {
 // index returns the position of the first event after Seq after; r.mu is held.
 func (r *Run) index(after int64) int {
 	n := len(r.events)
-	if n == 0 || r.events[n-1].Seq == int64(n) { // no gap: event i has Seq i+1
-		return int(min(max(after, 0), int64(n)))
+	if n == 0 {
+		return 0
+	}
+	if first := r.events[0].Seq; r.events[n-1].Seq-first == int64(n-1) { // no gap: event i has Seq first+i
+		return int(min(max(after-first+1, 0), int64(n)))
 	}
 	return sort.Search(n, func(i int) bool { return r.events[i].Seq > after })
+}
+
+// trim drops the events the store holds (up to persisted) from memory; r.mu is held. Readers keep
+// the slices they were given: those of the dropped events' array stay theirs.
+func (r *Run) trim() {
+	k := r.index(r.persisted)
+	if k == 0 || r.ended { // an ended run keeps its last events for the readers that resume at its end
+		return
+	}
+	r.trimmed = r.events[k-1].Seq
+	if k == len(r.events) {
+		r.events = nil
+		return
+	}
+	r.events = append([]Event(nil), r.events[k:]...)
 }
 
 // visible returns the number of events a reader may see; r.mu is held.
@@ -268,18 +291,22 @@ func (r *Run) wake() {
 }
 
 // Events returns the events after seq after, and whether the run has ended (then no more will come).
-// The returned slice is shared: do not modify it.
-func (r *Run) Events(after int64) ([]Event, bool) {
+// The returned slice is shared: do not modify it. When the events after seq after begin with some the
+// run dropped once they were stored, it returns none and inStore: the reader reads those from the store.
+func (r *Run) Events(after int64) (events []Event, ended, inStore bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if after < r.trimmed {
+		return nil, r.ended, true
+	}
 	n := r.visible()
 	i := r.index(after)
 	if i >= n {
 		// An ended run whose last events are not visible could not store its end: its readers stop
 		// here, and find it in the store once it is recovered.
-		return nil, r.ended
+		return nil, r.ended, false
 	}
-	return r.events[i:n:n], r.ended
+	return r.events[i:n:n], r.ended, false
 }
 
 // lastSeq is the Seq of the run's last event a reader may see.
@@ -289,7 +316,7 @@ func (r *Run) lastSeq() int64 {
 	if n := r.visible(); n > 0 {
 		return r.events[n-1].Seq
 	}
-	return 0
+	return r.trimmed
 }
 
 // Watch returns a channel that receives a signal after new events are appended (signals coalesce), and
