@@ -474,7 +474,7 @@ func reserve(ctx context.Context, tx txn, reserved []store.Reservation) error {
 	if len(reserved) == 0 {
 		return nil
 	}
-	stmt, err := tx.PrepareContext(ctx, reserveSQL)
+	stmt, err := tx.prepared(ctx, reserveSQL)
 	if err != nil {
 		return err
 	}
@@ -502,7 +502,7 @@ func insertEvents(ctx context.Context, tx txn, events []store.Event) error {
 		}
 	}
 	if len(events) >= eventsPerInsert {
-		stmt, err := tx.PrepareContext(ctx, insertManyEventsSQL)
+		stmt, err := tx.prepared(ctx, insertManyEventsSQL)
 		if err != nil {
 			return err
 		}
@@ -529,7 +529,7 @@ func insertEvents(ctx context.Context, tx txn, events []store.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	stmt, err := tx.PrepareContext(ctx, insertEventSQL)
+	stmt, err := tx.prepared(ctx, insertEventSQL)
 	if err != nil {
 		return err
 	}
