@@ -202,6 +202,57 @@ func TestFollowerReadsDroppedEventsFromStore(t *testing.T) {
 	}
 }
 
+// TestStoredEventsStayForReadersBehind: a stored event leaves the run's memory only once every reader
+// following the run was given it.
+func TestStoredEventsStayForReadersBehind(t *testing.T) {
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sess := &store.Session{Agent: "default"}
+	if err := db.CreateSession(t.Context(), "u", sess); err != nil {
+		t.Fatal(err)
+	}
+	sr := &store.Run{SessionID: sess.ID, ReservedSeq: 1000}
+	if err := db.CreateRun(t.Context(), "u", sr, nil); err != nil {
+		t.Fatal(err)
+	}
+	l := newEventLog(db, time.Hour, slog.New(slog.DiscardHandler)) // it writes when hurried
+	defer l.close()
+	r := newRun(sr.ID, "u", &plan{agentNm: "default", model: "m", session: sess}, l)
+	r.granted(sr.ReservedSeq)
+	c, stop := r.watch(0)
+	defer stop()
+	emitStored := func(n int) {
+		t.Helper()
+		for range n {
+			r.emit(runevent.TypeTextDelta, runevent.EncodeText("x"))
+		}
+		r.mu.Lock()
+		last := r.next - 1
+		r.mu.Unlock()
+		l.hurry()
+		waitPersisted(t, r, last)
+	}
+	kept := func() (int, int64) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.events), r.trimmed
+	}
+	emitStored(10)
+	if n, trimmed := kept(); n != 10 || trimmed != 0 {
+		t.Fatalf("stored, and not read yet: the run keeps %d events (dropped up to %d); want all 10", n, trimmed)
+	}
+	if events, _, _ := r.eventsFor(c, 4); len(events) != 6 {
+		t.Fatalf("the reader got %d events after 4, want 6", len(events))
+	}
+	emitStored(1)
+	if n, trimmed := kept(); n != 1 || trimmed != 10 {
+		t.Fatalf("the reader had 10 and 11 is stored: the run keeps %d events (dropped up to %d); want 1 (up to 10)", n, trimmed)
+	}
+}
+
 // BenchmarkEmitToReader measures the latency an event takes from the run to a reader following it — the
 // per-token latency of a stream — with the durable event log on and off. Each op is one round trip:
 // emit, the reader wakes and reads it, and answers. Events are paced at one per 50µs (20,000 tokens a

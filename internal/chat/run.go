@@ -56,11 +56,13 @@ type Run struct {
 	persisted int64 // Seq of the last event the store holds
 	// held says the run started before its commit (gate.go) and the commit is not known yet: its
 	// events wait, unseen and unwritten, after the Seqs its first two events will take (see hold).
-	held         bool
-	status       string
-	ended        bool
-	finishing    bool // the agent loop has returned: the run ends as it ended, a cancel comes too late
-	waiters      map[chan struct{}]struct{}
+	held      bool
+	status    string
+	ended     bool
+	finishing bool // the agent loop has returned: the run ends as it ended, a cancel comes too late
+	// waiters are the readers to signal, each with the Seq of the last event it was given (MaxInt64:
+	// one that does not say): the events after it stay in memory for it.
+	waiters      map[chan struct{}]int64
 	done         chan struct{}
 	outcome      Outcome
 	ctx          context.Context         // the run's, set while running
@@ -95,7 +97,7 @@ const reserveAhead = 256
 
 func newRun(id, user string, p *plan, log *eventLog) *Run {
 	r := &Run{ID: id, Agent: p.agentNm, Model: p.model, user: user, plan: p, log: log, next: 1,
-		reserved: math.MaxInt64, status: store.RunRunning, waiters: map[chan struct{}]struct{}{}, done: make(chan struct{})}
+		reserved: math.MaxInt64, status: store.RunRunning, waiters: map[chan struct{}]int64{}, done: make(chan struct{})}
 	if log != nil {
 		r.reserved = 0 // until the store says more
 	}
@@ -238,19 +240,29 @@ func (r *Run) index(after int64) int {
 	return sort.Search(n, func(i int) bool { return r.events[i].Seq > after })
 }
 
-// trim drops the events the store holds (up to persisted) from memory; r.mu is held. Readers keep
-// the slices they were given: those of the dropped events' array stay theirs.
+// trim drops from memory the events the store holds (up to persisted) and every reader was given;
+// r.mu is held. Readers keep the slices they were given: those of the dropped events' array stay
+// theirs.
 func (r *Run) trim() {
-	k := r.index(r.persisted)
+	upTo := r.persisted
+	for _, seen := range r.waiters {
+		upTo = min(upTo, seen)
+	}
+	k := r.index(upTo)
 	if k == 0 || r.ended { // an ended run keeps its last events for the readers that resume at its end
 		return
 	}
 	r.trimmed = r.events[k-1].Seq
-	if k == len(r.events) {
+	n := len(r.events) - k
+	if n == 0 { // an idle stream keeps nothing
 		r.events = nil
 		return
 	}
-	r.events = append([]Event(nil), r.events[k:]...)
+	// A run still streaming gets room for as many events as were dropped, what it emits in about one
+	// batch's interval: a slice that grew again from nothing at every batch cost more in copies.
+	rest := make([]Event, n, n+k)
+	copy(rest, r.events[k:])
+	r.events = rest
 }
 
 // visible returns the number of events a reader may see; r.mu is held.
@@ -296,6 +308,26 @@ func (r *Run) wake() {
 func (r *Run) Events(after int64) (events []Event, ended, inStore bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.visibleAfter(after)
+}
+
+// eventsFor is Events for the reader watching with c, which is given the events up to the last
+// returned: the run may drop those from memory once they are stored.
+func (r *Run) eventsFor(c chan struct{}, after int64) (events []Event, ended, inStore bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	events, ended, inStore = r.visibleAfter(after)
+	if _, ok := r.waiters[c]; ok {
+		if n := len(events); n > 0 {
+			after = events[n-1].Seq
+		}
+		r.waiters[c] = after
+	}
+	return events, ended, inStore
+}
+
+// visibleAfter is Events; r.mu is held.
+func (r *Run) visibleAfter(after int64) (events []Event, ended, inStore bool) {
 	if after < r.trimmed {
 		return nil, r.ended, true
 	}
@@ -322,9 +354,14 @@ func (r *Run) lastSeq() int64 {
 // Watch returns a channel that receives a signal after new events are appended (signals coalesce), and
 // a function to stop watching.
 func (r *Run) Watch() (<-chan struct{}, func()) {
+	return r.watch(math.MaxInt64)
+}
+
+// watch is Watch for a reader that has the events up to Seq seen, and reads the rest with eventsFor.
+func (r *Run) watch(seen int64) (chan struct{}, func()) {
 	c := make(chan struct{}, 1)
 	r.mu.Lock()
-	r.waiters[c] = struct{}{}
+	r.waiters[c] = seen
 	r.mu.Unlock()
 	return c, func() {
 		r.mu.Lock()
