@@ -35,7 +35,7 @@ func TestRunLogReaders(t *testing.T) {
 			defer stop()
 			var next int64 = 1
 			for {
-				events, ended := r.Events(next - 1)
+				events, ended, _ := r.Events(next - 1)
 				for _, ev := range events {
 					if ev.Seq != next {
 						t.Errorf("got seq %d, want %d", ev.Seq, next)
@@ -60,7 +60,7 @@ func TestRunLogReaders(t *testing.T) {
 	}
 	r.end(nil, false, Outcome{Status: "completed"})
 	wg.Wait()
-	if events, ended := r.Events(n); len(events) != 0 || !ended {
+	if events, ended, _ := r.Events(n); len(events) != 0 || !ended {
 		t.Errorf("after the end: %d events, ended %v", len(events), ended)
 	}
 }

@@ -148,6 +148,7 @@ func (l *eventLog) flush() {
 			r.mu.Lock()
 			r.persisted = max(r.persisted, ends[i])
 			r.reserve(grants[i])
+			r.trim()
 			r.mu.Unlock()
 		} else if r.dirty.CompareAndSwap(false, true) {
 			l.mark(r) // try again with the next batch

@@ -61,7 +61,7 @@ func BenchmarkEventLog(b *testing.B) {
 	}
 	for _, r := range rs {
 		r.mu.Lock()
-		n := int64(len(r.events))
+		n := r.next - 1
 		r.mu.Unlock()
 		waitPersisted(b, r, n)
 	}
@@ -131,6 +131,128 @@ func TestEventLogWritesEveryEventOnce(t *testing.T) {
 	}
 }
 
+// TestFollowerReadsDroppedEventsFromStore: once stored, a run's events leave its memory, and a reader
+// that starts before the events the run keeps — from the start, or from a Last-Event-ID in the middle —
+// reads the dropped ones from the store, then the kept ones from the run, every event once and in order.
+func TestFollowerReadsDroppedEventsFromStore(t *testing.T) {
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sess := &store.Session{Agent: "default"}
+	if err := db.CreateSession(t.Context(), "u", sess); err != nil {
+		t.Fatal(err)
+	}
+	sr := &store.Run{SessionID: sess.ID, ReservedSeq: 10000}
+	if err := db.CreateRun(t.Context(), "u", sr, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The log writes when hurried only: what is emitted after the hurry stays in memory.
+	l := newEventLog(db, time.Hour, slog.New(slog.DiscardHandler))
+	defer l.close()
+	r := newRun(sr.ID, "u", &plan{agentNm: "default", model: "m", session: sess}, l)
+	r.granted(sr.ReservedSeq)
+	const stored, kept = 1500, 3 // more than a page of the store
+	for i := range stored {
+		r.emit(runevent.TypeTextDelta, runevent.EncodeText(strconv.Itoa(i)))
+	}
+	l.hurry()
+	waitPersisted(t, r, stored)
+	r.mu.Lock()
+	left, trimmed := len(r.events), r.trimmed
+	r.mu.Unlock()
+	if left != 0 || trimmed != stored {
+		t.Fatalf("after the log stored every event, the run keeps %d (dropped up to %d); want 0 (dropped up to %d)", left, trimmed, stored)
+	}
+	for i := stored; i < stored+kept; i++ {
+		r.emit(runevent.TypeTextDelta, runevent.EncodeText(strconv.Itoa(i)))
+	}
+	svc := &Service{opts: Options{Store: db}}
+	for _, after := range []int64{0, 700, stored - 1, stored, stored + 1} {
+		f := &Follower{s: svc, user: "u", id: r.ID, run: r, after: after}
+		want := after + 1
+		for {
+			events, end, err := f.Read(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end {
+				t.Fatalf("after %d: the log ended at %d", after, want)
+			}
+			if len(events) == 0 {
+				break
+			}
+			for _, e := range events {
+				if e.Seq != want || string(e.Data) != string(runevent.EncodeText(strconv.Itoa(int(want-1)))) {
+					t.Fatalf("after %d: event seq %d data %s, want seq %d", after, e.Seq, e.Data, want)
+				}
+				want++
+			}
+		}
+		if want != stored+kept+1 {
+			t.Errorf("after %d: read up to %d, want %d", after, want-1, stored+kept)
+		}
+	}
+	if got := r.lastSeq(); got != stored+kept {
+		t.Errorf("lastSeq %d, want %d", got, stored+kept)
+	}
+	if _, _, inStore := r.Events(stored); inStore {
+		t.Error("the events emitted after the last batch left memory before they were stored")
+	}
+}
+
+// TestStoredEventsStayForReadersBehind: a stored event leaves the run's memory only once every reader
+// following the run was given it.
+func TestStoredEventsStayForReadersBehind(t *testing.T) {
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sess := &store.Session{Agent: "default"}
+	if err := db.CreateSession(t.Context(), "u", sess); err != nil {
+		t.Fatal(err)
+	}
+	sr := &store.Run{SessionID: sess.ID, ReservedSeq: 1000}
+	if err := db.CreateRun(t.Context(), "u", sr, nil); err != nil {
+		t.Fatal(err)
+	}
+	l := newEventLog(db, time.Hour, slog.New(slog.DiscardHandler)) // it writes when hurried
+	defer l.close()
+	r := newRun(sr.ID, "u", &plan{agentNm: "default", model: "m", session: sess}, l)
+	r.granted(sr.ReservedSeq)
+	c, stop := r.watch(0)
+	defer stop()
+	emitStored := func(n int) {
+		t.Helper()
+		for range n {
+			r.emit(runevent.TypeTextDelta, runevent.EncodeText("x"))
+		}
+		r.mu.Lock()
+		last := r.next - 1
+		r.mu.Unlock()
+		l.hurry()
+		waitPersisted(t, r, last)
+	}
+	kept := func() (int, int64) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.events), r.trimmed
+	}
+	emitStored(10)
+	if n, trimmed := kept(); n != 10 || trimmed != 0 {
+		t.Fatalf("stored, and not read yet: the run keeps %d events (dropped up to %d); want all 10", n, trimmed)
+	}
+	if events, _, _ := r.eventsFor(c, 4); len(events) != 6 {
+		t.Fatalf("the reader got %d events after 4, want 6", len(events))
+	}
+	emitStored(1)
+	if n, trimmed := kept(); n != 1 || trimmed != 10 {
+		t.Fatalf("the reader had 10 and 11 is stored: the run keeps %d events (dropped up to %d); want 1 (up to 10)", n, trimmed)
+	}
+}
+
 // BenchmarkEmitToReader measures the latency an event takes from the run to a reader following it — the
 // per-token latency of a stream — with the durable event log on and off. Each op is one round trip:
 // emit, the reader wakes and reads it, and answers. Events are paced at one per 50µs (20,000 tokens a
@@ -170,7 +292,7 @@ func BenchmarkEmitToReader(b *testing.B) {
 				var after int64
 				for after < int64(b.N) {
 					<-wake
-					events, _ := r.Events(after)
+					events, _, _ := r.Events(after)
 					if len(events) > 0 {
 						after = events[len(events)-1].Seq
 						ack <- struct{}{}

@@ -9,11 +9,12 @@ import (
 // A run to a new session starts early: its history is its user message alone, known before anything
 // is stored, so its model call goes out while the transaction that stores the session, the run and the
 // message commits, and the commit's fsync costs the first token nothing. What the run would make seen
-// or durable — its events, its records, its usage, its end — waits at the run's gate until the commit
-// is known: nothing reaches a client, and nothing refers to the run in the store, before the run and
-// its message are durable. When the commit fails (the session's id was taken meanwhile, the key was
-// sent twice, a limit refused it), the run is abandoned: its model call is cancelled and nothing of it
-// is kept.
+// or durable waits until the commit is known: the model's stream goes on into the run, which holds its
+// events unseen and unwritten (Run.hold), and its records, its usage, its tools and its end wait at the
+// run's gate. Nothing reaches a client, and nothing refers to the run in the store, before the run and
+// its message are durable; once they are, the first tokens go out with the run's first events. When
+// the commit fails (the session's id was taken meanwhile, the key was sent twice, a limit refused it),
+// the run is abandoned: its model call is cancelled and nothing of it is kept.
 
 // gate holds back a run started before its CreateRun committed. The sender opens or fails it once.
 type gate struct {

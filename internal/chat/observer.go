@@ -54,7 +54,6 @@ type observer struct {
 	// pending are usage entries that go into the store with the turn they paid for, in its transaction:
 	// a sender with no token or spend budget needs none of them counted before.
 	pending []store.UsageEntry
-	held    []string // status messages the loop sent before the gate, sent once it passes
 	// parser and split take the marked blocks out of the answers: split while they stream, parser from
 	// each stored turn's whole text (the same result, the splitter holding for any split).
 	parser *answerParser
@@ -132,10 +131,6 @@ func (o *observer) ready() bool {
 	if o.conv != nil {
 		o.conv.stored(&g.first)
 	}
-	for _, m := range o.held {
-		o.Status(m)
-	}
-	o.held = nil
 	return true
 }
 
@@ -151,16 +146,8 @@ func (o *observer) abandon() {
 
 // Emit sends an event of the loop to the run's readers.
 func (o *observer) Emit(e agent.Event) {
-	if o.gate != nil || o.abandoned {
-		// A status before the commit (the loop's "Thinking…" before its model call) waits without
-		// holding the loop up; the model's output waits for the commit.
-		if m, ok := e.(agent.StatusMessage); ok && o.gate != nil && !o.gate.known() {
-			o.held = append(o.held, m.Message)
-			return
-		}
-		if !o.ready() {
-			return
-		}
+	if (o.gate != nil || o.abandoned) && !o.pass(e) {
+		return
 	}
 	switch e := e.(type) {
 	case *agent.TextDelta:
@@ -170,6 +157,21 @@ func (o *observer) Emit(e agent.Event) {
 	default:
 		o.emitOther(e)
 	}
+}
+
+// pass is Emit's gate, for a run started before its commit: while the commit is not known, the
+// model's stream (its deltas, and the loop's status notes) goes to the run, which holds it unseen
+// (Run.hold), so that the loop reads on and the first tokens are there when the commit ends. Anything
+// else — a tool about to start, usage to store — waits for the commit; from then on no event is held.
+// pass reports whether e may be emitted.
+func (o *observer) pass(e agent.Event) bool {
+	if o.gate != nil && !o.gate.known() {
+		switch e.(type) {
+		case *agent.TextDelta, *agent.ReasoningDelta, *agent.ToolCallDelta, agent.StatusMessage:
+			return true
+		}
+	}
+	return o.ready()
 }
 
 // emitOther is Emit for the events that are not a token's. It is apart from Emit so that Emit's frame,

@@ -154,7 +154,8 @@ type Follower struct {
 	id    string
 	after int64
 
-	run   *Run // the live run; nil when reading the store
+	run   *Run          // the live run; nil when reading the store
+	c     chan struct{} // the live run's signal to this reader
 	wake  <-chan struct{}
 	stop  func()
 	ended bool // the store's log ended, or the live run's every event was read
@@ -182,7 +183,8 @@ func (s *Service) Follow(ctx context.Context, user, id string, after int64) (*Fo
 	f := &Follower{s: s, user: user, id: id, after: max(after, 0)}
 	if live := s.live(user, id); live != nil {
 		f.run = live
-		f.wake, f.stop = live.Watch()
+		f.c, f.stop = live.watch(f.after)
+		f.wake = f.c
 		return f, nil
 	}
 	r, err := s.opts.Store.Run(ctx, user, id)
@@ -223,7 +225,16 @@ func (f *Follower) Read(ctx context.Context) ([]Event, bool, error) {
 		return nil, true, nil
 	}
 	if f.run != nil {
-		events, ended := f.run.Events(f.after)
+		events, ended, inStore := f.run.eventsFor(f.c, f.after)
+		if inStore {
+			// Behind the events the run keeps in memory: the store has the ones it dropped.
+			if events, err := f.page(ctx, f.after); err != nil || len(events) > 0 {
+				if len(events) > 0 {
+					f.after = events[len(events)-1].Seq
+				}
+				return events, false, err
+			}
+		}
 		if len(events) > 0 {
 			f.after = events[len(events)-1].Seq
 			return events, false, nil
@@ -232,7 +243,7 @@ func (f *Follower) Read(ctx context.Context) ([]Event, bool, error) {
 			f.ended = true
 			if last := f.run.lastSeq(); f.after > last && last > 0 {
 				// A last id beyond the end: events a crash lost after the reader saw them.
-				done, _ := f.run.Events(last - 1)
+				done, _, _ := f.run.Events(last - 1)
 				return done, true, nil
 			}
 		}
@@ -287,7 +298,8 @@ func (f *Follower) Read(ctx context.Context) ([]Event, bool, error) {
 		// recovered at start-up), or belong to another process; the next Read looks again.
 		if live := f.s.live(f.user, f.id); live != nil {
 			f.run = live
-			f.wake, f.stop = live.Watch()
+			f.c, f.stop = live.watch(f.after)
+			f.wake = f.c
 			return f.Read(ctx)
 		}
 	}

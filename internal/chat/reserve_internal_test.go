@@ -50,7 +50,7 @@ func TestReadersSeeOnlyReservedEvents(t *testing.T) {
 	l := newEventLog(st, time.Millisecond, slog.New(slog.DiscardHandler))
 	defer l.close()
 	r := newRun("run", "u", &plan{agentNm: "default", model: "m"}, l)
-	if events, _ := r.Events(0); len(events) != 0 {
+	if events, _, _ := r.Events(0); len(events) != 0 {
 		t.Fatalf("a run with nothing reserved shows %d events", len(events))
 	}
 	r.granted(reserveAhead) // what CreateRun stored
@@ -58,23 +58,21 @@ func TestReadersSeeOnlyReservedEvents(t *testing.T) {
 	for range n {
 		r.emit(runevent.TypeTextDelta, runevent.EncodeText("x"))
 	}
-	if events, _ := r.Events(0); len(events) != reserveAhead || events[len(events)-1].Seq != reserveAhead {
+	if events, _, _ := r.Events(0); len(events) != reserveAhead || events[len(events)-1].Seq != reserveAhead {
 		t.Fatalf("the store reserved %d and holds nothing; a reader sees %d events", reserveAhead, len(events))
 	}
 	if got := r.lastSeq(); got != reserveAhead {
 		t.Errorf("lastSeq = %d, want the last visible, %d", got, reserveAhead)
 	}
 
-	// The store works again: the log writes the events and reserves past them; every event shows.
+	// The store works again: the log writes the events and reserves past them; every event shows
+	// (and, stored, leaves the run's memory).
 	wake, stop := r.Watch()
 	defer stop()
 	st.mu.Lock()
 	st.fail = false
 	st.mu.Unlock()
-	for {
-		if events, _ := r.Events(0); len(events) == n {
-			break
-		}
+	for r.lastSeq() != n {
 		<-wake
 	}
 	st.mu.Lock()
@@ -104,7 +102,11 @@ func TestReservationKeepsAhead(t *testing.T) {
 		if i%97 != 0 {
 			continue
 		}
-		events, _ := r.Events(seen)
+		events, _, inStore := r.Events(seen)
+		if inStore { // stored meanwhile, and dropped from memory: the store reserved them
+			seen = r.lastSeq()
+			continue
+		}
 		if len(events) > 0 {
 			seen = events[len(events)-1].Seq
 			st.mu.Lock()
@@ -116,7 +118,11 @@ func TestReservationKeepsAhead(t *testing.T) {
 		}
 	}
 	for seen < n {
-		events, _ := r.Events(seen)
+		events, _, inStore := r.Events(seen)
+		if inStore { // stored meanwhile, and dropped from memory: the store reserved them
+			seen = r.lastSeq()
+			continue
+		}
 		if len(events) == 0 {
 			<-wake
 			continue
@@ -138,7 +144,7 @@ func TestRunWithAGap(t *testing.T) {
 		want  []int64
 	}{{0, []int64{1, 2, 300, 301}}, {1, []int64{2, 300, 301}}, {2, []int64{300, 301}}, {150, []int64{300, 301}},
 		{300, []int64{301}}, {301, nil}, {999, nil}} {
-		events, _ := r.Events(tc.after)
+		events, _, _ := r.Events(tc.after)
 		var got []int64
 		for _, e := range events {
 			got = append(got, e.Seq)

@@ -23,7 +23,9 @@ type Event struct {
 
 // Run is a live run — queued or running in this process. Its events are kept in order; any number of
 // readers follow them, each at its own pace, without slowing the run: appending never waits for a
-// reader, nor for the disk. The event log writes them to the store in batches.
+// reader, nor for the disk. The event log writes them to the store in batches, and then drops them
+// from memory: a stream held open for long keeps only what the store does not have yet, and a reader
+// behind the events kept reads the rest from the store (Follower.Read).
 //
 // A reader sees an event only once its Seq is reserved in the store (store.Run.ReservedSeq): the run is
 // created with reserveAhead Seqs reserved, and the event log raises the reservation, in the batches it
@@ -44,15 +46,23 @@ type Run struct {
 
 	mu     sync.Mutex
 	events []Event // in Seq order; Seqs run without gaps, but for one after a restart (requeue)
-	next   int64   // the Seq of the next event
+	// trimmed is the Seq of the last event dropped from events once stored (0: none): a reader after
+	// an earlier Seq reads the store up to it.
+	trimmed int64
+	next    int64 // the Seq of the next event
 	// reserved is the highest Seq a reader may see: the store's ReservedSeq for the run (MaxInt64 without
 	// a durable log).
-	reserved     int64
-	persisted    int64 // Seq of the last event the store holds
-	status       string
-	ended        bool
-	finishing    bool // the agent loop has returned: the run ends as it ended, a cancel comes too late
-	waiters      map[chan struct{}]struct{}
+	reserved  int64
+	persisted int64 // Seq of the last event the store holds
+	// held says the run started before its commit (gate.go) and the commit is not known yet: its
+	// events wait, unseen and unwritten, after the Seqs its first two events will take (see hold).
+	held      bool
+	status    string
+	ended     bool
+	finishing bool // the agent loop has returned: the run ends as it ended, a cancel comes too late
+	// waiters are the readers to signal, each with the Seq of the last event it was given (MaxInt64:
+	// one that does not say): the events after it stay in memory for it.
+	waiters      map[chan struct{}]int64
 	done         chan struct{}
 	outcome      Outcome
 	ctx          context.Context         // the run's, set while running
@@ -87,7 +97,7 @@ const reserveAhead = 256
 
 func newRun(id, user string, p *plan, log *eventLog) *Run {
 	r := &Run{ID: id, Agent: p.agentNm, Model: p.model, user: user, plan: p, log: log, next: 1,
-		reserved: math.MaxInt64, status: store.RunRunning, waiters: map[chan struct{}]struct{}{}, done: make(chan struct{})}
+		reserved: math.MaxInt64, status: store.RunRunning, waiters: map[chan struct{}]int64{}, done: make(chan struct{})}
 	if log != nil {
 		r.reserved = 0 // until the store says more
 	}
@@ -121,14 +131,48 @@ func (r *Run) emit(typ string, data []byte) {
 	if seq <= r.reserved {
 		r.wake()
 	}
+	held := r.held
 	r.mu.Unlock()
-	if r.log != nil {
+	if r.log != nil && !held {
 		if r.dirty.CompareAndSwap(false, true) {
 			r.log.mark(r)
 		}
 		if short {
 			r.log.hurry()
 		}
+	}
+}
+
+// firstEvents is how many events begin emits for a run before the loop's first: run_start and the
+// user's record.
+const firstEvents = 2
+
+// hold readies a run that starts before its commit: the loop's events, which may come before the
+// commit is known, are kept after the Seqs of the first events begin emits once it is (open), and
+// neither a reader nor the event log sees them until then. The loop need not wait at the gate for
+// the model's first token: the token is there when the commit ends, and goes to the client with the
+// run's first events, in one write.
+func (r *Run) hold() {
+	r.mu.Lock()
+	r.held, r.next, r.reserved = true, firstEvents+1, 0
+	r.mu.Unlock()
+}
+
+// open ends the hold of a run whose commit succeeded: its first events (Seqs 1 and 2) go before those
+// the loop emitted meanwhile, readers see them all up to reserved (MaxInt64 without a durable log),
+// and the event log writes them.
+func (r *Run) open(runStart, record []byte, reserved int64) {
+	r.mu.Lock()
+	first := [firstEvents]Event{{Seq: 1, Type: runevent.TypeRunStart, Data: runStart}, {Seq: 2, Type: runevent.TypeRecord, Data: record}}
+	r.events = append(first[:], r.events...)
+	r.held = false
+	if r.log == nil {
+		reserved = math.MaxInt64
+	}
+	r.reserve(reserved)
+	r.mu.Unlock()
+	if r.log != nil && r.dirty.CompareAndSwap(false, true) {
+		r.log.mark(r)
 	}
 }
 
@@ -187,10 +231,38 @@ func (r *Run) reservation() int64 {
 // index returns the position of the first event after Seq after; r.mu is held.
 func (r *Run) index(after int64) int {
 	n := len(r.events)
-	if n == 0 || r.events[n-1].Seq == int64(n) { // no gap: event i has Seq i+1
-		return int(min(max(after, 0), int64(n)))
+	if n == 0 {
+		return 0
+	}
+	if first := r.events[0].Seq; r.events[n-1].Seq-first == int64(n-1) { // no gap: event i has Seq first+i
+		return int(min(max(after-first+1, 0), int64(n)))
 	}
 	return sort.Search(n, func(i int) bool { return r.events[i].Seq > after })
+}
+
+// trim drops from memory the events the store holds (up to persisted) and every reader was given;
+// r.mu is held. Readers keep the slices they were given: those of the dropped events' array stay
+// theirs.
+func (r *Run) trim() {
+	upTo := r.persisted
+	for _, seen := range r.waiters {
+		upTo = min(upTo, seen)
+	}
+	k := r.index(upTo)
+	if k == 0 || r.ended { // an ended run keeps its last events for the readers that resume at its end
+		return
+	}
+	r.trimmed = r.events[k-1].Seq
+	n := len(r.events) - k
+	if n == 0 { // an idle stream keeps nothing
+		r.events = nil
+		return
+	}
+	// A run still streaming gets room for as many events as were dropped, what it emits in about one
+	// batch's interval: a slice that grew again from nothing at every batch cost more in copies.
+	rest := make([]Event, n, n+k)
+	copy(rest, r.events[k:])
+	r.events = rest
 }
 
 // visible returns the number of events a reader may see; r.mu is held.
@@ -231,18 +303,42 @@ func (r *Run) wake() {
 }
 
 // Events returns the events after seq after, and whether the run has ended (then no more will come).
-// The returned slice is shared: do not modify it.
-func (r *Run) Events(after int64) ([]Event, bool) {
+// The returned slice is shared: do not modify it. When the events after seq after begin with some the
+// run dropped once they were stored, it returns none and inStore: the reader reads those from the store.
+func (r *Run) Events(after int64) (events []Event, ended, inStore bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.visibleAfter(after)
+}
+
+// eventsFor is Events for the reader watching with c, which is given the events up to the last
+// returned: the run may drop those from memory once they are stored.
+func (r *Run) eventsFor(c chan struct{}, after int64) (events []Event, ended, inStore bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	events, ended, inStore = r.visibleAfter(after)
+	if _, ok := r.waiters[c]; ok {
+		if n := len(events); n > 0 {
+			after = events[n-1].Seq
+		}
+		r.waiters[c] = after
+	}
+	return events, ended, inStore
+}
+
+// visibleAfter is Events; r.mu is held.
+func (r *Run) visibleAfter(after int64) (events []Event, ended, inStore bool) {
+	if after < r.trimmed {
+		return nil, r.ended, true
+	}
 	n := r.visible()
 	i := r.index(after)
 	if i >= n {
 		// An ended run whose last events are not visible could not store its end: its readers stop
 		// here, and find it in the store once it is recovered.
-		return nil, r.ended
+		return nil, r.ended, false
 	}
-	return r.events[i:n:n], r.ended
+	return r.events[i:n:n], r.ended, false
 }
 
 // lastSeq is the Seq of the run's last event a reader may see.
@@ -252,15 +348,20 @@ func (r *Run) lastSeq() int64 {
 	if n := r.visible(); n > 0 {
 		return r.events[n-1].Seq
 	}
-	return 0
+	return r.trimmed
 }
 
 // Watch returns a channel that receives a signal after new events are appended (signals coalesce), and
 // a function to stop watching.
 func (r *Run) Watch() (<-chan struct{}, func()) {
+	return r.watch(math.MaxInt64)
+}
+
+// watch is Watch for a reader that has the events up to Seq seen, and reads the rest with eventsFor.
+func (r *Run) watch(seen int64) (chan struct{}, func()) {
 	c := make(chan struct{}, 1)
 	r.mu.Lock()
-	r.waiters[c] = struct{}{}
+	r.waiters[c] = seen
 	r.mu.Unlock()
 	return c, func() {
 		r.mu.Lock()

@@ -483,6 +483,7 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	if early {
 		first.ID = newID() // the run's copy of its history names the message as the store will
 		g = newGate()
+		run.hold()
 		history := []store.Record{*first}
 		obs = s.start(run, g, func(context.Context) ([]store.Record, error) { return history, nil })
 	}
@@ -507,14 +508,17 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	if sr.NewSession != nil {
 		p.session, p.newSession = sr.NewSession, nil
 	}
-	run.granted(sr.ReservedSeq)
-	run.emit(runevent.TypeRunStart, runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent,
-		Action: p.req.Action != nil}))
+	runStart := runevent.Encode(runevent.RunStart{RunID: run.ID, SessionID: run.SessionID, Model: run.Model, Agent: run.Agent,
+		Action: p.req.Action != nil})
 	if g != nil {
 		obs.metrics.Started() // a counter: safe beside the run's goroutine, which only reads obs.metrics
-		run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
+		// The run's first events go before what its loop emitted while the commit ran (the model's
+		// first tokens, often), and readers see them all at once.
+		run.open(runStart, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}), sr.ReservedSeq)
 		g.open(first)
 	} else {
+		run.granted(sr.ReservedSeq)
+		run.emit(runevent.TypeRunStart, runStart)
 		s.launch(run, first)
 	}
 	return &Started{RunID: run.ID, SessionID: run.SessionID, Status: store.RunRunning}, nil

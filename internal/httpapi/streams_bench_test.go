@@ -74,7 +74,7 @@ func (u *heldUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // BenchmarkOpenStreams reports what a server holds per open stream: n clients (-streams, default 200) each
-// open a stream over a real loopback connection, the held upstream sends each 32 tokens and holds it
+// open a stream over a real loopback connection, the held upstream sends each 32 tokens (-tokens) and holds it
 // open, and once every client has read its tokens the heap (heap-B: its spans in use, as RSS sees it;
 // live-B: its live objects alone, a steadier figure) and the goroutine stacks, after a GC, are compared
 // with before; alloc-B is all a stream allocated from its request to its end, garbage included, which is
@@ -94,10 +94,13 @@ func BenchmarkOpenStreams(b *testing.B) {
 	}
 }
 
-var openStreams = flag.Int("streams", 200, "BenchmarkOpenStreams: streams held open at once")
+var (
+	openStreams = flag.Int("streams", 200, "BenchmarkOpenStreams: streams held open at once")
+	openTokens  = flag.Int("tokens", 32, "BenchmarkOpenStreams: tokens each stream carries before it is held")
+)
 
 func benchmarkOpenStreams(b *testing.B, target string, n int) {
-	up := &heldUpstream{tokens: 32}
+	up := &heldUpstream{tokens: *openTokens}
 	mock := httptest.NewServer(up)
 	defer mock.Close()
 	addr, path, body := mock.Listener.Addr().String(), "/v1/chat/completions", `{"model":"m","stream":true}`

@@ -32,10 +32,12 @@ FROM sessions WHERE id = $2 AND user_id = $3`
 	// titleSessionSQL titles a session that has no title yet.
 	titleSessionSQL = `UPDATE sessions SET title = $3 WHERE id = $1 AND user_id = $2 AND title = ''`
 
-	selectRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE id = $1 AND user_id = $2`
-	activeRunSQL    = `SELECT ` + runColumns + ` FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
-	runByKeySQL     = `SELECT ` + runColumns + ` FROM runs WHERE user_id = $1 AND idempotency_key = $2`
-	unfinishedSQL   = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status IN ('queued', 'running') ORDER BY created_at, id`
+	selectRunSQL = `SELECT ` + runColumns + ` FROM runs WHERE id = $1 AND user_id = $2`
+	activeRunSQL = `SELECT ` + runColumns + ` FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
+	runByKeySQL  = `SELECT ` + runColumns + ` FROM runs WHERE user_id = $1 AND idempotency_key = $2`
+	// unfinishedSQL's condition is runs_active_by_user's, written alike: SQLite uses a partial index only
+	// for a condition it recognizes as the index's.
+	unfinishedSQL   = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status IN ('running', 'queued') ORDER BY created_at, id`
 	awaitingSQL     = `SELECT ` + runColumns + `, user_id, request FROM runs WHERE status = 'awaiting_approval' AND ($1 = '' OR key_id = $1) ORDER BY created_at, id`
 	runningInSQL    = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	keyTakenSQL     = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
@@ -472,7 +474,7 @@ func reserve(ctx context.Context, tx txn, reserved []store.Reservation) error {
 	if len(reserved) == 0 {
 		return nil
 	}
-	stmt, err := tx.PrepareContext(ctx, reserveSQL)
+	stmt, err := tx.prepared(ctx, reserveSQL)
 	if err != nil {
 		return err
 	}
@@ -500,7 +502,7 @@ func insertEvents(ctx context.Context, tx txn, events []store.Event) error {
 		}
 	}
 	if len(events) >= eventsPerInsert {
-		stmt, err := tx.PrepareContext(ctx, insertManyEventsSQL)
+		stmt, err := tx.prepared(ctx, insertManyEventsSQL)
 		if err != nil {
 			return err
 		}
@@ -527,7 +529,7 @@ func insertEvents(ctx context.Context, tx txn, events []store.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	stmt, err := tx.PrepareContext(ctx, insertEventSQL)
+	stmt, err := tx.prepared(ctx, insertEventSQL)
 	if err != nil {
 		return err
 	}

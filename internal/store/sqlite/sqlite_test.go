@@ -341,7 +341,9 @@ func TestQueryPlans(t *testing.T) {
 		{"run by key", runByKeySQL,
 			"SEARCH runs USING INDEX runs_by_idempotency_key (user_id=? AND idempotency_key=?)", []any{"u", "k"}, false},
 		{"key taken", keyTakenSQL, "SEARCH runs USING COVERING INDEX runs_by_idempotency_key", []any{"u", "k"}, false},
-		{"unfinished runs", unfinishedSQL, "SCAN runs USING INDEX runs_unfinished", nil, true},
+		{"unfinished runs", unfinishedSQL, "SCAN runs USING INDEX runs_active_by_user", nil, true},
+		{"active runs", activeRunsSQL, "SEARCH runs USING INDEX runs_active_by_user (user_id=?)", []any{"u", "s"}, false},
+		{"active runs of a key", activeKeyRunsSQL, "SEARCH runs USING INDEX runs_active_by_user (user_id=?)", []any{"k", "u", "s"}, false},
 	} {
 		plan := queryPlan(t, db, tc.query, tc.args...)
 		rest := strings.NewReplacer("SCAN CONSTANT ROW", "", tc.want, "").Replace(plan)

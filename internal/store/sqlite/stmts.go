@@ -97,6 +97,15 @@ func (t txn) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	return t.Tx.StmtContext(ctx, s), nil
 }
 
+// prepared returns query as a statement to run several times in the transaction: the pool's prepared
+// one, or, until it is, one prepared for the transaction alone. The caller closes it.
+func (t txn) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
+	if s, err := t.stmt(ctx, query); s != nil || err != nil {
+		return s, err
+	}
+	return t.Tx.PrepareContext(ctx, query)
+}
+
 // ExecContext runs a statement that returns no rows.
 func (t txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	s, err := t.stmt(ctx, query)
