@@ -171,6 +171,28 @@ func TestElicitationAnswerAsTheServerChecksIt(t *testing.T) {
 	}
 }
 
+// TestElicitationRefCycleRefused: a server's question whose schema is a $ref cycle (which the SDK lets
+// through) is refused before anyone is asked, with an error the server gets; nobody's answer runs the
+// validator on it, which recursed until the stack overflowed and killed the process.
+func TestElicitationRefCycleRefused(t *testing.T) {
+	srv := mcpServer(true)
+	rawTool(srv, "pin", func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return textResult(answerOf(req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Code?", RequestedSchema: map[string]any{
+			"$ref": "#", "type": "object", "properties": map[string]any{"code": map[string]any{"type": "string"}}}}))), nil
+	})
+	f := mcpFixture(t, srv, "pin", nil)
+	st := f.send(t, chat.Request{Message: "go"}, chat.StartOptions{})
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Fatalf("run: %+v", o)
+	}
+	if n := count(stored(t, f.db, st.RunID), runevent.TypeApprovalRequired); n != 0 {
+		t.Errorf("%d questions shown, want none", n)
+	}
+	if got := toolRecord(t, f.db, st.SessionID, "call_1").Content; !strings.Contains(got, `has "$ref", which chatd does not take`) {
+		t.Errorf("the server got %s, want an error naming $ref", got)
+	}
+}
+
 // count returns how many events of typ events has.
 func count(events []chat.Event, typ string) int {
 	n := 0

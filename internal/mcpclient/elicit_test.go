@@ -314,3 +314,105 @@ func TestLinger(t *testing.T) {
 		}
 	}
 }
+
+// TestElicitationOutsideForm: a requested schema outside MCP's flat form subset is refused with an
+// error to the server that names what chatd does not take, and nobody is asked. The SDK lets the $ref
+// cycles through; an answer checked against one (chatd's check, or the SDK's after it) recursed until
+// the stack overflowed, which killed the process.
+func TestElicitationOutsideForm(t *testing.T) {
+	str := `{"type":"string"}`
+	for _, tc := range []struct{ name, schema, want string }{
+		{"root $ref cycle", `{"$ref":"#","type":"object","properties":{"a":` + str + `}}`, `requestedSchema has "$ref"`},
+		{"allOf of itself", `{"type":"object","allOf":[{"$ref":"#"}],"properties":{"a":` + str + `}}`, `requestedSchema has "allOf"`},
+		{"$defs cycle", `{"type":"object","$defs":{"x":{"$ref":"#/$defs/y"},"y":{"$ref":"#/$defs/x"}},"properties":{"a":{"type":"string","$ref":"#/$defs/x"}}}`, `requestedSchema has "$defs"`},
+		{"definitions", `{"type":"object","definitions":{},"properties":{}}`, `has "definitions"`},
+		{"property $ref", `{"type":"object","properties":{"a":{"type":"string","$ref":"#"}}}`, `field "a" has "$ref"`},
+		{"property not", `{"type":"object","properties":{"a":{"type":"string","not":{"$ref":"#"}}}}`, `field "a" has "not"`},
+		{"if then else", `{"type":"object","properties":{"a":{"type":"string","if":{},"then":{},"else":{}}}}`, `field "a" has "else"`},
+		{"$dynamicRef", `{"type":"object","properties":{"a":{"type":"string","$dynamicRef":"#"}}}`, `field "a" has "$dynamicRef"`},
+		{"dependentSchemas", `{"type":"object","dependentSchemas":{},"properties":{}}`, `has "dependentSchemas"`},
+		{"nested object", `{"type":"object","properties":{"a":{"type":"object","properties":{"b":` + str + `}}}}`, `field "a" has "properties"`},
+		{"object type", `{"type":"object","properties":{"a":{"type":"object"}}}`, `field "a" has type "object"`},
+		{"titled choice with $ref", `{"type":"object","properties":{"a":{"type":"string","oneOf":[{"const":"x","title":"X","$ref":"#"}]}}}`, `oneOf has "$ref"`},
+		{"items with $ref", `{"type":"object","properties":{"a":{"type":"array","items":{"$ref":"#"}}}}`, `items has "$ref"`},
+		{"unknown keyword", `{"type":"object","properties":{"a":{"type":"string","x-widget":"pin"}}}`, `field "a" has "x-widget"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var schema any
+			if err := json.Unmarshal([]byte(tc.schema), &schema); err != nil {
+				t.Fatal(err)
+			}
+			_, err := questionOf(&mcp.ElicitParams{Message: "Code?", RequestedSchema: schema})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "flat form") {
+				t.Errorf("questionOf: %v, want a refusal naming %s", err, tc.want)
+			}
+		})
+	}
+	elicitTransports(t, func(t *testing.T, m *Manager, reg *tool.Registry) {
+		a := newAsker()
+		out := reg.Call(tool.WithAsker(t.Context(), a), "srv__elicit", json.RawMessage(`{"schema":{"$ref":"#","type":"object","properties":{"a":{"type":"string"}}}}`))
+		if out.Success || !strings.Contains(out.Content, `has "$ref", which chatd does not take`) {
+			t.Errorf("srv__elicit with a $ref cycle: %+v, want a failure naming $ref", out)
+		}
+		select {
+		case x := <-a.questions:
+			t.Errorf("the asker was asked %q", x.q.Message)
+		default:
+		}
+	})
+}
+
+// TestElicitationForm: every keyword of the flat form subset is taken, and an answer is checked with
+// the schema chatd builds of them: the server's pattern, enum, bounds and defaults.
+func TestElicitationForm(t *testing.T) {
+	schema := map[string]any{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "title": "PIN", "description": "d",
+		"required": []string{"pin"}, "properties": map[string]any{
+			"pin":   map[string]any{"type": "string", "title": "PIN", "description": "4 digits", "pattern": `^\d{4}$`, "minLength": 4, "maxLength": 4, "format": "email"},
+			"n":     map[string]any{"type": "integer", "minimum": 1, "maximum": 9, "multipleOf": 1, "default": 3},
+			"x":     map[string]any{"type": "number"},
+			"ok":    map[string]any{"type": "boolean", "default": true},
+			"size":  map[string]any{"type": "string", "enum": []string{"s", "m"}, "enumNames": []string{"Small", "Medium"}},
+			"tone":  map[string]any{"type": "string", "oneOf": []any{map[string]any{"const": "a", "title": "A"}}},
+			"tags":  map[string]any{"type": "array", "items": map[string]any{"type": "string", "enum": []string{"x", "y"}}, "minItems": 1, "maxItems": 2, "uniqueItems": true},
+			"ttags": map[string]any{"type": "array", "items": map[string]any{"anyOf": []any{map[string]any{"const": "x", "title": "X"}}}},
+		}}
+	q, err := questionOf(&mcp.ElicitParams{Message: "PIN?", RequestedSchema: schema})
+	if err != nil {
+		t.Fatalf("questionOf: %v", err)
+	}
+	if _, err := q.Check(map[string]any{"pin": "12a4"}); err == nil || !strings.Contains(err.Error(), `field "pin"`) {
+		t.Errorf("a PIN off its pattern: %v, want an error on pin", err)
+	}
+	got, err := q.Check(map[string]any{"pin": "1234"})
+	if err != nil {
+		t.Fatalf("a good answer: %v", err)
+	}
+	if got["n"] != json.Number("3") && got["n"] != float64(3) || got["ok"] != true {
+		t.Errorf("defaults not filled in: %v", got)
+	}
+}
+
+// TestElicitationPatternLimits: a pattern over 512 bytes, with a repeat over 100, or unrolling to
+// more than chatd compiles, is refused before anything is compiled; one within the limits is taken.
+func TestElicitationPatternLimits(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, want string
+	}{
+		{strings.Repeat("a", maxPattern+1), "pattern is 513 bytes; chatd takes at most 512"},
+		{`^\d{101}$`, "unrolls to about"},
+		{"(a{10}b{10}c{10}d{10}){60}", "unrolls to about"},
+		{strings.Repeat("[a-z]{100}", 30), "unrolls to about"},
+		{"(a", "not a regular expression"},
+	} {
+		schema := map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "string", "pattern": tc.pattern}}}
+		if _, err := questionOf(&mcp.ElicitParams{RequestedSchema: schema}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("pattern %.40q: %v, want %q", tc.pattern, err, tc.want)
+		}
+	}
+	for _, ok := range []string{`^\d{4}$`, `^[A-Z]{2}\d{2}[A-Z0-9]{1,30}$`, strings.Repeat("a", maxPattern)} {
+		schema := map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "string", "pattern": ok}}}
+		if _, err := questionOf(&mcp.ElicitParams{RequestedSchema: schema}); err != nil {
+			t.Errorf("pattern %.40q: %v", ok, err)
+		}
+	}
+}
