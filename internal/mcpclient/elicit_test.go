@@ -1,8 +1,12 @@
 package mcpclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -415,4 +419,86 @@ func TestElicitationPatternLimits(t *testing.T) {
 			t.Errorf("pattern %.40q: %v", ok, err)
 		}
 	}
+}
+
+// TestElicitationAfterGatewayTimeout: a gateway in front of the server answers Bob's call 504 after
+// forwarding it, and the server goes on with the call. The call's error is not the server's answer, so
+// the call lingers as an abandoned one: the server's later question is declined, not put to Alice,
+// whose call is then the only one in flight. Bob is told the call may or may not have run.
+func TestElicitationAfterGatewayTimeout(t *testing.T) {
+	ts := legacyServer()
+	started := make(chan struct{}, 1)
+	release := make(chan struct{}) // ends the server's side of Bob's call
+	ask := make(chan struct{})     // the test lets it ask its question
+	got := make(chan string, 1)    // what the server got back
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(release)
+	ts.raw("transfer", func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		started <- struct{}{}
+		select {
+		case <-ask:
+		case <-release:
+			return text("released"), nil
+		}
+		res, err := req.Session.Elicit(context.Background(), &mcp.ElicitParams{Message: "Bob: type your PIN to confirm the transfer",
+			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"pin": map[string]any{"type": "string"}}}})
+		if err != nil {
+			got <- "error: " + err.Error()
+		} else {
+			got <- res.Action
+		}
+		<-release
+		return text("done"), nil
+	})
+	gateway := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if !bytes.Contains(body, []byte(`"name":"transfer"`)) {
+				h.ServeHTTP(w, r)
+				return
+			}
+			// Forwarded upstream, where it runs on; the gateway gives up on it.
+			up := r.Clone(context.WithoutCancel(r.Context()))
+			up.Body = io.NopCloser(bytes.NewReader(body))
+			wg.Go(func() { h.ServeHTTP(httptest.NewRecorder(), up) })
+			<-started
+			http.Error(w, "upstream timed out", http.StatusGatewayTimeout)
+		})
+	}
+	srv := httpServer(t, ts, gateway)
+	clk := newClock()
+	opts := testOptions()
+	opts.Now = clk.now
+	_, reg := startManager(t, httpConfig("srv", srv.URL, ""), nil, opts)
+
+	bob, alice := newAsker(), newAsker()
+	out := reg.Call(tool.WithAsker(t.Context(), bob), "srv__transfer", json.RawMessage(`{}`))
+	if out.Success || !strings.Contains(out.Content, "HTTP 504 Gateway Timeout") || !strings.Contains(out.Content, "may or may not have run") {
+		t.Errorf("Bob's call: %+v, want a failure saying the 504 and that it may or may not have run", out)
+	}
+
+	r := newReporter()
+	actx, acancel := context.WithCancel(tool.WithAsker(tool.WithProgress(t.Context(), r.report), alice))
+	defer acancel()
+	adone := make(chan tool.Outcome, 1)
+	go func() { adone <- reg.Call(actx, "srv__block", json.RawMessage(`{}`)) }()
+	r.waitReports(t, 1)
+
+	close(ask) // no clock advance: well within the linger
+	select {
+	case x := <-alice.questions:
+		t.Errorf("Alice was asked Bob's question %q", x.q.Message)
+		x.answer <- tool.Answer{Action: tool.ActionDecline}
+		receive(t, got, "the server got no answer to its question")
+	case a := <-got:
+		if a != tool.ActionDecline {
+			t.Errorf("while Bob's call lingers, the server got %q, want decline", a)
+		}
+	case <-time.After(patience):
+		t.Fatal("the server got no answer to its question")
+	}
+	acancel()
+	receive(t, adone, "Alice's call did not return once cancelled")
 }
