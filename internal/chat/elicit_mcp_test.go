@@ -328,3 +328,49 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 		return zero
 	}
 }
+
+// TestElicitationCallIDReusedInLaterTurn: a provider that reuses a call id in the run's next turn (ids
+// are unique within a turn only) gets the second call's question shown too: the first call's entry
+// went when it returned.
+func TestElicitationCallIDReusedInLaterTurn(t *testing.T) {
+	srv := mcpServer(true)
+	rawTool(srv, "pin", func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return textResult(answerOf(req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Code?", RequestedSchema: map[string]any{
+			"type": "object", "properties": map[string]any{"code": map[string]any{"type": "string"}}}}))), nil
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	servers, err := mcpclient.ParseConfig([]byte(`{"mcpServers":{"srv":{"url":"`+hs.URL+`"}}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := tool.NewRegistry(tool.Options{DefaultTimeout: 10 * time.Minute})
+	m := mcpclient.New(servers, mcpclient.Options{Registry: inner, ConnectTimeout: patience})
+	m.Start(context.Background())
+	t.Cleanup(inner.Close)
+	t.Cleanup(m.Close)
+	info, ok := inner.Info("srv__pin")
+	if !ok {
+		t.Fatal("no srv__pin")
+	}
+	f := newFixture(t, setup{Lenient: true, Tools: []tool.Tool{proxy{reg: inner, info: info}}, Respond: func(n int, req llmtest.Request) llmtest.Turn {
+		if n < 2 {
+			return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: info.Name, Arguments: `{}`}}}
+		}
+		return llmtest.Turn{Text: "Done."}
+	}})
+	st := f.send(t, chat.Request{Message: "go"}, chat.StartOptions{})
+	fl := f.follow(t, st.RunID, 0)
+	for turn := range 2 {
+		fl.until(func(evs []chat.Event) bool { return count(evs, runevent.TypeApprovalRequired) > turn })
+		if _, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_1", Decision: chat.DecisionDeny}); err != nil {
+			t.Fatalf("turn %d: %v", turn, err)
+		}
+	}
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Fatalf("run: %+v", o)
+	}
+	if n := count(stored(t, f.db, st.RunID), runevent.TypeApprovalRequired); n != 2 {
+		t.Errorf("%d questions shown, want 2 (one a turn)", n)
+	}
+}
