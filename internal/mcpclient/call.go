@@ -172,8 +172,7 @@ func serverAnswered(err error) bool {
 func (s *server) call(ctx context.Context, sess *mcp.ClientSession, name string, args json.RawMessage) (*mcp.CallToolResult, error) {
 	token := "chatd-" + strconv.FormatUint(s.tokens.Add(1), 10)
 	ctx = context.WithValue(ctx, callKey{}, token)
-	s.prune()
-	s.calls.Store(token, inFlight{ctx: ctx, sess: sess})
+	s.calls.Store(token, &inFlight{ctx: ctx, sess: sess})
 	p := &mcp.CallToolParams{Name: name, Arguments: args}
 	p.SetProgressToken(token)
 	// The call's span, per the MCP semantic conventions; its trace context goes to the server in the
@@ -214,7 +213,7 @@ func (s *server) progressed(_ context.Context, req *mcp.ProgressNotificationClie
 	if !ok {
 		return // late: the call has returned
 	}
-	c := v.(inFlight)
+	c := v.(*inFlight)
 	ctx := c.ctx
 	if !c.until.IsZero() || ctx.Err() != nil {
 		return // cancelled: the server may not have stopped yet

@@ -33,11 +33,14 @@ import (
 type callKey struct{}
 
 // inFlight is one call in flight: its context (the run's asker, its progress reporter) and the session
-// it went out on; for a call abandoned before its response, until when it still counts as in flight.
+// it went out on. A call abandoned before its response keeps only what ties a question to it — its
+// session, and until when it counts — not its context, which would hold the run; a timer forgets it
+// then, whether or not the server gets another call.
 type inFlight struct {
-	ctx   context.Context
+	ctx   context.Context // nil once abandoned
 	sess  *mcp.ClientSession
-	until time.Time // zero while the call runs
+	until time.Time   // zero while the call runs
+	stop  func() bool // stops the timer that forgets an abandoned call
 }
 
 // minLinger is the shortest time an abandoned call counts as in flight.
@@ -65,16 +68,17 @@ func (s *server) returned(token string, abandoned bool) {
 		s.calls.Delete(token)
 		return
 	}
-	c := v.(inFlight)
-	c.until = s.m.opts.Now().Add(s.linger())
+	linger := s.linger()
+	c := &inFlight{sess: v.(*inFlight).sess, until: s.m.opts.Now().Add(linger)}
+	c.stop = s.m.opts.AfterFunc(linger, func() { s.calls.CompareAndDelete(token, c) })
 	s.calls.Store(token, c)
 }
 
-// prune forgets the abandoned calls whose time is up.
-func (s *server) prune() {
-	now := s.m.opts.Now()
+// forgetAll stops the timers of the abandoned calls, and forgets them: the manager is closing.
+func (s *server) forgetAll() {
 	s.calls.Range(func(k, v any) bool {
-		if c := v.(inFlight); !c.until.IsZero() && now.After(c.until) {
+		if c := v.(*inFlight); c.stop != nil {
+			c.stop()
 			s.calls.Delete(k)
 		}
 		return true
@@ -227,11 +231,11 @@ func answerError(names []string, err error) *tool.AnswerError {
 // with the number of calls running and of calls abandoned that still count (linger). A call whose
 // context has ended counts as running until it returns: the request may be its own.
 func (s *server) onlyCall(sess *mcp.ClientSession) (only context.Context, running, abandoned int) {
-	s.prune()
+	now := s.m.opts.Now()
 	s.calls.Range(func(_, v any) bool {
-		c := v.(inFlight)
+		c := v.(*inFlight)
 		switch {
-		case c.sess != sess:
+		case c.sess != sess, !c.until.IsZero() && now.After(c.until): // its timer is due
 		case c.until.IsZero():
 			only = c.ctx
 			running++

@@ -203,10 +203,17 @@ func TestElicitationTooBig(t *testing.T) {
 	})
 }
 
-// clock is a test clock that moves only when told.
+// clock is a test clock that moves only when told; its timers fire when it moves past them.
 type clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu     sync.Mutex
+	t      time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at   time.Time
+	f    func()
+	done bool // fired or stopped
 }
 
 func newClock() *clock { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
@@ -217,10 +224,42 @@ func (c *clock) now() time.Time {
 	return c.t
 }
 
+func (c *clock) afterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{at: c.t.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		stopped := !t.done
+		t.done = true
+		return stopped
+	}
+}
+
+// advance moves the clock, and fires the timers now due, in the caller's goroutine.
 func (c *clock) advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
+	var due []func()
+	for _, t := range c.timers {
+		if !t.done && !t.at.After(c.t) {
+			t.done = true
+			due = append(due, t.f)
+		}
+	}
 	c.mu.Unlock()
+	for _, f := range due {
+		f()
+	}
+}
+
+// options are testOptions on c.
+func (c *clock) options() Options {
+	opts := testOptions()
+	opts.Now, opts.AfterFunc = c.now, c.afterFunc
+	return opts
 }
 
 // TestElicitationOfAbandonedCall: a server still at work on a call chatd abandoned (Bob cancelled it)
@@ -254,9 +293,7 @@ func TestElicitationOfAbandonedCall(t *testing.T) {
 	})
 	srv := httpServer(t, ts, nil)
 	clk := newClock()
-	opts := testOptions()
-	opts.Now = clk.now
-	_, reg := startManager(t, httpConfig("srv", srv.URL, ""), nil, opts)
+	_, reg := startManager(t, httpConfig("srv", srv.URL, ""), nil, clk.options())
 
 	bob, alice := newAsker(), newAsker()
 	bctx, bcancel := context.WithCancel(tool.WithAsker(t.Context(), bob))
@@ -469,9 +506,7 @@ func TestElicitationAfterGatewayTimeout(t *testing.T) {
 	}
 	srv := httpServer(t, ts, gateway)
 	clk := newClock()
-	opts := testOptions()
-	opts.Now = clk.now
-	_, reg := startManager(t, httpConfig("srv", srv.URL, ""), nil, opts)
+	_, reg := startManager(t, httpConfig("srv", srv.URL, ""), nil, clk.options())
 
 	bob, alice := newAsker(), newAsker()
 	out := reg.Call(tool.WithAsker(t.Context(), bob), "srv__transfer", json.RawMessage(`{}`))
@@ -501,4 +536,43 @@ func TestElicitationAfterGatewayTimeout(t *testing.T) {
 	}
 	acancel()
 	receive(t, adone, "Alice's call did not return once cancelled")
+}
+
+// TestAbandonedCallsForgotten: a call abandoned before its response keeps only its session and until
+// when it counts, not its context (the run's), and is forgotten once its time is up even when the
+// server gets no other call nor question.
+func TestAbandonedCallsForgotten(t *testing.T) {
+	clk := newClock()
+	srv := httpServer(t, legacyServer(), nil)
+	m, reg := startManager(t, httpConfig("srv", srv.URL, ""), nil, clk.options())
+	held := func() (n, withCtx int) {
+		m.servers[0].calls.Range(func(_, v any) bool {
+			n++
+			if v.(*inFlight).ctx != nil {
+				withCtx++
+			}
+			return true
+		})
+		return n, withCtx
+	}
+	for range 3 {
+		r := newReporter()
+		ctx, cancel := context.WithCancel(tool.WithAsker(tool.WithProgress(t.Context(), r.report), newAsker()))
+		done := make(chan tool.Outcome, 1)
+		go func() { done <- reg.Call(ctx, "srv__block", json.RawMessage(`{}`)) }()
+		r.waitReports(t, 1)
+		cancel()
+		receive(t, done, "srv__block did not return once cancelled")
+	}
+	if n, withCtx := held(); n != 3 || withCtx != 0 {
+		t.Errorf("after 3 abandoned calls: %d held, %d with their context; want 3, none", n, withCtx)
+	}
+	clk.advance(time.Minute - time.Second)
+	if n, _ := held(); n != 3 {
+		t.Errorf("within their linger: %d held, want 3", n)
+	}
+	clk.advance(2 * time.Second)
+	if n, _ := held(); n != 0 {
+		t.Errorf("past their linger, the server idle: %d held, want none", n)
+	}
 }

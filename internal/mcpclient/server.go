@@ -34,7 +34,7 @@ type server struct {
 	broken  chan breakage
 	check   chan struct{} // a call failed oddly: ping the server
 	tokens  atomic.Uint64
-	calls   sync.Map // progress token → inFlight
+	calls   sync.Map // progress token → *inFlight
 
 	mu          sync.Mutex
 	state       string
