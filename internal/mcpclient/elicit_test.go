@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -449,6 +451,25 @@ func TestElicitationPatternLimits(t *testing.T) {
 		if _, err := questionOf(&mcp.ElicitParams{RequestedSchema: schema}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("pattern %.40q: %v, want %q", tc.pattern, err, tc.want)
 		}
+	}
+	// Asking costs little even at the limits: nothing is compiled until a person answers. (Compiling
+	// the 16 KiB of "[a-z]{1000}" the limits refuse took hundreds of MB.)
+	props := map[string]any{}
+	for i := range tool.MaxQuestionFields {
+		props["f"+strconv.Itoa(i)] = map[string]any{"type": "string", "pattern": strings.Repeat("[a-z]{100}", 19)}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	q, err := questionOf(&mcp.ElicitParams{RequestedSchema: map[string]any{"type": "object", "properties": props}})
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatalf("32 patterns at the limits: %v", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
+		t.Errorf("asking a question of 32 patterns at the limits allocated %d MB, want little", n>>20)
+	}
+	if _, err := q.Check(map[string]any{"f0": strings.Repeat("a", 1900)}); err != nil {
+		t.Errorf("an answer fitting a pattern at the limits: %v", err)
 	}
 	for _, ok := range []string{`^\d{4}$`, `^[A-Z]{2}\d{2}[A-Z0-9]{1,30}$`, strings.Repeat("a", maxPattern)} {
 		schema := map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "string", "pattern": ok}}}
