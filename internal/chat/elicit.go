@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/mail"
 	"net/url"
@@ -65,16 +66,18 @@ type liveQuestion struct {
 	wait     time.Duration // how long it waits once shown
 }
 
-// runAsker is the tool.Asker of one call of a run.
+// runAsker is the tool.Asker of one call of a run. A later call with the same id (a provider may
+// reuse ids across turns) has an asker of its own.
 type runAsker struct {
-	o    *observer
-	call llm.ToolCall
+	o        *observer
+	call     llm.ToolCall
+	returned bool // its call has returned: it asks nothing more; guarded by the question board's mu
 }
 
 // Ask shows the question to the run's readers — once the call's questions before it are decided — and
 // waits for the answer, the end of ctx, or the approval timeout. A call that has asked
 // maxQuestionsPerCall questions, or has returned, gets a decline without anyone being asked.
-func (a runAsker) Ask(ctx context.Context, q tool.Question) (tool.Answer, error) {
+func (a *runAsker) Ask(ctx context.Context, q tool.Question) (tool.Answer, error) {
 	o, run := a.o, a.o.run
 	fields, err := fieldsOf(q.Schema)
 	if err != nil {
@@ -88,12 +91,14 @@ func (a runAsker) Ask(ctx context.Context, q tool.Question) (tool.Answer, error)
 		ev: runevent.ApprovalRequired{Kind: KindQuestion, ToolCallID: a.call.ID, Name: a.call.Name, Arguments: args,
 			Reason: questionReason, Source: SourceMCP, Message: q.Message, Fields: fields}}
 	lq.deadline, _ = ctx.Deadline()
-	switch run.questions.ask(run, lq) {
+	switch run.questions.ask(run, a, lq) {
 	case askedTooMany:
 		o.log.Warn("an MCP server asked more questions in one call than chatd puts to a person; declined",
 			"tool_call_id", a.call.ID, "tool", a.call.Name, "limit", maxQuestionsPerCall)
 		return tool.Answer{Action: tool.ActionDecline}, nil
 	case askedLate:
+		o.log.Warn("an MCP server asked a question after its call returned, or as the run finished; declined",
+			"tool_call_id", a.call.ID, "tool", a.call.Name)
 		return tool.Answer{Action: tool.ActionDecline}, nil
 	}
 	var expired <-chan time.Time
@@ -131,11 +136,12 @@ type questionBoard struct {
 	calls  map[string]*callQuestions
 }
 
-// callQuestions are one call's questions.
+// callQuestions are one call's questions, from its asker; the entry goes once the call has returned,
+// so that a later call with the same id starts afresh.
 type callQuestions struct {
-	asked  int  // how many it has asked
-	closed bool // the call has returned: it asks nothing more
-	queue  []*liveQuestion
+	asker *runAsker
+	asked int // how many it has asked
+	queue []*liveQuestion
 }
 
 // Outcomes of questionBoard.ask.
@@ -145,21 +151,24 @@ const (
 	askedLate           // the call has returned, or the run is finishing
 )
 
-// ask adds a question of its call, and shows it when the call shows no other.
-func (b *questionBoard) ask(run *Run, q *liveQuestion) int {
+// ask adds a question a's call asks, and shows it when the call shows no other.
+func (b *questionBoard) ask(run *Run, a *runAsker, q *liveQuestion) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed || a.returned {
+		return askedLate
+	}
 	id := q.ev.ToolCallID
 	c := b.calls[id]
 	if c == nil {
-		c = &callQuestions{}
+		c = &callQuestions{asker: a}
 		if b.calls == nil {
 			b.calls = map[string]*callQuestions{}
 		}
 		b.calls[id] = c
 	}
 	switch {
-	case b.closed || c.closed:
+	case c.asker != a: // another call of that id, still running: the approvals API could not tell them apart
 		return askedLate
 	case c.asked >= maxQuestionsPerCall:
 		return askedTooMany
@@ -226,14 +235,15 @@ func decided(run *Run, q *liveQuestion, ans tool.Answer, reason, by string) {
 	run.emit(runevent.TypeApprovalDecided, runevent.Encode(d))
 }
 
-// closeCall decides, cancel, the questions of a call that has returned, and refuses those it would
-// still ask: its tool_complete comes next.
-func (b *questionBoard) closeCall(run *Run, callID string) {
+// closeCall decides, cancel, the questions of a's call, which has returned, and refuses those it
+// would still ask: its tool_complete comes next. Its entry goes: a later call with its id asks afresh.
+func (b *questionBoard) closeCall(run *Run, a *runAsker) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if c := b.calls[callID]; c != nil {
+	a.returned = true
+	if c := b.calls[a.call.ID]; c != nil && c.asker == a {
 		b.cancel(run, c)
-		c.closed = true
+		delete(b.calls, a.call.ID)
 	}
 }
 
@@ -243,8 +253,8 @@ func (b *questionBoard) closeAll(run *Run) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
-	for _, c := range b.calls {
-		b.cancel(run, c)
+	for _, id := range slices.Sorted(maps.Keys(b.calls)) { // decided in call id order, as open lists them
+		b.cancel(run, b.calls[id])
 	}
 }
 

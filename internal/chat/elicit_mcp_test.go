@@ -171,6 +171,28 @@ func TestElicitationAnswerAsTheServerChecksIt(t *testing.T) {
 	}
 }
 
+// TestElicitationRefCycleRefused: a server's question whose schema is a $ref cycle (which the SDK lets
+// through) is refused before anyone is asked, with an error the server gets; nobody's answer runs the
+// validator on it, which recursed until the stack overflowed and killed the process.
+func TestElicitationRefCycleRefused(t *testing.T) {
+	srv := mcpServer(true)
+	rawTool(srv, "pin", func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return textResult(answerOf(req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Code?", RequestedSchema: map[string]any{
+			"$ref": "#", "type": "object", "properties": map[string]any{"code": map[string]any{"type": "string"}}}}))), nil
+	})
+	f := mcpFixture(t, srv, "pin", nil)
+	st := f.send(t, chat.Request{Message: "go"}, chat.StartOptions{})
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Fatalf("run: %+v", o)
+	}
+	if n := count(stored(t, f.db, st.RunID), runevent.TypeApprovalRequired); n != 0 {
+		t.Errorf("%d questions shown, want none", n)
+	}
+	if got := toolRecord(t, f.db, st.SessionID, "call_1").Content; !strings.Contains(got, `has "$ref", which chatd does not take`) {
+		t.Errorf("the server got %s, want an error naming $ref", got)
+	}
+}
+
 // count returns how many events of typ events has.
 func count(events []chat.Event, typ string) int {
 	n := 0
@@ -304,5 +326,51 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 		t.Fatalf("%s (waited %s)", what, patience)
 		var zero T
 		return zero
+	}
+}
+
+// TestElicitationCallIDReusedInLaterTurn: a provider that reuses a call id in the run's next turn (ids
+// are unique within a turn only) gets the second call's question shown too: the first call's entry
+// went when it returned.
+func TestElicitationCallIDReusedInLaterTurn(t *testing.T) {
+	srv := mcpServer(true)
+	rawTool(srv, "pin", func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return textResult(answerOf(req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Code?", RequestedSchema: map[string]any{
+			"type": "object", "properties": map[string]any{"code": map[string]any{"type": "string"}}}}))), nil
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	servers, err := mcpclient.ParseConfig([]byte(`{"mcpServers":{"srv":{"url":"`+hs.URL+`"}}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := tool.NewRegistry(tool.Options{DefaultTimeout: 10 * time.Minute})
+	m := mcpclient.New(servers, mcpclient.Options{Registry: inner, ConnectTimeout: patience})
+	m.Start(context.Background())
+	t.Cleanup(inner.Close)
+	t.Cleanup(m.Close)
+	info, ok := inner.Info("srv__pin")
+	if !ok {
+		t.Fatal("no srv__pin")
+	}
+	f := newFixture(t, setup{Lenient: true, Tools: []tool.Tool{proxy{reg: inner, info: info}}, Respond: func(n int, req llmtest.Request) llmtest.Turn {
+		if n < 2 {
+			return llmtest.Turn{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: info.Name, Arguments: `{}`}}}
+		}
+		return llmtest.Turn{Text: "Done."}
+	}})
+	st := f.send(t, chat.Request{Message: "go"}, chat.StartOptions{})
+	fl := f.follow(t, st.RunID, 0)
+	for turn := range 2 {
+		fl.until(func(evs []chat.Event) bool { return count(evs, runevent.TypeApprovalRequired) > turn })
+		if _, err := f.svc.Decide(t.Context(), user, st.RunID, chat.Decision{ToolCallID: "call_1", Decision: chat.DecisionDeny}); err != nil {
+			t.Fatalf("turn %d: %v", turn, err)
+		}
+	}
+	if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+		t.Fatalf("run: %+v", o)
+	}
+	if n := count(stored(t, f.db, st.RunID), runevent.TypeApprovalRequired); n != 2 {
+		t.Errorf("%d questions shown, want 2 (one a turn)", n)
 	}
 }

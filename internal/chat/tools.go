@@ -225,18 +225,19 @@ func (ts *toolSet) run(ctx context.Context, call llm.ToolCall) agent.ToolResult 
 	if ts.progress != nil {
 		ctx, stop = withProgress(ctx, call.ID, ts.now, ts.progress)
 	}
-	asks := ts.obs != nil && ts.asks(call.Name)
-	if asks {
-		ctx = tool.WithAsker(ctx, runAsker{o: ts.obs, call: call})
+	var asker *runAsker
+	if ts.obs != nil && ts.asks(call.Name) {
+		asker = &runAsker{o: ts.obs, call: call}
+		ctx = tool.WithAsker(ctx, asker)
 	}
 	out := ts.reg.Call(ctx, call.Name, call.Arguments)
 	if stop != nil {
 		stop()
 	}
-	if asks {
+	if asker != nil {
 		// The SDK's goroutine that asked may not have seen the call's end yet: the questions left
 		// are decided now, before the call's tool_complete.
-		ts.obs.run.questions.closeCall(ts.obs.run, call.ID)
+		ts.obs.run.questions.closeCall(ts.obs.run, asker)
 	}
 	res := agent.ToolResult{Arguments: out.Arguments, Content: out.Content, Payload: out.Payload, Success: out.Success, Duration: out.Duration}
 	for _, a := range out.Attachments {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -111,10 +113,11 @@ func (t *mcpTool) Call(ctx context.Context, args json.RawMessage) (tool.Result, 
 		return tool.Result{}, fmt.Errorf("MCP server %s: the connection broke during the call, which may or may not have run: %s; chatd is reconnecting",
 			t.s.cfg.Name, msg)
 	case isRPC && rpc.Code == codeRejected:
-		// The transport could not deliver it (a refused connection, an HTTP 5xx or 429): the call did
-		// not reach the server. The session may be fine (a busy server), so it is checked, not dropped.
+		// The transport says it could not deliver it (a refused connection, an HTTP 5xx or 429), which
+		// is sure only for a connection that never opened: a gateway's 502 or 504 may come after it
+		// forwarded the call. The session may be fine (a busy server), so it is checked, not dropped.
 		t.s.poke(t.s.check)
-		return tool.Result{}, fmt.Errorf("MCP server %s could not be reached; the call did not run: %s", t.s.cfg.Name, msg)
+		return tool.Result{}, fmt.Errorf("MCP server %s %s: %s", t.s.cfg.Name, undelivered(err), msg)
 	default:
 		// Something else — a reply chatd cannot read, for one — which says nothing sure about the
 		// connection: it is checked with a ping.
@@ -141,13 +144,35 @@ func answered(rpc *jsonrpc.Error) bool {
 	return true
 }
 
+// undelivered says what is known of a call the transport reports it did not deliver, from the HTTP
+// status of its reply, if it had one.
+func undelivered(err error) string {
+	var opErr *net.OpError
+	switch code := httpStatusOf(err); {
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		return fmt.Sprintf("refused the call (HTTP %d %s); it most likely did not run", code, http.StatusText(code))
+	case code != 0:
+		return fmt.Sprintf("answered the call with HTTP %d %s (perhaps from a gateway in front of it); the call may or may not have run", code, http.StatusText(code))
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		return "could not be reached; the call did not run"
+	}
+	return "could not be reached, and the call may or may not have run"
+}
+
+// serverAnswered reports whether err, a call's, is the server's own answer: a JSON-RPC error it sent.
+// Any other — a transport's rejection (an HTTP 5xx or 429, perhaps from a gateway that forwarded the
+// call), a broken connection, a reply chatd cannot read — leaves the server perhaps at work on it.
+func serverAnswered(err error) bool {
+	var rpc *jsonrpc.Error
+	return errors.As(err, &rpc) && answered(rpc)
+}
+
 // call sends tools/call with a progress token, so that the server's progress reaches the call's
 // reporter; reports arriving once it has returned are dropped.
 func (s *server) call(ctx context.Context, sess *mcp.ClientSession, name string, args json.RawMessage) (*mcp.CallToolResult, error) {
 	token := "chatd-" + strconv.FormatUint(s.tokens.Add(1), 10)
 	ctx = context.WithValue(ctx, callKey{}, token)
-	s.prune()
-	s.calls.Store(token, inFlight{ctx: ctx, sess: sess})
+	s.calls.Store(token, &inFlight{ctx: ctx, sess: sess})
 	p := &mcp.CallToolParams{Name: name, Arguments: args}
 	p.SetProgressToken(token)
 	// The call's span, per the MCP semantic conventions; its trace context goes to the server in the
@@ -163,8 +188,14 @@ func (s *server) call(ctx context.Context, sess *mcp.ClientSession, name string,
 	for k, v := range meta {
 		p.Meta[k] = v
 	}
-	res, err := sess.CallTool(ctx, p)
-	s.returned(token, err != nil && ctx.Err() != nil)
+	status := new(httpStatus)
+	res, err := sess.CallTool(withHTTPStatus(ctx, status), p)
+	if err != nil {
+		err = status.wrap(err)
+	}
+	// Only the server's own answer frees the call's place at once: after a cancel, or an error that is
+	// not its answer, it may still be at work on the call, and ask its question later (linger).
+	s.returned(token, err != nil && (ctx.Err() != nil || !serverAnswered(err)))
 	tracing.EndMCP(span, err, err == nil && res.IsError)
 	return res, err
 }
@@ -182,7 +213,7 @@ func (s *server) progressed(_ context.Context, req *mcp.ProgressNotificationClie
 	if !ok {
 		return // late: the call has returned
 	}
-	c := v.(inFlight)
+	c := v.(*inFlight)
 	ctx := c.ctx
 	if !c.until.IsZero() || ctx.Err() != nil {
 		return // cancelled: the server may not have stopped yet

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -34,11 +33,14 @@ import (
 type callKey struct{}
 
 // inFlight is one call in flight: its context (the run's asker, its progress reporter) and the session
-// it went out on; for a call abandoned before its response, until when it still counts as in flight.
+// it went out on. A call abandoned before its response keeps only what ties a question to it — its
+// session, and until when it counts — not its context, which would hold the run; a timer forgets it
+// then, whether or not the server gets another call.
 type inFlight struct {
-	ctx   context.Context
+	ctx   context.Context // nil once abandoned
 	sess  *mcp.ClientSession
-	until time.Time // zero while the call runs
+	until time.Time   // zero while the call runs
+	stop  func() bool // stops the timer that forgets an abandoned call
 }
 
 // minLinger is the shortest time an abandoned call counts as in flight.
@@ -66,16 +68,17 @@ func (s *server) returned(token string, abandoned bool) {
 		s.calls.Delete(token)
 		return
 	}
-	c := v.(inFlight)
-	c.until = s.m.opts.Now().Add(s.linger())
+	linger := s.linger()
+	c := &inFlight{sess: v.(*inFlight).sess, until: s.m.opts.Now().Add(linger)}
+	c.stop = s.m.opts.AfterFunc(linger, func() { s.calls.CompareAndDelete(token, c) })
 	s.calls.Store(token, c)
 }
 
-// prune forgets the abandoned calls whose time is up.
-func (s *server) prune() {
-	now := s.m.opts.Now()
+// forgetAll stops the timers of the abandoned calls, and forgets them: the manager is closing.
+func (s *server) forgetAll() {
 	s.calls.Range(func(k, v any) bool {
-		if c := v.(inFlight); !c.until.IsZero() && now.After(c.until) {
+		if c := v.(*inFlight); c.stop != nil {
+			c.stop()
 			s.calls.Delete(k)
 		}
 		return true
@@ -85,19 +88,15 @@ func (s *server) prune() {
 // declined is the answer to an elicitation chatd cannot put to a person.
 var declined = &mcp.ElicitResult{Action: tool.ActionDecline}
 
-// elicit handles elicitation/create. The SDK has checked the requested schema (a flat object of
-// primitive properties) before, and checks the accepted content against it after.
+// elicit handles elicitation/create. The SDK has checked the requested schema's type and properties
+// before, and checks the accepted content against it after; chatd takes only MCP's flat form subset
+// (form.go), so that no schema it answers can crash that check.
 func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 	log := s.m.log.With("mcp_server", s.cfg.Name)
 	p := req.Params
 	if p.Mode == "url" || p.URL != "" {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
 			Message: "chatd supports form elicitation only: it cannot send its user to a URL"}
-	}
-	q, err := questionOf(p)
-	if err != nil {
-		log.Warn("MCP server asked an elicitation chatd refuses", "err", err)
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 	}
 	call := ctx
 	if _, own := ctx.Value(callKey{}).(string); !own {
@@ -112,6 +111,14 @@ func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Elici
 	if !ok {
 		log.Warn("MCP server asked an elicitation during a call no person waits on; declined")
 		return declined, nil
+	}
+	// Only now, tied to a call someone waits on, is the schema read: a request nobody would be asked
+	// costs nothing more; and it is refused, when outside the form subset, before the SDK's own check
+	// of an answer could run on it.
+	q, err := questionOf(p)
+	if err != nil {
+		log.Warn("MCP server asked an elicitation chatd refuses", "err", err)
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 	}
 	// The wait ends with the server's request (its cancel, the session's end) or with the call (its
 	// timeout, the run's cancel), whichever is first; it has the call's deadline, for the asker to
@@ -146,7 +153,8 @@ func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Elici
 	}
 }
 
-// questionOf checks an elicitation's size and returns it as a question.
+// questionOf checks an elicitation's size and form (formOf) and returns it as a question. It compiles
+// nothing: the question's Check builds and resolves its schema when a person answers.
 func questionOf(p *mcp.ElicitParams) (tool.Question, error) {
 	if len(p.Message) > tool.MaxQuestionMessage {
 		return tool.Question{}, fmt.Errorf("the elicitation's message is %d bytes; chatd takes at most %d", len(p.Message), tool.MaxQuestionMessage)
@@ -161,80 +169,40 @@ func questionOf(p *mcp.ElicitParams) (tool.Question, error) {
 	if len(schema) > tool.MaxQuestionSchema {
 		return tool.Question{}, fmt.Errorf("the elicitation's requestedSchema is %d bytes; chatd takes at most %d", len(schema), tool.MaxQuestionSchema)
 	}
-	var shape struct {
-		Properties map[string]json.RawMessage `json:"properties"`
-	}
-	if err := json.Unmarshal(schema, &shape); err != nil {
-		return tool.Question{}, fmt.Errorf("the elicitation's requestedSchema is not a JSON object: %w", err)
-	}
-	if n := len(shape.Properties); n > tool.MaxQuestionFields {
-		return tool.Question{}, fmt.Errorf("the elicitation asks for %d fields; chatd takes at most %d", n, tool.MaxQuestionFields)
-	}
-	for name, raw := range shape.Properties {
-		if n := choices(raw); n > tool.MaxQuestionChoices {
-			return tool.Question{}, fmt.Errorf("the elicitation's field %q has %d choices; chatd takes at most %d", name, n, tool.MaxQuestionChoices)
-		}
-	}
-	check, err := checker(schema)
-	if err != nil {
+	if _, err := formOf(schema); err != nil {
 		return tool.Question{}, err
 	}
-	return tool.Question{Message: p.Message, Schema: schema, Check: check}, nil
-}
-
-// choices counts the choices of a requested schema's property: its enum, oneOf and anyOf, or its
-// items' for an array.
-func choices(property json.RawMessage) int {
-	type choosing struct {
-		Enum  []json.RawMessage `json:"enum"`
-		OneOf []json.RawMessage `json:"oneOf"`
-		AnyOf []json.RawMessage `json:"anyOf"`
-	}
-	var p struct {
-		choosing
-		Items *choosing `json:"items"`
-	}
-	if json.Unmarshal(property, &p) != nil {
-		return 0 // the SDK has checked the schema; fieldsOf says what is wrong with it
-	}
-	n := len(p.Enum) + len(p.OneOf) + len(p.AnyOf)
-	if p.Items != nil {
-		n += len(p.Items.Enum) + len(p.Items.OneOf) + len(p.Items.AnyOf)
-	}
-	return n
+	return tool.Question{Message: p.Message, Schema: schema, Check: checker(schema)}, nil
 }
 
 // checker returns the check the SDK makes of accepted content (mcp.Client's elicit): the requested
-// schema, resolved as it resolves it, validates the content, then fills in its defaults. Content the
-// person sends is checked with it before the server's request gets it, so that an answer chatd takes
-// is one the SDK passes on, and what chatd records is what the server receives. A schema that does not
-// resolve is refused at once: no answer could pass.
-func checker(schema json.RawMessage) (func(map[string]any) (map[string]any, error), error) {
-	var s *jsonschema.Schema
-	if err := json.Unmarshal(schema, &s); err != nil {
-		return nil, fmt.Errorf("the elicitation's requestedSchema: %w", err)
-	}
-	if s == nil {
-		return nil, nil
-	}
-	resolved, err := s.Resolve(nil)
-	if err != nil {
-		return nil, fmt.Errorf("the elicitation's requestedSchema does not resolve: %w", err)
-	}
-	names := slices.Sorted(maps.Keys(s.Properties))
+// schema, resolved, validates the content, then fills in its defaults. Content the person sends is
+// checked with it before the server's request gets it, so that an answer chatd takes is one the SDK
+// passes on, and what chatd records is what the server receives. The schema it resolves is the one
+// formOf builds of the keywords it takes — which the server's, for the SDK, holds no more than — and
+// it is built for each answer, so that a question waiting holds no compiled pattern.
+func checker(schema json.RawMessage) func(map[string]any) (map[string]any, error) {
 	return func(content map[string]any) (map[string]any, error) {
+		s, err := formOf(schema)
+		if err != nil {
+			return nil, &tool.AnswerError{Problem: err.Error()}
+		}
+		resolved, err := s.Resolve(nil)
+		if err != nil {
+			return nil, &tool.AnswerError{Problem: "the question's schema does not resolve: " + err.Error()}
+		}
 		out := maps.Clone(content)
 		if out == nil {
 			out = map[string]any{}
 		}
 		if err := resolved.Validate(out); err != nil {
-			return nil, answerError(names, err)
+			return nil, answerError(slices.Sorted(maps.Keys(s.Properties)), err)
 		}
 		if err := resolved.ApplyDefaults(&out); err != nil {
 			return nil, &tool.AnswerError{Problem: err.Error()}
 		}
 		return out, nil
-	}, nil
+	}
 }
 
 // answerError names the field a validation error of jsonschema-go is about ("validating root:
@@ -263,11 +231,11 @@ func answerError(names []string, err error) *tool.AnswerError {
 // with the number of calls running and of calls abandoned that still count (linger). A call whose
 // context has ended counts as running until it returns: the request may be its own.
 func (s *server) onlyCall(sess *mcp.ClientSession) (only context.Context, running, abandoned int) {
-	s.prune()
+	now := s.m.opts.Now()
 	s.calls.Range(func(_, v any) bool {
-		c := v.(inFlight)
+		c := v.(*inFlight)
 		switch {
-		case c.sess != sess:
+		case c.sess != sess, !c.until.IsZero() && now.After(c.until): // its timer is due
 		case c.until.IsZero():
 			only = c.ctx
 			running++

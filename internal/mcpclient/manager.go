@@ -59,6 +59,9 @@ type Options struct {
 	// Now is the clock that ends the window in which an abandoned call still counts as in flight
 	// (elicit.go); nil: time.Now.
 	Now func() time.Time
+	// AfterFunc, with Now, is that clock's timer: it calls f once d has passed, unless stopped first;
+	// nil: time.AfterFunc.
+	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 }
 
 // Manager supervises the configured servers.
@@ -99,6 +102,9 @@ func New(servers []ServerConfig, opts Options) *Manager {
 	opts.Version = cmp.Or(opts.Version, "dev")
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.AfterFunc == nil {
+		opts.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 	}
 	m := &Manager{opts: opts, log: opts.Logger}
 	for _, sc := range servers {
@@ -154,6 +160,9 @@ func (m *Manager) Close() {
 		m.cancel()
 	}
 	m.wg.Wait()
+	for _, s := range m.servers {
+		s.forgetAll()
+	}
 }
 
 // client builds the SDK client of one server, its notifications bound to s.

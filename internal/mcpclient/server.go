@@ -34,7 +34,7 @@ type server struct {
 	broken  chan breakage
 	check   chan struct{} // a call failed oddly: ping the server
 	tokens  atomic.Uint64
-	calls   sync.Map // progress token → inFlight
+	calls   sync.Map // progress token → *inFlight
 
 	mu          sync.Mutex
 	state       string
@@ -326,7 +326,7 @@ func (s *server) env() []string {
 }
 
 func (s *server) httpClient() *http.Client {
-	base := http.DefaultTransport
+	var base http.RoundTripper = statusTransport{http.DefaultTransport}
 	if len(s.cfg.Headers) == 0 {
 		return &http.Client{Transport: base}
 	}
@@ -336,6 +336,53 @@ func (s *server) httpClient() *http.Client {
 	}
 	u, _ := url.Parse(s.cfg.URL) // checked by ParseConfig
 	return &http.Client{Transport: headerTransport{base: base, header: h, host: u.Host, scheme: u.Scheme}}
+}
+
+// httpStatus is the HTTP status of the last reply to a call's requests, for its error to say what is
+// known of a call the transport did not deliver.
+type httpStatus struct{ code atomic.Int32 }
+
+type httpStatusKey struct{}
+
+// withHTTPStatus returns a context whose requests record their reply's status in st.
+func withHTTPStatus(ctx context.Context, st *httpStatus) context.Context {
+	return context.WithValue(ctx, httpStatusKey{}, st)
+}
+
+// wrap returns err with the status recorded, if any.
+func (st *httpStatus) wrap(err error) error {
+	if code := int(st.code.Load()); code != 0 {
+		return &statusError{code: code, err: err}
+	}
+	return err
+}
+
+// statusError is a call's error with the HTTP status of its last reply.
+type statusError struct {
+	code int
+	err  error
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
+
+// httpStatusOf returns the HTTP status of err's reply; 0 when unknown.
+func httpStatusOf(err error) int {
+	if e, ok := errors.AsType[*statusError](err); ok {
+		return e.code
+	}
+	return 0
+}
+
+// statusTransport records the status of each reply in the request's httpStatus, if it has one.
+type statusTransport struct{ base http.RoundTripper }
+
+func (t statusTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if st, ok := r.Context().Value(httpStatusKey{}).(*httpStatus); ok && resp != nil && resp.StatusCode >= 300 {
+		st.code.Store(int32(resp.StatusCode))
+	}
+	return resp, err
 }
 
 // headerTransport adds the configured headers to the requests for the configured host — not to a host

@@ -234,7 +234,7 @@ func (ts *testServer) addTools() {
 }
 
 // elicit asks the client for a name and an age — or, with {"fields": n}, for n strings, or with
-// {"choices": n}, for one of n — as an input
+// {"choices": n}, for one of n, or with {"schema": s}, for what s asks — as an input
 // request of its result (the SDK's server sends it as elicitation/create to a client on an earlier
 // protocol), and returns what it got as JSON: {"action": …, "content": …}.
 func (ts *testServer) elicit(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -243,8 +243,9 @@ func (ts *testServer) elicit(_ context.Context, req *mcp.CallToolRequest) (*mcp.
 		return text(string(b)), nil
 	}
 	var in struct {
-		Fields  int `json:"fields"`
-		Choices int `json:"choices"`
+		Fields  int             `json:"fields"`
+		Choices int             `json:"choices"`
+		Schema  json.RawMessage `json:"schema"`
 	}
 	_ = json.Unmarshal(req.Params.Arguments, &in)
 	schema := map[string]any{"type": "object", "required": []string{"name"}, "properties": map[string]any{
@@ -264,6 +265,10 @@ func (ts *testServer) elicit(_ context.Context, req *mcp.CallToolRequest) (*mcp.
 			enum[i] = "c" + strconv.Itoa(i)
 		}
 		schema = map[string]any{"type": "object", "properties": map[string]any{"pick": map[string]any{"type": "string", "enum": enum}}}
+	}
+	if in.Schema != nil {
+		schema = nil
+		_ = json.Unmarshal(in.Schema, &schema)
 	}
 	return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{
 		"who": &mcp.ElicitParams{Message: "Who are you?", RequestedSchema: schema}}}, nil
