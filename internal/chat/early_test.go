@@ -247,3 +247,84 @@ func TestToolResultNotStored(t *testing.T) {
 		t.Errorf("the call is not closed with a failed result: %q", transcript(recs))
 	}
 }
+
+// firstTokenSamples returns the count and sum of chatd_time_to_first_token_seconds.
+func firstTokenSamples(t *testing.T, m *metrics.Metrics) (uint64, float64) {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() == "chatd_time_to_first_token_seconds" {
+			for _, mm := range f.GetMetric() {
+				n += mm.GetHistogram().GetSampleCount()
+				sum += mm.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return n, sum
+}
+
+// TestEarlyRunFirstTokenCountsTheCommit: the first token of a run started before its commit is held
+// unseen until the commit ends, so its time to first token is counted to the commit, not to when the
+// token reached the held run: a slow commit shows in the metric as the client sees it.
+func TestEarlyRunFirstTokenCountsTheCommit(t *testing.T) {
+	m := metrics.New()
+	svc, db, asked := earlyServiceObserved(t, nil, m, nil)
+	started := make(chan *chat.Started, 1)
+	go func() {
+		st, err := svc.Start(context.Background(), user, chat.Request{Message: "hello"}, chat.StartOptions{})
+		if err != nil {
+			t.Error(err)
+		}
+		started <- st
+	}()
+	recv(t, db.creating, "the commit")
+	recv(t, asked, "the model's request")
+	askedAt := time.Now() // after the run started its clock, which it did before asking
+	eventually(t, "the first token held in the run", func() bool { return svc.HeldText(user) })
+	if n, _ := firstTokenSamples(t, m); n != 0 {
+		t.Errorf("%d first-token samples while the commit waits; the client has seen nothing", n)
+	}
+	committing := time.Now()
+	close(db.release)
+	st := <-started
+	if st == nil {
+		t.FailNow()
+	}
+	collect(t, svc, user, st.RunID)
+	n, sum := firstTokenSamples(t, m)
+	if least := committing.Sub(askedAt).Seconds(); n != 1 || sum < least {
+		t.Errorf("first token: %d samples, %.6f s; want 1 of at least %.6f s (the commit's wait, which the client waited)", n, sum, least)
+	}
+}
+
+// TestAbandonedRunHasNoFirstToken: a run whose commit failed does not exist for its client: a token it
+// held is not counted as a first token.
+func TestAbandonedRunHasNoFirstToken(t *testing.T) {
+	m := metrics.New()
+	svc, db, asked := earlyServiceObserved(t, errors.New("disk full"), m, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.Start(context.Background(), user, chat.Request{Message: "hello"}, chat.StartOptions{})
+		done <- err
+	}()
+	recv(t, db.creating, "the commit")
+	recv(t, asked, "the model's request")
+	eventually(t, "the first token held in the run", func() bool { return svc.HeldText(user) })
+	close(db.release)
+	if err := <-done; err == nil {
+		t.Fatal("the run started although its commit failed")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	if err := svc.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := firstTokenSamples(t, m); n != 0 {
+		t.Errorf("the abandoned run is counted in chatd_time_to_first_token_seconds: %d samples", n)
+	}
+}

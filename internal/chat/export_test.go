@@ -1,5 +1,11 @@
 package chat
 
+import (
+	"slices"
+
+	"chatd/internal/runevent"
+)
+
 // LiveRun returns the id of a run of the user's session that is live in this process (running or
 // queued), or "": the tests wait for a run to leave memory with it.
 func (s *Service) LiveRun(user, sessionID string) string {
@@ -11,4 +17,26 @@ func (s *Service) LiveRun(user, sessionID string) string {
 		}
 	}
 	return ""
+}
+
+// HeldText reports whether a run of the user's, started before its commit, holds a text delta its
+// readers cannot see yet: the tests wait with it for the model's first token to reach the held run.
+func (s *Service) HeldText(user string) bool {
+	s.mu.Lock()
+	var runs []*Run
+	for _, r := range s.runs {
+		if r.user == user {
+			runs = append(runs, r)
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range runs {
+		r.mu.Lock()
+		held := r.held && slices.ContainsFunc(r.events, func(e Event) bool { return e.Type == runevent.TypeTextDelta })
+		r.mu.Unlock()
+		if held {
+			return true
+		}
+	}
+	return false
 }

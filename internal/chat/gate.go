@@ -2,6 +2,7 @@ package chat
 
 import (
 	"errors"
+	"time"
 
 	"chatd/internal/store"
 )
@@ -21,13 +22,14 @@ type gate struct {
 	done  chan struct{}
 	err   error        // the commit's failure; set before done closes
 	first store.Record // the user message as stored; set before done closes
+	at    time.Time    // when it opened: the run's held events become visible then
 }
 
 func newGate() *gate { return &gate{done: make(chan struct{})} }
 
 // open lets the run go on: first is its user message as the store completed it.
 func (g *gate) open(first *store.Record) {
-	g.first = *first
+	g.first, g.at = *first, time.Now()
 	close(g.done)
 }
 

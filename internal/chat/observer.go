@@ -68,6 +68,7 @@ type observer struct {
 	span      trace.Span
 	started   time.Time
 	ttft      time.Duration
+	ttftHeld  bool // ttft is of a token held before the commit was known: not reported yet
 	lastModel agent.Model
 	meter     *metrics.Metrics
 	// unstored are the diagnostics of calls whose turn could not be stored: they go with the run's end.
@@ -130,6 +131,13 @@ func (o *observer) ready() bool {
 	}
 	if o.conv != nil {
 		o.conv.stored(&g.first)
+	}
+	if o.ttftHeld {
+		// The first token was held unseen until the commit: a client had it no sooner than the gate
+		// opened.
+		o.ttftHeld = false
+		o.ttft = max(o.ttft, g.at.Sub(o.started))
+		o.metrics.FirstToken(o.ttft)
 	}
 	return true
 }
@@ -251,8 +259,14 @@ func (o *observer) deltaData(text string) []byte {
 }
 
 // firstToken records the run's time to its first token: text, reasoning or a tool call.
+// A token held while the run's commit is not known is reported once the commit succeeded (ready), and
+// never for a run abandoned because it failed.
 func (o *observer) firstToken() {
 	o.ttft = max(time.Since(o.started), 1)
+	if o.gate != nil {
+		o.ttftHeld = true
+		return
+	}
 	o.metrics.FirstToken(o.ttft)
 }
 

@@ -7,7 +7,6 @@
 -- too (the same condition); a scan of that partial index finds them.
 -- runs_active_by_key: a key's active runs are counted among its user's (key_id = $1 AND user_id = $2),
 -- which runs_active_by_user finds: the few runs one user has running or queued.
--- (Numbered 00014: 00013 was taken by work in progress when this was written.)
 
 -- +goose Up
 DROP INDEX runs_running_by_user;
