@@ -221,7 +221,12 @@ func (o *observer) await(res agent.Result) bool {
 		a.Events = append(pending, store.Event{RunID: run.ID, Seq: last[0].Seq, Type: last[0].Type, Data: last[0].Data})
 	}
 	if err := o.store.AwaitRun(o.ctx, o.p.user, run.ID, a); err != nil {
-		o.log.Error("store a run awaiting approval", "err", err)
+		if _, ok := errors.AsType[*store.CancelRequestedError](err); ok {
+			// Another instance asked a cancel as the run paused: an expected race, not a failure.
+			o.log.Info("a run was cancelled as it paused for approval", "err", err)
+		} else {
+			o.log.Error("store a run awaiting approval", "err", err)
+		}
 		return false
 	}
 	if o.conv != nil {
@@ -409,9 +414,7 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 		quota = p.account.Quota
 	}
 	run := s.newRun(r.ID, user, p)
-	if err := s.loadLog(ctx, run, user); err != nil {
-		return err
-	}
+	continueLog(run, r.LastEventSeq)
 	if s.isClosing() {
 		// Refused before anything is stored: the decision is not recorded and the run still waits, for
 		// the person to decide again on the next process.
@@ -509,30 +512,15 @@ func (s *Service) resumePlan(ctx context.Context, user string, r *store.Run, aw 
 	return s.plan(ctx, user, req, Account{KeyID: r.KeyID})
 }
 
-// loadLog gives a run made again from the store its stored events: they show at once, and new ones
-// follow the last without a gap (the execution before stored every event it showed).
-func (s *Service) loadLog(ctx context.Context, run *Run, user string) error {
-	for after := int64(0); ; {
-		events, err := s.opts.Store.Events(ctx, user, run.ID, after, 1000)
-		if err != nil {
-			return err
-		}
-		if len(events) == 0 {
-			break
-		}
-		for _, e := range events {
-			run.events = append(run.events, Event{Seq: e.Seq, Type: e.Type, Data: e.Data})
-		}
-		after = events[len(events)-1].Seq
+// continueLog makes a run made again from the store go on from its stored log, whose last event is
+// last: new events follow it without a gap, and a reader reads the stored ones from the store, as it
+// reads those a live run dropped once stored (Run.trim) — none is loaded here. Without a durable log
+// nothing of the run was stored, and its events begin again at 1.
+func continueLog(run *Run, last int64) {
+	if run.log == nil {
+		return
 	}
-	if n := len(run.events); n > 0 {
-		run.persisted = run.events[n-1].Seq
-	}
-	run.next = run.persisted + 1
-	if run.log != nil {
-		run.reserved = run.persisted
-	}
-	return nil
+	run.trimmed, run.persisted, run.reserved, run.next = last, last, last, last+1
 }
 
 // runDecided runs, at the start of a resumed execution, the calls a person approved and stores the

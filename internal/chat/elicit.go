@@ -186,7 +186,7 @@ func (b *questionBoard) ask(run *Run, a *runAsker, q *liveQuestion) int {
 func (b *questionBoard) show(run *Run, q *liveQuestion) {
 	q.wait = q.timeout
 	if !q.deadline.IsZero() {
-		q.wait = min(q.wait, time.Until(q.deadline))
+		q.wait = min(q.wait, q.deadline.Sub(q.now()))
 	}
 	expires := q.now().Add(q.wait).UTC().Truncate(time.Second)
 	q.ev.ExpiresAt = &expires

@@ -244,8 +244,8 @@ const deltaSlab = 512
 
 // deltaData returns runevent.EncodeText(text), encoded into the run's current delta buffer: one
 // allocation for many tokens, not one each. Each delta's data is a full slice of the buffer, which is
-// only ever appended to, so that data never changes; the run keeps its events, and so the buffers, to
-// its end either way.
+// only ever appended to, so that data never changes; a buffer lives as long as any event whose data it
+// holds is kept (by the run until stored and given to its readers, or by a reader).
 func (o *observer) deltaData(text string) []byte {
 	if n := runevent.TextSize(text); cap(o.deltas)-len(o.deltas) < n {
 		if n > deltaSlab/4 {

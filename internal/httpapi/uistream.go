@@ -272,7 +272,8 @@ func (c *uiConverter) elicitationDecided(d runevent.ApprovalDecided) {
 
 // closeElicitations shows the questions from MCP servers still waiting at the end of the run as
 // decided, cancel: nobody can answer them any more. (chatd decides every question before its call's
-// tool_complete; a log stored before it did may lack the decision.)
+// tool_complete; the log of a run a crash interrupted, which recovery ends with done, may lack the
+// decision.)
 func (c *uiConverter) closeElicitations() {
 	for _, id := range slices.Sorted(maps.Keys(c.elicitations)) {
 		c.elicitationDecided(runevent.ApprovalDecided{ToolCallID: id, Decision: chat.DecisionCancel, Source: chat.SourceMCP,

@@ -147,13 +147,12 @@ func answered(rpc *jsonrpc.Error) bool {
 // undelivered says what is known of a call the transport reports it did not deliver, from the HTTP
 // status of its reply, if it had one.
 func undelivered(err error) string {
-	var opErr *net.OpError
 	switch code := httpStatusOf(err); {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		return fmt.Sprintf("refused the call (HTTP %d %s); it most likely did not run", code, http.StatusText(code))
 	case code != 0:
 		return fmt.Sprintf("answered the call with HTTP %d %s (perhaps from a gateway in front of it); the call may or may not have run", code, http.StatusText(code))
-	case errors.As(err, &opErr) && opErr.Op == "dial":
+	case isDial(err):
 		return "could not be reached; the call did not run"
 	}
 	return "could not be reached, and the call may or may not have run"
@@ -310,4 +309,10 @@ func cutUTF8(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// isDial reports whether err is a failure to open the connection: the call never left.
+func isDial(err error) bool {
+	opErr, ok := errors.AsType[*net.OpError](err)
+	return ok && opErr.Op == "dial"
 }
