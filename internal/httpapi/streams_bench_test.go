@@ -102,38 +102,8 @@ var (
 func benchmarkOpenStreams(b *testing.B, target string, n int) {
 	up := &heldUpstream{tokens: *openTokens}
 	mock := httptest.NewServer(up)
-	defer mock.Close()
-	addr, path, body := mock.Listener.Addr().String(), "/v1/chat/completions", `{"model":"m","stream":true}`
-	var transports []*http.Transport
-	switch target {
-	case "relay":
-		u, _ := url.Parse(mock.URL)
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 4096, 4096
-		rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) }, FlushInterval: -1, Transport: tr}
-		srv := httptest.NewServer(rp)
-		defer srv.Close()
-		transports = append(transports, tr)
-		addr = srv.Listener.Addr().String()
-	case "chatd":
-		db, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "chatd.db"), sqlite.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer db.Close()
-		hc := llmupstream.NewHTTPClient(llmupstream.Timeouts{}) // the client chatd's providers get
-		transports = append(transports, hc.Transport.(*http.Transport))
-		client, err := openai.New(openai.Options{BaseURL: mock.URL + "/v1", HTTPClient: hc})
-		if err != nil {
-			b.Fatal(err)
-		}
-		m := metrics.New()
-		svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini", Metrics: m})
-		defer svc.Close(context.WithoutCancel(b.Context()))
-		srv := httptest.NewServer(httpapi.New(httpapi.Options{Chat: svc, Store: db, Metrics: m}))
-		defer srv.Close()
-		addr, path, body = srv.Listener.Addr().String(), "/v1/chat/stream", `{"message":"hi"}`
-	}
+	b.Cleanup(mock.Close)
+	addr, path, body, transports := benchTarget(b, target, mock, 4096)
 	req := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		path, addr, len(body), body)
 	// Each round ends with no connection left idle, so that the next dials every one of its streams' and
@@ -187,6 +157,43 @@ func benchmarkOpenStreams(b *testing.B, target string, n int) {
 	b.ReportMetric(stack/ops, "stack-B/stream")
 	b.ReportMetric((heap+stack)/ops, "B/stream")
 	b.ReportMetric(goroutines/ops, "goroutines/stream")
+}
+
+// benchTarget starts what a stream benchmark measures in front of the mock upstream: "direct" (nothing:
+// the mock itself), "relay" (a bare httputil.ReverseProxy flushing every frame, keeping idle
+// connections) or "chatd" (on a SQLite file, with the HTTP client its providers get). It returns where
+// to send a stream's request and its body, and the transports whose idle connections a round may close.
+// Everything it starts is closed when the benchmark ends, before the mock.
+func benchTarget(b *testing.B, target string, mock *httptest.Server, idle int) (addr, path, body string, transports []*http.Transport) {
+	addr, path, body = mock.Listener.Addr().String(), "/v1/chat/completions", `{"model":"m","stream":true}`
+	switch target {
+	case "relay":
+		u, _ := url.Parse(mock.URL)
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = idle, idle
+		rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) }, FlushInterval: -1, Transport: tr}
+		srv := httptest.NewServer(rp)
+		b.Cleanup(srv.Close)
+		return srv.Listener.Addr().String(), path, body, []*http.Transport{tr}
+	case "chatd":
+		db, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "chatd.db"), sqlite.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { db.Close() })
+		hc := llmupstream.NewHTTPClient(llmupstream.Timeouts{}) // the client chatd's providers get
+		client, err := openai.New(openai.Options{BaseURL: mock.URL + "/v1", HTTPClient: hc})
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := metrics.New()
+		svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini", Metrics: m})
+		b.Cleanup(func() { svc.Close(context.Background()) })
+		srv := httptest.NewServer(httpapi.New(httpapi.Options{Chat: svc, Store: db, Metrics: m}))
+		b.Cleanup(srv.Close)
+		return srv.Listener.Addr().String(), "/v1/chat/stream", `{"message":"hi"}`, []*http.Transport{hc.Transport.(*http.Transport)}
+	}
+	return addr, path, body, nil
 }
 
 type memSample struct {

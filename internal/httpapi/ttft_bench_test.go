@@ -2,26 +2,15 @@ package httpapi_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
-	"chatd/internal/chat"
-	"chatd/internal/httpapi"
-	"chatd/internal/llm/openai"
-	llmupstream "chatd/internal/llm/upstream"
-	"chatd/internal/metrics"
-	"chatd/internal/store/sqlite"
 )
 
 // quickUpstream is an OpenAI upstream that answers every request at once with one token and the
@@ -56,33 +45,8 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 
 func benchmarkTimeToFirstToken(b *testing.B, target string, c int) {
 	mock := httptest.NewServer(quickUpstream{})
-	defer mock.Close()
-	addr, path, body := mock.Listener.Addr().String(), "/v1/chat/completions", `{"model":"m","stream":true}`
-	switch target {
-	case "relay":
-		u, _ := url.Parse(mock.URL)
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024
-		srv := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) }, FlushInterval: -1, Transport: tr})
-		defer srv.Close()
-		addr = srv.Listener.Addr().String()
-	case "chatd":
-		db, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "chatd.db"), sqlite.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer db.Close()
-		client, err := openai.New(openai.Options{BaseURL: mock.URL + "/v1", HTTPClient: llmupstream.NewHTTPClient(llmupstream.Timeouts{})})
-		if err != nil {
-			b.Fatal(err)
-		}
-		m := metrics.New()
-		svc := chat.New(chat.Options{TitleModel: chat.TitleNone, Store: db, Models: oneModel{client}, DefaultModel: "openai/gpt-4o-mini", Metrics: m})
-		defer svc.Close(context.WithoutCancel(b.Context()))
-		srv := httptest.NewServer(httpapi.New(httpapi.Options{Chat: svc, Store: db, Metrics: m}))
-		defer srv.Close()
-		addr, path, body = srv.Listener.Addr().String(), "/v1/chat/stream", `{"message":"hi"}`
-	}
+	b.Cleanup(mock.Close)
+	addr, path, body, _ := benchTarget(b, target, mock, 1024)
 	req := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		path, addr, len(body), body)
 	// A first round warms the servers: their connections, pools and caches.
