@@ -18,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -506,7 +505,9 @@ func TestStdioChildKilledMidCall(t *testing.T) {
 		done <- reg.Call(tool.WithProgress(t.Context(), r.report), "srv__wait_for_kill", json.RawMessage(`{}`))
 	}()
 	receive(t, r.started, "srv__wait_for_kill did not start")
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	if p, err := os.FindProcess(pid); err != nil {
+		t.Fatal(err)
+	} else if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	// The call's timeout is 10 minutes: one that returns within patience did not wait for it.
@@ -699,12 +700,12 @@ func TestSecretsRedacted(t *testing.T) {
 func TestCloseStopsChildren(t *testing.T) {
 	m, reg := startManager(t, stdioConfig("srv", "1", ""), nil, testOptions())
 	pid := status(t, m, "srv").PID
-	if pid == 0 || syscall.Kill(pid, 0) != nil {
+	if pid == 0 || !processAlive(pid) {
 		t.Fatalf("no running child: PID %d", pid)
 	}
 	m.Close()
-	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Errorf("the child %d is still there after Close: %v", pid, err)
+	if processAlive(pid) {
+		t.Errorf("the child %d is still there after Close", pid)
 	}
 	if s := status(t, m, "srv"); s.State != StateClosed || s.PID != 0 {
 		t.Errorf("after Close: %+v", s)

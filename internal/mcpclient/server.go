@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -298,15 +297,8 @@ func (s *server) transport() (mcp.Transport, *exec.Cmd, error) {
 	// A grandchild holding stderr open must not keep Wait (and Close) waiting; and the child gets a
 	// process group of its own, so that what it starts (npx → node) is stopped with it.
 	cmd.WaitDelay = 2 * time.Second
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = ownGroup()
 	return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, cmd, nil
-}
-
-// killGroup kills what is left of a stdio child's process group once the child has been stopped.
-func killGroup(cmd *exec.Cmd) {
-	if cmd != nil && cmd.Process != nil && cmd.Process.Pid > 0 {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
 }
 
 // env is a stdio child's whole environment: PATH and HOME, then what the file names for it.
