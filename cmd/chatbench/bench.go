@@ -30,6 +30,7 @@ type options struct {
 	timeout     time.Duration
 	dir         string
 	keep        bool
+	postgres    string // -postgres: the server whose database of its own chatd runs on, instead of SQLite
 	json        bool
 	reprint     string // -report: print a saved report's table, run nothing
 	// traced adds a target: chatd on new sessions with its traces exported (OTLP/HTTP) to the mock,
@@ -43,7 +44,9 @@ type bench struct {
 	self     string // this program, re-executed as the mock and the relay
 	chatd    string
 	work     string
-	db       string
+	db       string // the SQLite file (the history runs write it directly)
+	dbArg    string // chatd's --db: sqlite:FILE, or the URL of the run's PostgreSQL database
+	pgName   string // the run's PostgreSQL database, dropped at the end
 	config   string
 	procs    *children
 	history  map[int][]string // the continuing sessions, by their number of records
@@ -66,6 +69,13 @@ func (b *bench) setup(ctx context.Context) error {
 		return err
 	}
 	b.db = filepath.Join(b.work, "chatd.db")
+	b.dbArg = "sqlite:" + b.db
+	if b.opt.postgres != "" {
+		if b.dbArg, b.pgName, err = createDatabase(ctx, b.opt.postgres); err != nil {
+			return err
+		}
+		b.rep.DB = "postgres"
+	}
 	b.rep.Dir = b.work
 	if err := b.measureFsync(); err != nil {
 		return err
@@ -152,7 +162,7 @@ func (b *bench) startChatd(ctx context.Context, upstream string, extraEnv ...str
 	if addr := os.Getenv("CHATD_PPROF_ADDR"); addr != "" {
 		env = append(env, "CHATD_PPROF_ADDR="+addr) // to profile chatd while it is measured
 	}
-	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + b.db, "--config", b.config}
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", b.dbArg, "--config", b.config}
 	c, err := b.procs.start("chatd", b.chatd, args, env, func(line string) (string, bool) {
 		if strings.Contains(line, `msg="chatd listening"`) {
 			if _, rest, ok := strings.Cut(line, " url="); ok {
@@ -343,6 +353,13 @@ func (b *bench) throughputRound(ctx context.Context, r int) error {
 // runBench runs the whole benchmark and returns its report.
 func runBench(ctx context.Context, opt options, progress io.Writer) (rep *report, err error) {
 	b := &bench{opt: opt, procs: &children{}, progress: progress, rep: newReport(opt)}
+	defer func() {
+		if b.pgName != "" {
+			if err := dropDatabase(opt.postgres, b.pgName); err != nil {
+				b.logf("drop the database %s: %v", b.pgName, err)
+			}
+		}
+	}()
 	defer b.procs.stopAll()
 	defer func() {
 		if b.work != "" && !opt.keep {

@@ -77,7 +77,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: go run ./cmd/chatbench [flags]     (or script/bench [flags])
 
-Starts chatd on a fresh SQLite file, a mock OpenAI upstream and a bare relay, and measures all three
+Starts chatd on a fresh SQLite file (or a PostgreSQL database, -postgres), a mock OpenAI upstream and a bare relay, and measures all three
 with concurrent SSE clients in interleaved rounds. The table goes to stdout; progress to stderr.
 
 `)
@@ -96,6 +96,7 @@ with concurrent SSE clients in interleaved rounds. The table goes to stdout; pro
 	fs.IntVar(&opt.tpTokens, "throughput-tokens", 20, "tokens per answer in the throughput runs")
 	fs.DurationVar(&opt.timeout, "timeout", 2*time.Minute, "per stream, from request to the end of its body")
 	fs.StringVar(&opt.dir, "dir", os.TempDir(), "where the temporary folder (chatd's database) goes: the disk measured")
+	fs.StringVar(&opt.postgres, "postgres", "", "run chatd on PostgreSQL: a postgres:// URL of a server where chatbench may create (and at the end drop) a database of its own; new sessions only (-history \"\")")
 	fs.BoolVar(&opt.keep, "keep", false, "keep the temporary folder (the database)")
 	fs.BoolVar(&opt.json, "json", false, "print the results as JSON on stdout (the table then goes to stderr)")
 	fs.StringVar(&opt.reprint, "report", "", "run nothing: print the table of a report saved with -json in this file")
@@ -112,6 +113,9 @@ with concurrent SSE clients in interleaved rounds. The table goes to stdout; pro
 	}
 	if opt.history, err = intList(*history); err != nil {
 		return opt, fmt.Errorf("-history %q: want positive numbers such as 10,1000,10000", *history)
+	}
+	if opt.postgres != "" && len(opt.history) > 0 {
+		return opt, errors.New("-postgres measures new sessions only: add -history ''")
 	}
 	if opt.rounds < 1 || opt.tokens < 1 || opt.interval <= 0 || opt.ramp < 0 || opt.minStreams < 0 ||
 		opt.historyRows < 1 || opt.throughput < 0 || opt.tpTokens < 1 || opt.timeout <= 0 {

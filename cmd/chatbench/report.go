@@ -28,7 +28,8 @@ type report struct {
 	MinStreams       int               `json:"min_streams"`
 	ThroughputTokens int               `json:"throughput_tokens,omitempty"`
 	Dir              string            `json:"dir"`
-	FsyncUS          float64           `json:"fsync_us"` // the median of FsyncSamplesUS
+	DB               string            `json:"db,omitempty"` // "postgres" with -postgres; SQLite otherwise
+	FsyncUS          float64           `json:"fsync_us"`     // the median of FsyncSamplesUS
 	FsyncSamplesUS   []float64         `json:"fsync_samples_us"`
 	HistorySessions  []historySessions `json:"history_sessions,omitempty"`
 	Runs             []runRow          `json:"runs"`
@@ -113,7 +114,7 @@ type throughputRow struct {
 }
 
 func newReport(opt options) *report {
-	rep := &report{Command: strings.Join(os.Args, " "), Started: time.Now(), CPUs: runtime.NumCPU(),
+	rep := &report{Command: redactArgs(os.Args), Started: time.Now(), CPUs: runtime.NumCPU(),
 		LoadStart: loadAverage(), Rounds: opt.rounds, Tokens: opt.tokens, IntervalMS: ms(opt.interval),
 		RampMS: ms(opt.ramp), MinStreams: opt.minStreams}
 	if opt.throughput > 0 {
@@ -258,6 +259,9 @@ func (rep *report) printTable(w io.Writer) {
 		" each server fresh, warmed with one stream\n", rep.Tokens, rep.IntervalMS, rep.RampMS, rep.MinStreams)
 	fmt.Fprintf(w, "  one 4 KiB write + fsync on the disk of %s: %s (the median of %d measurements, %s to %s, each the median of 20)\n",
 		filepath.Dir(rep.Dir), dur(rep.FsyncUS), len(rep.FsyncSamplesUS), dur(slices.Min(rep.FsyncSamplesUS)), dur(slices.Max(rep.FsyncSamplesUS)))
+	if rep.DB == "postgres" {
+		fmt.Fprintf(w, "  chatd on PostgreSQL (a database of its own on the -postgres server), not SQLite\n")
+	}
 	fmt.Fprintf(w, "  %d CPUs; load average %s at the start, %s at the end\n", rep.CPUs, rep.LoadStart, rep.LoadEnd)
 	fmt.Fprintf(w, "  medians over the rounds; TTFT: request sent → first token; delay: token received − its stamp;\n"+
 		"  stalls: gaps over 2× the stream's median gap (and 1 ms); RSS: (peak − idle) / clients\n\n")

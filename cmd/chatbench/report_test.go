@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -38,5 +39,18 @@ func TestDerive(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantAdded, rep.Added); diff != "" {
 		t.Errorf("added (-want +got):\n%s", diff)
+	}
+}
+
+func TestRedactArgs(t *testing.T) {
+	for _, tc := range []struct{ args, want []string }{
+		{[]string{"chatbench", "-postgres", "postgres://u:s3cret@h/db", "-c", "1"}, []string{"chatbench", "-postgres", "postgres://u:xxxxx@h/db", "-c", "1"}},
+		{[]string{"chatbench", "--postgres=postgres://u:s3cret@h/db"}, []string{"chatbench", "--postgres=postgres://u:xxxxx@h/db"}},
+		{[]string{"chatbench", "-postgres=postgres://u@h/db"}, []string{"chatbench", "-postgres=postgres://u@h/db"}},
+	} {
+		got := redactArgs(tc.args)
+		if want := strings.Join(tc.want, " "); got != want || strings.Contains(got, "s3cret") {
+			t.Errorf("redactArgs(%q) = %q, want %q", tc.args, got, want)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -131,6 +133,13 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 	if run.Status == store.RunQueued && run.Request != nil {
 		request = run.Request
 	}
+	if run.NewSession != nil && run.IdempotencyKey == "" && len(run.Quota) == 0 && first != nil && plain(first) {
+		if err := db.createInNewSession(ctx, user, &sess, &run, &rec, started); err != nil {
+			return err
+		}
+		*first, *run.NewSession, *r = rec, sess, run
+		return nil
+	}
 	err = db.write(ctx, "create run", func(tx *sql.Tx) error {
 		if err := prepareRun(ctx, tx, user, &run, &sess); err != nil {
 			return err
@@ -165,6 +174,61 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 		*run.NewSession = sess
 	}
 	*r = run
+	return nil
+}
+
+// plain reports whether a first record needs none of appendRecord's checks in a new session: no
+// record to pair with or retract, no calls to store.
+func plain(first *store.Record) bool {
+	return first.Role != store.RoleTool && first.Retracts == "" && len(first.ToolCalls) == 0
+}
+
+// newChatSQL stores the common send, the first message of a new session, in one statement: PostgreSQL
+// runs a statement sent outside a transaction as a transaction of its own, so the send costs one round
+// trip instead of six (BEGIN, four statements, COMMIT). A new session has no run to be busy with, no
+// open call and no record to number after: it takes its title and last Seq as it is inserted. The
+// foreign keys of the run and the record are checked at the statement's end, when the session exists.
+var newChatSQL = `WITH s AS (
+	INSERT INTO sessions (id, user_id, title, agent, metadata, created_at, updated_at, title_set, last_seq)
+	VALUES ($1, $2, $3, $4, $5, $6, $6, FALSE, 1)
+), r AS (
+	INSERT INTO runs (id, session_id, user_id, status, agent, model, idempotency_key, request_hash,
+		request, created_at, started_at, reserved_seq, key_id, owner, lease_expires_at)
+	VALUES ($7, $1, $2, $8, $9, $10, NULL, $11, NULL, $6, $12, $13, $14, $15, $16)
+)
+INSERT INTO records (` + recordColumns + `) VALUES (` + params(17, 23) + `)`
+
+// params is "$from, …" for n parameters.
+func params(from, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("$" + strconv.Itoa(from+i))
+	}
+	return b.String()
+}
+
+// createInNewSession is CreateRun's statement for the common send (newChatSQL).
+func (db *DB) createInNewSession(ctx context.Context, user string, sess *store.Session, run *store.Run,
+	rec *store.Record, started any) error {
+	if sess.Title == "" {
+		sess.Title = run.Title
+	}
+	r := *rec
+	r.Seq, r.CreatedAt = 1, run.CreatedAt
+	recArgs, err := recordArgs(user, &r)
+	if err != nil {
+		return fmt.Errorf("postgres: create run: %w", err)
+	}
+	args := append([]any{sess.ID, user, sess.Title, sess.Agent, string(sess.Metadata), run.CreatedAt,
+		run.ID, run.Status, run.Agent, run.Model, run.RequestHash, started, run.ReservedSeq, run.KeyID,
+		nullable(db.instance), db.leaseUntil(run.CreatedAt)}, recArgs...)
+	if _, err := db.exec(ctx, "create run", newChatSQL, args...); err != nil {
+		return err
+	}
+	*rec = r
 	return nil
 }
 

@@ -62,6 +62,11 @@ func testCreateRunNewSession(t *testing.T, s store.Store) {
 		{"taken key", alice, taken, nil, store.ErrDuplicate},
 		{"id of another user's session", bob, &store.Run{SessionID: clientID, NewSession: &store.Session{Agent: "default"}}, nil, store.ErrConflict},
 		{"id of an own session", alice, &store.Run{SessionID: clientID, NewSession: &store.Session{Agent: "default"}}, nil, store.ErrConflict},
+		// With a plain first message, the common send: the stores may store it in one statement.
+		{"id of another user's session, with a message", bob, &store.Run{SessionID: clientID, NewSession: &store.Session{Agent: "default"}},
+			&store.Record{Role: store.RoleUser, Content: "x"}, store.ErrConflict},
+		{"id of an own session, with a message", alice, &store.Run{SessionID: clientID, NewSession: &store.Session{Agent: "default"}},
+			&store.Record{Role: store.RoleUser, Content: "x"}, store.ErrConflict},
 		{"queued with a first record", alice, &store.Run{SessionID: "q-" + alice, Status: store.RunQueued,
 			NewSession: &store.Session{Agent: "default"}}, &store.Record{Role: store.RoleUser, Content: "x"}, nil},
 		{"refused first record", alice, &store.Run{SessionID: "r-" + alice, NewSession: &store.Session{Agent: "default"}},
@@ -87,6 +92,9 @@ func testCreateRunNewSession(t *testing.T, s store.Store) {
 	}
 	if got, err := s.Session(ctx, alice, clientID); err != nil || got.Agent != "default" {
 		t.Errorf("after bob's refused CreateRun, alice's session %s is %+v, %v", clientID, got, err)
+	}
+	if recs, err := s.Records(ctx, alice, clientID); err != nil || len(recs) != 0 {
+		t.Errorf("after the refused CreateRuns, alice's session %s holds %d records, %v; want none", clientID, len(recs), err)
 	}
 }
 
