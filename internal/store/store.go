@@ -484,6 +484,13 @@ type Store interface {
 	// Awaiting: for start-up, to keep their expiry. When keyID is not "", only those started with that
 	// API key: to cancel them when it is revoked.
 	AwaitingRuns(ctx context.Context, keyID string) ([]Run, error)
+	// ActiveRunsOfKey returns up to limit of the user's queued and running runs started with the API key
+	// keyID, with UserID and Request, on whichever instance they run: to cancel them when the key is
+	// revoked. The queued ones come first, then the running ones, each by id; after, the last run of the
+	// previous page (nil for the first), is where the page starts, so that a caller reads them all by
+	// pages of a bounded size. A run that starts between two pages may be listed twice (queued, then
+	// running), never missed.
+	ActiveRunsOfKey(ctx context.Context, user, keyID string, after *Run, limit int) ([]Run, error)
 	// CloseCalls appends a failed tool record (content reason) for every tool call of the run that has
 	// none, in call order, and returns them.
 	CloseCalls(ctx context.Context, user, runID, reason string) ([]Record, error)
