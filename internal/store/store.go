@@ -38,7 +38,7 @@ var (
 )
 
 // CancelRequestedError refuses to put to wait a run a cancel was asked of (AwaitRun): waiting, no
-// instance would carry the cancel out.
+// instance would carry the cancel out; and to start a queued one (StartRun): its owner ends it instead.
 type CancelRequestedError struct {
 	Reason string // the cancel's
 }
@@ -454,7 +454,8 @@ type Store interface {
 	CreateRun(ctx context.Context, user string, r *Run, first *Record) error
 	// StartRun makes a queued run running, appending first (when not nil) and raising its ReservedSeq to
 	// reserve in the same transaction. ErrBusy while the session has another running run; ErrConflict
-	// when the run is not queued.
+	// when the run is not queued; on a store several instances share, a *CancelRequestedError (an
+	// ErrConflict too) when a cancel was asked of the run on another instance and not yet carried out.
 	StartRun(ctx context.Context, user, runID string, first *Record, reserve int64) error
 	Run(ctx context.Context, user, id string) (*Run, error)
 	// ActiveRun returns the session's running run, or ErrNotFound.

@@ -261,6 +261,16 @@ func (db *DB) StartRun(ctx context.Context, user, runID string, first *store.Rec
 		if status != store.RunQueued {
 			return conflict("run %q is %s, not queued", runID, status)
 		}
+		// A cancel asked on another instance (a revoke of its key, say) that its owner has not carried
+		// out yet: the run must not start and call the model first. The row's lock orders the two: a
+		// cancel asked after the start finds the run running, and its owner stops it.
+		var cancelReason string
+		if err := tx.QueryRowContext(ctx, cancelReasonSQL, runID).Scan(&cancelReason); err != nil {
+			return err
+		}
+		if cancelReason != "" {
+			return &store.CancelRequestedError{Reason: cancelReason}
+		}
 		if err := checkIdle(ctx, tx, user, sessionID); err != nil {
 			return err
 		}
