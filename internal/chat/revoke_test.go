@@ -146,6 +146,8 @@ func TestRevokedRunsOfADeadInstance(t *testing.T) {
 	if err != nil || queued.Status != store.RunQueued {
 		t.Fatalf("enqueue: %+v, %v", queued, err)
 	}
+	// Its first events stored: "dead" is still a process here, and its log must not race the recovery's.
+	readUntil(t, a.svc, queued.RunID, 0, isType(runevent.TypeStatus))
 	if _, err := a.db.RevokeKey(t.Context(), user, revoked); err != nil {
 		t.Fatal(err)
 	}
