@@ -121,10 +121,14 @@ func (s *Service) CancelKey(ctx context.Context, user, keyID, reason string) int
 	}
 	s.mu.Unlock()
 	here := map[string]bool{}
+	for _, runs := range [][]*Run{queued, others} {
+		for _, r := range runs {
+			here[r.ID] = true
+		}
+	}
 	n := 0
 	cancel := func(runs []*Run) {
 		for _, r := range runs {
-			here[r.ID] = true
 			if _, err := s.Cancel(ctx, r.user, r.ID, reason); err == nil {
 				n++
 			}

@@ -27,11 +27,12 @@ func newKey(t *testing.T, db store.Store, name string) string {
 
 // TestRevokeAcrossInstances: a key revoked on instance a stops what it started on instance b — its
 // running run (the model held open) is cancelled, and its queued runs never start, the one behind that
-// run and the one behind another key's run — while the other key's run on b goes on.
+// run and the one behind another key's run — while the other key's run on b goes on. Its run on a
+// stops too, counted once.
 func TestRevokeAcrossInstances(t *testing.T) {
 	dsn := pgtest.NewSchema(t)
 	clk := newClock()
-	a := newInstance(t, dsn, "a", clk, true)
+	a := newInstance(t, dsn, "a", clk, true, llmtest.Turn{Text: "the revoked key's answer on a", Block: true})
 	b := newInstance(t, dsn, "b", clk, true,
 		llmtest.Turn{Text: "the revoked key's answer", Block: true},
 		llmtest.Turn{Text: "the other key's answer", Block: true})
@@ -54,21 +55,26 @@ func TestRevokeAcrossInstances(t *testing.T) {
 	readUntil(t, b.svc, other.RunID, 0, isType(runevent.TypeTextDelta))
 	behindOwn := start(chat.Request{SessionID: run.SessionID, Message: "next"}, as(revoked, chat.OnActiveEnqueue), store.RunQueued)
 	behindOther := start(chat.Request{SessionID: other.SessionID, Message: "next"}, as(revoked, chat.OnActiveEnqueue), store.RunQueued)
+	onA, err := a.svc.Start(t.Context(), user, chat.Request{Message: "hello a"}, as(revoked, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, a.svc, onA.RunID, 0, isType(runevent.TypeTextDelta))
 
 	if _, err := a.db.RevokeKey(t.Context(), user, revoked); err != nil {
 		t.Fatal(err)
 	}
-	if n := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 3 {
-		t.Fatalf("CancelKey on a cancelled %d runs, want 3: the running one and the two queued ones on b", n)
+	if n := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 4 {
+		t.Fatalf("CancelKey on a cancelled %d runs, want 4: the running one on a, the running one and the two queued ones on b", n)
 	}
 	// What the notification asks of b, done now rather than waited for: b's renewal finds the cancels.
 	b.svc.RenewLeases(t.Context())
 
 	rest := readUntil(t, a.svc, run.RunID, streamed[len(streamed)-1].Seq, isType(runevent.TypeDone))
 	checkRunLog(t, append(streamed, rest...), 1, true, store.RunCancelled)
-	for _, id := range []string{behindOwn.RunID, behindOther.RunID} {
+	for _, id := range []string{onA.RunID, behindOwn.RunID, behindOther.RunID} {
 		if out, err := a.svc.Wait(t.Context(), user, id); err != nil || out.Status != store.RunCancelled {
-			t.Errorf("the revoked key's queued run %s: %+v, %v; want cancelled", id, out, err)
+			t.Errorf("the revoked key's run %s: %+v, %v; want cancelled", id, out, err)
 		}
 	}
 	if got := b.up.Requests(); len(got) != 2 {
