@@ -28,7 +28,8 @@ const keysUsage = `Usage:
 
 Each takes --db (env CHATD_DB; default ` + config.DefaultDB + `). A SQLite database must not be in use by
 a running chatd: while one runs, manage keys with its API (POST/GET/DELETE /v1/keys, an admin's key). A
-PostgreSQL database may be; a running chatd stops accepting a revoked key within its auth cache's TTL.
+PostgreSQL database may be; a running chatd stops accepting a revoked key within its auth cache's TTL,
+and keys revoke asks the instances to stop the queued and running runs the key started.
 `
 
 // keys runs chatd keys.
@@ -186,7 +187,51 @@ func revokeKey(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	fmt.Fprintf(stdout, "Revoked key %s of user %s.\n", k.ID, k.User)
+	if canceller, ok := st.(runCanceller); ok {
+		n, err := cancelKeyRuns(ctx, st, canceller, k)
+		if err != nil {
+			return fmt.Errorf("keys revoke: the key is revoked, but not every run it started was asked to stop (run the command again): %w", err)
+		}
+		if n > 0 {
+			fmt.Fprintf(stdout, "Asked the chatd instances to stop the %d queued or running runs it started.\n", n)
+		}
+	}
 	return nil
+}
+
+// runCanceller is a store that carries a cancel to the chatd instance that runs a run (PostgreSQL).
+type runCanceller interface {
+	RequestCancel(ctx context.Context, user, runID, reason string) (bool, error)
+}
+
+// cancelKeyRuns asks the instances that run them to cancel the queued and running runs a revoked key
+// started, as a revoke through the API does (the instances are not told of this revoke otherwise, and
+// would let its runs go on). Its runs awaiting approval wait on: a decision on one is refused for the
+// key, and its expiry ends it. On SQLite no chatd runs while this command holds the file: the next
+// start ends the key's running runs as interrupted and refuses its queued ones.
+func cancelKeyRuns(ctx context.Context, st store.Store, c runCanceller, k *store.APIKey) (int, error) {
+	const page = 100
+	n := 0
+	var after *store.Run
+	for {
+		runs, err := st.ActiveRunsOfKey(ctx, k.User, k.ID, after, page)
+		if err != nil {
+			return n, err
+		}
+		for i := range runs {
+			asked, err := c.RequestCancel(ctx, k.User, runs[i].ID, "the API key that started the run was revoked")
+			if err != nil {
+				return n, err
+			}
+			if asked {
+				n++
+			}
+		}
+		if len(runs) < page {
+			return n, nil
+		}
+		after = &runs[len(runs)-1]
+	}
 }
 
 const usageUsage = `Usage:

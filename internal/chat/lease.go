@@ -157,12 +157,16 @@ func (s *Service) RenewLeases(ctx context.Context) {
 		s.log.Error("renew run leases", "err", err)
 		return
 	}
-	for _, h := range held {
-		if h.CancelReason == "" {
-			continue
-		}
-		if live := s.live(h.UserID, h.ID); live != nil {
-			s.cancelLive(live, h.CancelReason)
+	// The queued ones are cancelled first, as CancelKey does: a running run's end starts the next run
+	// queued behind it, which may be one a cancel was asked of too (a revoked key's).
+	for _, queued := range []bool{true, false} {
+		for _, h := range held {
+			if h.CancelReason == "" || (h.Status == store.RunQueued) != queued {
+				continue
+			}
+			if live := s.live(h.UserID, h.ID); live != nil {
+				s.cancelLive(live, h.CancelReason)
+			}
 		}
 	}
 }

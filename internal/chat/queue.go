@@ -116,6 +116,11 @@ func (qs *sessionQueues) kick(sessionID string) {
 		if err == nil {
 			return
 		}
+		if c, ok := errors.AsType[*store.CancelRequestedError](err); ok {
+			// Cancelled on another instance, before this one carried the cancel out.
+			qs.end(next, c.Reason)
+			continue
+		}
 		qs.log.Error("start queued run", append(runAttrs(next), "err", err)...)
 		qs.finish(next, agent.Result{Status: agent.StatusFailed, Err: err})
 	}

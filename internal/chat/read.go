@@ -96,10 +96,13 @@ func (s *Service) Cancel(ctx context.Context, user, id, reason string) (*CancelR
 	return &CancelResult{RunID: id, Status: r.Status, AlreadyEnded: true, Message: "the run had already ended (" + r.Status + "); nothing was cancelled"}, nil
 }
 
-// CancelKey cancels, as Cancel does, every live run — running or queued — started with an API key, and
-// its runs awaiting approval: the key was revoked, and what it started must not go on spending. It
-// returns how many it cancelled.
-func (s *Service) CancelKey(ctx context.Context, keyID, reason string) int {
+// CancelKey cancels every run the user started with an API key that is queued, running or awaiting
+// approval, on every instance: the key was revoked, and what it started must not go on spending. The
+// runs live here are cancelled as Cancel does; those another instance holds are asked of it (its owner
+// carries the cancel out when woken, or at its next lease renewal; a dead owner's run is interrupted,
+// or its queued run refused for its key, by the instance that takes it over); those awaiting approval
+// end here. It returns how many it cancelled or asked to cancel, and never waits for another instance.
+func (s *Service) CancelKey(ctx context.Context, user, keyID, reason string) int {
 	if keyID == "" {
 		return 0
 	}
@@ -117,13 +120,71 @@ func (s *Service) CancelKey(ctx context.Context, keyID, reason string) int {
 		}
 	}
 	s.mu.Unlock()
-	n := 0
-	for _, r := range append(queued, others...) {
-		if _, err := s.Cancel(ctx, r.user, r.ID, reason); err == nil {
-			n++
+	here := map[string]bool{}
+	for _, runs := range [][]*Run{queued, others} {
+		for _, r := range runs {
+			here[r.ID] = true
 		}
 	}
+	n := 0
+	cancel := func(runs []*Run) {
+		for _, r := range runs {
+			if _, err := s.Cancel(ctx, r.user, r.ID, reason); err == nil {
+				n++
+			}
+		}
+	}
+	cancel(queued)
+	n += s.cancelKeyElsewhere(ctx, user, keyID, reason, here)
+	cancel(others)
 	return n + s.cancelKeyAwaiting(ctx, keyID, reason)
+}
+
+// keyRunsPage is how many of a revoked key's active runs one store read returns.
+const keyRunsPage = 100
+
+// cancelKeyElsewhere asks the instances that hold them to cancel the key's queued and running runs not
+// live here (here: those CancelKey cancels itself), the queued ones first, as the store lists them; it
+// reads them by pages, so a key with many runs costs more reads, not a larger one. A run that became
+// live here since CancelKey looked is cancelled here. Alone on its store, the service runs every active
+// run itself: those not live here are runs whose end could not be stored, ended at the next start.
+func (s *Service) cancelKeyElsewhere(ctx context.Context, user, keyID, reason string, here map[string]bool) int {
+	if s.leases == nil {
+		return 0
+	}
+	n := 0
+	var after *store.Run
+	for {
+		runs, err := s.opts.Store.ActiveRunsOfKey(ctx, user, keyID, after, keyRunsPage)
+		if err != nil {
+			s.log.Error("read the active runs of a revoked key", "key_id", keyID, "err", err)
+			return n
+		}
+		for i := range runs {
+			r := &runs[i]
+			if here[r.ID] {
+				continue // cancelled by CancelKey, or listed again (queued, then running)
+			}
+			here[r.ID] = true
+			if live := s.live(r.UserID, r.ID); live != nil {
+				s.cancelLive(live, reason)
+				n++
+				continue
+			}
+			asked, err := s.cancelElsewhere(ctx, r.UserID, r.ID, reason)
+			if err != nil {
+				s.log.Error("ask another instance to cancel a run of a revoked key", append(storedRunAttrs(r), "err", err)...)
+				continue
+			}
+			if asked {
+				n++
+			}
+		}
+		if len(runs) < keyRunsPage {
+			return n
+		}
+		after = &runs[len(runs)-1]
+	}
 }
 
 // cancelKeyAwaiting cancels the key's runs awaiting approval, which live in the store only (on any

@@ -22,6 +22,8 @@ type gatedLog struct {
 	// reserved is the highest reservation written per run.
 	reserved map[string]int64
 	events   map[string]int64 // the last Seq written per run
+	// wrote, when not nil, is signalled (coalesced) after each write that succeeded.
+	wrote chan struct{}
 }
 
 func (g *gatedLog) AppendEvents(ctx context.Context, events []store.Event, reserved []store.Reservation) error {
@@ -37,14 +39,25 @@ func (g *gatedLog) AppendEvents(ctx context.Context, events []store.Event, reser
 	for _, r := range reserved {
 		g.reserved[r.RunID] = max(g.reserved[r.RunID], r.Seq)
 	}
+	if g.wrote != nil {
+		poke(g.wrote)
+	}
 	return nil
+}
+
+// written returns the last Seq the store holds for the run.
+func (g *gatedLog) written(runID string) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.events[runID]
 }
 
 // TestReadersSeeOnlyReservedEvents: a reader never sees an event whose Seq the store has not reserved
 // for the run — so that after a crash no id a client saw can name another event — and the event log
 // raises the reservation, ahead of the run, as it writes the events.
 func TestReadersSeeOnlyReservedEvents(t *testing.T) {
-	st := &gatedLog{open: make(chan struct{}), reserved: map[string]int64{}, events: map[string]int64{}}
+	st := &gatedLog{open: make(chan struct{}), reserved: map[string]int64{}, events: map[string]int64{},
+		wrote: make(chan struct{}, 1)}
 	st.fail = true
 	close(st.open) // every write fails: nothing is stored, nothing more is reserved
 	l := newEventLog(st, time.Millisecond, slog.New(slog.DiscardHandler))
@@ -74,6 +87,11 @@ func TestReadersSeeOnlyReservedEvents(t *testing.T) {
 	st.mu.Unlock()
 	for r.lastSeq() != n {
 		<-wake
+	}
+	// Every event shows once the first write reserved past them, which may be a batch the log took
+	// while the last events were still being emitted: the next batch writes those.
+	for st.written("run") != n {
+		<-st.wrote
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -218,7 +218,7 @@ func TestCancelKeyEndsWaitingRuns(t *testing.T) {
 		return st.RunID
 	}
 	revoked, kept := paused("key-1"), paused("key-2")
-	if n := f.svc.CancelKey(t.Context(), "key-1", "the API key that started the run was revoked"); n != 1 {
+	if n := f.svc.CancelKey(t.Context(), user, "key-1", "the API key that started the run was revoked"); n != 1 {
 		t.Errorf("CancelKey cancelled %d runs, want 1", n)
 	}
 	if r := storedRun(t, f.db, revoked); r.Status != store.RunCancelled {
@@ -264,7 +264,7 @@ func (c *revokingStore) ResumeRun(ctx context.Context, user, runID string, befor
 		// The resume reads the key next; the revoke's cancel, not yet run, would find the run waiting.
 		return c.Store.ResumeRun(ctx, user, runID, before, reserve, quota)
 	}
-	c.cancelled.Store(int32(c.svc.Load().CancelKey(ctx, "key-1", "the API key that started the run was revoked")))
+	c.cancelled.Store(int32(c.svc.Load().CancelKey(ctx, user, "key-1", "the API key that started the run was revoked")))
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -122,9 +123,10 @@ func (s *server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// What the key started stops spending with it: its running runs are cancelled (their answers so far
-	// kept) and its queued ones never start.
-	s.Chat.CancelKey(r.Context(), k.ID, "the API key that started the run was revoked")
+	// What the key started stops spending with it, on every instance: its running runs are cancelled
+	// (their answers so far kept) and its queued ones never start. The revoke is committed: a client
+	// that goes away now must not leave them running.
+	s.Chat.CancelKey(context.WithoutCancel(r.Context()), k.User, k.ID, "the API key that started the run was revoked")
 	return writeJSON(w, http.StatusOK, keyOf(k))
 }
 

@@ -38,7 +38,7 @@ var (
 )
 
 // CancelRequestedError refuses to put to wait a run a cancel was asked of (AwaitRun): waiting, no
-// instance would carry the cancel out.
+// instance would carry the cancel out; and to start a queued one (StartRun): its owner ends it instead.
 type CancelRequestedError struct {
 	Reason string // the cancel's
 }
@@ -454,7 +454,8 @@ type Store interface {
 	CreateRun(ctx context.Context, user string, r *Run, first *Record) error
 	// StartRun makes a queued run running, appending first (when not nil) and raising its ReservedSeq to
 	// reserve in the same transaction. ErrBusy while the session has another running run; ErrConflict
-	// when the run is not queued.
+	// when the run is not queued; on a store several instances share, a *CancelRequestedError (an
+	// ErrConflict too) when a cancel was asked of the run on another instance and not yet carried out.
 	StartRun(ctx context.Context, user, runID string, first *Record, reserve int64) error
 	Run(ctx context.Context, user, id string) (*Run, error)
 	// ActiveRun returns the session's running run, or ErrNotFound.
@@ -484,6 +485,13 @@ type Store interface {
 	// Awaiting: for start-up, to keep their expiry. When keyID is not "", only those started with that
 	// API key: to cancel them when it is revoked.
 	AwaitingRuns(ctx context.Context, keyID string) ([]Run, error)
+	// ActiveRunsOfKey returns up to limit of the user's queued and running runs started with the API key
+	// keyID, with UserID and Request, on whichever instance they run: to cancel them when the key is
+	// revoked. The queued ones come first, then the running ones, each by id; after, the last run of the
+	// previous page (nil for the first), is where the page starts, so that a caller reads them all by
+	// pages of a bounded size. A run that starts between two pages may be listed twice (queued, then
+	// running), never missed.
+	ActiveRunsOfKey(ctx context.Context, user, keyID string, after *Run, limit int) ([]Run, error)
 	// CloseCalls appends a failed tool record (content reason) for every tool call of the run that has
 	// none, in call order, and returns them.
 	CloseCalls(ctx context.Context, user, runID, reason string) ([]Record, error)

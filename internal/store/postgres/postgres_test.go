@@ -284,3 +284,32 @@ func TestAwaitRunCancelRequested(t *testing.T) {
 		t.Errorf("the run after the refused AwaitRun: %+v, %v; want running", got, err)
 	}
 }
+
+// TestStartRunCancelRequested: a queued run a cancel was asked of on another instance (a revoke of its
+// key) does not start before its owner carries the cancel out: StartRun refuses with a
+// *CancelRequestedError, and the run is still queued, for its owner to end as cancelled.
+func TestStartRunCancelRequested(t *testing.T) {
+	db := openTest(t, pgtest.NewSchema(t))
+	ctx, user := t.Context(), "alice"
+	sess := &store.Session{Agent: "default"}
+	if err := db.CreateSession(ctx, user, sess); err != nil {
+		t.Fatal(err)
+	}
+	run := &store.Run{SessionID: sess.ID, Status: store.RunQueued, Agent: "default", Model: "openai/gpt-4o-mini", Request: []byte(`{}`)}
+	if err := db.CreateRun(ctx, user, run, nil); err != nil {
+		t.Fatal(err)
+	}
+	if asked, err := db.RequestCancel(ctx, user, run.ID, "revoked on b"); err != nil || !asked {
+		t.Fatalf("RequestCancel = %v, %v", asked, err)
+	}
+	err := db.StartRun(ctx, user, run.ID, &store.Record{Role: store.RoleUser, Content: "hello"}, 0)
+	if c, ok := errors.AsType[*store.CancelRequestedError](err); !ok || c.Reason != "revoked on b" || !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("StartRun of a run a cancel was asked of: %v, want a *CancelRequestedError for \"revoked on b\"", err)
+	}
+	if got, err := db.Run(ctx, user, run.ID); err != nil || got.Status != store.RunQueued {
+		t.Errorf("the run after the refused StartRun: %+v, %v; want queued", got, err)
+	}
+	if recs, err := db.Records(ctx, user, sess.ID); err != nil || len(recs) != 0 {
+		t.Errorf("records after the refused StartRun: %+v, %v; want none", recs, err)
+	}
+}

@@ -53,6 +53,11 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 		`WHERE r.status IN ('queued', 'running') ORDER BY r.created_at, r.id`
 	awaitingSQL = `SELECT ` + runColumns + `, r.user_id, r.request` + runJoins +
 		`WHERE r.status = 'awaiting_approval' AND ($1 = '' OR r.key_id = $1) ORDER BY r.created_at, r.id`
+	// keyRunsSQL pages through a key's active runs (runs_active_by_key): 'queued' sorts before
+	// 'running', so the queued ones come first.
+	keyRunsSQL = `SELECT ` + runColumns + `, r.user_id, r.request` + runJoins +
+		`WHERE r.key_id = $2 AND r.user_id = $1 AND r.status IN ('running', 'queued') AND (r.status, r.id) > ($3, $4)
+ORDER BY r.status, r.id LIMIT $5`
 	runningInSQL = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	keyTakenSQL  = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
 
@@ -320,6 +325,16 @@ func (db *DB) StartRun(ctx context.Context, user, runID string, first *store.Rec
 		if status != store.RunQueued {
 			return conflict("run %q is %s, not queued", runID, status)
 		}
+		// A cancel asked on another instance (a revoke of its key, say) that its owner has not carried
+		// out yet: the run must not start and call the model first. The row's lock orders the two: a
+		// cancel asked after the start finds the run running, and its owner stops it.
+		var cancelReason string
+		if err := tx.QueryRowContext(ctx, cancelReasonSQL, runID).Scan(&cancelReason); err != nil {
+			return err
+		}
+		if cancelReason != "" {
+			return &store.CancelRequestedError{Reason: cancelReason}
+		}
 		if err := checkIdle(ctx, tx, user, sessionID); err != nil {
 			return err
 		}
@@ -386,6 +401,16 @@ func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
 // AwaitingRuns returns every user's runs awaiting approval, or those started with keyID, oldest first.
 func (db *DB) AwaitingRuns(ctx context.Context, keyID string) ([]store.Run, error) {
 	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL, keyID)
+}
+
+// ActiveRunsOfKey returns a page of the user's queued and running runs started with keyID, the queued
+// ones first.
+func (db *DB) ActiveRunsOfKey(ctx context.Context, user, keyID string, after *store.Run, limit int) ([]store.Run, error) {
+	var status, id string
+	if after != nil {
+		status, id = after.Status, after.ID
+	}
+	return db.runsAcrossUsers(ctx, "active runs of key", keyRunsSQL, user, keyID, status, id, limit)
 }
 
 // runsAcrossUsers reads the runs of query, of every user, with their user ids and requests.

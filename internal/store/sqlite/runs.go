@@ -43,6 +43,12 @@ FROM sessions WHERE id = $2 AND user_id = $3`
 	keyTakenSQL     = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
 	lastEventSeqSQL = `SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = $1`
 
+	// keyRunsSQL pages through a key's active runs among its user's (runs_active_by_user, whose
+	// condition it repeats): 'queued' sorts before 'running', so the queued ones come first.
+	keyRunsSQL = `SELECT ` + runColumns + `, user_id, request FROM runs
+WHERE user_id = $1 AND status IN ('running', 'queued') AND key_id = $2 AND (status, id) > ($3, $4)
+ORDER BY status, id LIMIT $5`
+
 	runStateSQL = `SELECT session_id, status FROM runs WHERE id = $1 AND user_id = $2`
 	startRunSQL = `UPDATE runs SET status = 'running', started_at = $3, request = NULL,
 reserved_seq = CASE WHEN reserved_seq < $4 THEN $4 ELSE reserved_seq END
@@ -306,6 +312,16 @@ func (db *DB) UnfinishedRuns(ctx context.Context) ([]store.Run, error) {
 // AwaitingRuns returns every user's runs awaiting approval, or those started with keyID, oldest first.
 func (db *DB) AwaitingRuns(ctx context.Context, keyID string) ([]store.Run, error) {
 	return db.runsAcrossUsers(ctx, "awaiting runs", awaitingSQL, keyID)
+}
+
+// ActiveRunsOfKey returns a page of the user's queued and running runs started with keyID, the queued
+// ones first.
+func (db *DB) ActiveRunsOfKey(ctx context.Context, user, keyID string, after *store.Run, limit int) ([]store.Run, error) {
+	var status, id string
+	if after != nil {
+		status, id = after.Status, after.ID
+	}
+	return db.runsAcrossUsers(ctx, "active runs of key", keyRunsSQL, user, keyID, status, id, limit)
 }
 
 // runsAcrossUsers reads the runs of query, of every user, with their user ids and requests.

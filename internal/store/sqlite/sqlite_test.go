@@ -343,6 +343,8 @@ func TestQueryPlans(t *testing.T) {
 		{"key taken", keyTakenSQL, "SEARCH runs USING COVERING INDEX runs_by_idempotency_key", []any{"u", "k"}, false},
 		{"unfinished runs", unfinishedSQL, "SCAN runs USING INDEX runs_active_by_user", nil, true},
 		{"active runs", activeRunsSQL, "SEARCH runs USING INDEX runs_active_by_user (user_id=?)", []any{"u", "s"}, false},
+		{"a key's runs to cancel", keyRunsSQL, "SEARCH runs USING INDEX runs_active_by_user (user_id=?)",
+			[]any{"u", "k", "", "", 100}, true},
 		{"active runs of a key", activeKeyRunsSQL, "SEARCH runs USING INDEX runs_active_by_user (user_id=?)", []any{"k", "u", "s"}, false},
 	} {
 		plan := queryPlan(t, db, tc.query, tc.args...)

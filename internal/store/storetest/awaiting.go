@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -278,6 +279,78 @@ func testAwaitingRunsOfKey(t *testing.T, s store.Store) {
 		}
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("AwaitingRuns(%q) (-want +got):\n%s", tc.key, diff)
+		}
+	}
+}
+
+// testActiveRunsOfKey: ActiveRunsOfKey lists the user's queued and running runs started with one key —
+// the queued ones first — and no run of another key, of no key, of another user (with their own key or
+// the same one), nor one awaiting approval or ended; read by pages of one, it gives the same runs once
+// each.
+func testActiveRunsOfKey(t *testing.T, s store.Store) {
+	ctx, alice, bob := t.Context(), newUser("alice"), newUser("bob")
+	k1, k2, kb := createKey(t, s, alice, "one").ID, createKey(t, s, alice, "two").ID, createKey(t, s, bob, "bob").ID
+	s1, s2 := createSession(t, s, alice).ID, createSession(t, s, alice).ID
+	running := mustCreateLimited(t, s, alice, s1, k1, store.RunRunning).ID
+	queued := []string{
+		mustCreateLimited(t, s, alice, s1, k1, store.RunQueued).ID,
+		mustCreateLimited(t, s, alice, s1, k1, store.RunQueued).ID,
+	}
+	slices.Sort(queued)
+	running2 := mustCreateLimited(t, s, alice, s2, k1, store.RunRunning).ID
+	ended := mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, k1, store.RunRunning).ID
+	mustFinish(t, s, alice, ended, store.RunEnd{Status: store.RunCompleted})
+	waiting := mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, k1, store.RunRunning).ID
+	if err := s.AwaitRun(ctx, alice, waiting, store.Await{Awaiting: json.RawMessage(`{"calls":[{"id":"call_1"}]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	other := mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, k2, store.RunRunning).ID
+	mustCreateLimited(t, s, alice, createSession(t, s, alice).ID, "", store.RunRunning)
+	bobs := createSession(t, s, bob).ID
+	mustCreateLimited(t, s, bob, bobs, kb, store.RunRunning)
+	mustCreateLimited(t, s, bob, bobs, k1, store.RunQueued) // not bob's key; alice's revoke is about alice's runs
+
+	runningOnes := []string{running, running2}
+	slices.Sort(runningOnes)
+	pages := func(user, key string, limit int) []string {
+		t.Helper()
+		var got []string
+		var after *store.Run
+		for range 10 {
+			runs, err := s.ActiveRunsOfKey(ctx, user, key, after, limit)
+			if err != nil {
+				t.Fatalf("ActiveRunsOfKey(%q, %d): %v", key, limit, err)
+			}
+			if len(runs) > limit {
+				t.Fatalf("ActiveRunsOfKey(%q, %d) returned %d runs", key, limit, len(runs))
+			}
+			for _, r := range runs {
+				if r.KeyID != key || r.UserID != user {
+					t.Errorf("ActiveRunsOfKey(%q) lists run %s of user %q, key %q", key, r.ID, r.UserID, r.KeyID)
+				}
+				got = append(got, r.ID)
+			}
+			if len(runs) < limit {
+				return got
+			}
+			after = &runs[len(runs)-1]
+		}
+		t.Fatalf("ActiveRunsOfKey(%q, %d): no last page after 10", key, limit)
+		return nil
+	}
+	for _, tc := range []struct {
+		user, key string
+		want      []string
+	}{
+		{alice, k1, append(slices.Clone(queued), runningOnes...)},
+		{alice, k2, []string{other}},
+		{alice, kb, nil},
+		{alice, "no-such-key", nil},
+	} {
+		for _, limit := range []int{100, 1} {
+			if diff := cmp.Diff(tc.want, pages(tc.user, tc.key, limit)); diff != "" {
+				t.Errorf("ActiveRunsOfKey(%q) by pages of %d (-want +got):\n%s", tc.key, limit, diff)
+			}
 		}
 	}
 }

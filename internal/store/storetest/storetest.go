@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ResumeRunQueuedBehind", testResumeRunQueuedBehind},
 		{"ResumeRunKeyRevoked", testResumeRunKeyRevoked},
 		{"AwaitingRunsOfKey", testAwaitingRunsOfKey},
+		{"ActiveRunsOfKey", testActiveRunsOfKey},
 		{"FinishRunOwnCallsOnly", testFinishRunOwnCallsOnly},
 		{"CloseCalls", testCloseCalls},
 		{"RunUsageSoFar", testRunUsageSoFar},
