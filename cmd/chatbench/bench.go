@@ -162,7 +162,10 @@ func (b *bench) startChatd(ctx context.Context, upstream string, extraEnv ...str
 	if addr := os.Getenv("CHATD_PPROF_ADDR"); addr != "" {
 		env = append(env, "CHATD_PPROF_ADDR="+addr) // to profile chatd while it is measured
 	}
-	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", b.dbArg, "--config", b.config}
+	// The database goes in the environment, not the command line, which any user of the machine can
+	// read (ps): a PostgreSQL URL may carry a password.
+	env = append(env, "CHATD_DB="+b.dbArg)
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--config", b.config}
 	c, err := b.procs.start("chatd", b.chatd, args, env, func(line string) (string, bool) {
 		if strings.Contains(line, `msg="chatd listening"`) {
 			if _, rest, ok := strings.Cut(line, " url="); ok {

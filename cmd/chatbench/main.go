@@ -97,7 +97,7 @@ with concurrent SSE clients in interleaved rounds. The table goes to stdout; pro
 	fs.DurationVar(&opt.timeout, "timeout", 2*time.Minute, "per stream, from request to the end of its body")
 	fs.StringVar(&opt.dir, "dir", os.TempDir(), "where the temporary folder (chatd's database) goes: the disk measured")
 	fs.StringVar(&opt.postgres, "postgres", "", "run chatd on PostgreSQL: a postgres:// URL of a server where chatbench may create (and at the end drop) a database of its own; new sessions only (-history \"\")")
-	fs.BoolVar(&opt.keep, "keep", false, "keep the temporary folder (the database)")
+	fs.BoolVar(&opt.keep, "keep", false, "keep the temporary folder (the SQLite database; a -postgres database is dropped all the same)")
 	fs.BoolVar(&opt.json, "json", false, "print the results as JSON on stdout (the table then goes to stderr)")
 	fs.StringVar(&opt.reprint, "report", "", "run nothing: print the table of a report saved with -json in this file")
 	fs.BoolVar(&opt.traced, "traced", false, "also measure chatd on new sessions with tracing on (target chatd+otel: OTLP/HTTP to the mock, which drops the spans)")

@@ -22,11 +22,25 @@ func createDatabase(ctx context.Context, admin string) (dbURL, name string, err 
 		return "", "", fmt.Errorf("-postgres: want a postgres://USER@HOST:PORT/DB URL")
 	}
 	name = fmt.Sprintf("chatbench_%d", time.Now().UnixNano())
+	// Not cut short by a Ctrl-C: a database made and not reported would never be dropped.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	if err := adminExec(ctx, admin, "CREATE DATABASE "+name); err != nil {
-		return "", "", fmt.Errorf("-postgres %s: create database %s: %w", u.Redacted(), name, err)
+		return "", "", fmt.Errorf("-postgres %s: create database %s: %w", redactURL(admin), name, err)
 	}
+	return runDatabaseURL(u, name), name, nil
+}
+
+// runDatabaseURL is admin's URL for the database name: its path, without the dbname (or database)
+// parameter that would override it.
+func runDatabaseURL(admin *url.URL, name string) string {
+	u := *admin
 	u.Path = "/" + name
-	return u.String(), name, nil
+	q := u.Query()
+	q.Del("dbname")
+	q.Del("database")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // dropDatabase drops the run's database, ending what still uses it.
@@ -51,10 +65,10 @@ func redactArgs(args []string) string {
 	out := make([]string, len(args))
 	for i, a := range args {
 		out[i] = a
-		flagValue, isFlag := strings.CutPrefix(strings.TrimPrefix(a, "-"), "-postgres=")
+		name, value, hasValue := strings.Cut(a, "=")
 		switch {
-		case isFlag:
-			out[i] = a[:len(a)-len(flagValue)] + redactURL(flagValue)
+		case hasValue && (name == "-postgres" || name == "--postgres"):
+			out[i] = name + "=" + redactURL(value)
 		case i > 0 && (args[i-1] == "-postgres" || args[i-1] == "--postgres"):
 			out[i] = redactURL(a)
 		}
@@ -62,9 +76,15 @@ func redactArgs(args []string) string {
 	return strings.Join(out, " ")
 }
 
+// redactURL hides a URL's password, in its user part or in a password parameter.
 func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(a URL that does not parse)"
 	}
-	return "(a URL that does not parse)"
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }

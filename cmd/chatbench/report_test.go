@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 
@@ -47,10 +48,24 @@ func TestRedactArgs(t *testing.T) {
 		{[]string{"chatbench", "-postgres", "postgres://u:s3cret@h/db", "-c", "1"}, []string{"chatbench", "-postgres", "postgres://u:xxxxx@h/db", "-c", "1"}},
 		{[]string{"chatbench", "--postgres=postgres://u:s3cret@h/db"}, []string{"chatbench", "--postgres=postgres://u:xxxxx@h/db"}},
 		{[]string{"chatbench", "-postgres=postgres://u@h/db"}, []string{"chatbench", "-postgres=postgres://u@h/db"}},
+		{[]string{"chatbench", "-postgres", "postgres://u@h/db?password=s3cret&sslmode=disable"}, []string{"chatbench", "-postgres", "postgres://u@h/db?password=xxxxx&sslmode=disable"}},
+		{[]string{"chatbench", "-postgres=postgresql://u@h/db?sslmode=disable&password=s3cret"}, []string{"chatbench", "-postgres=postgresql://u@h/db?password=xxxxx&sslmode=disable"}},
 	} {
 		got := redactArgs(tc.args)
 		if want := strings.Join(tc.want, " "); got != want || strings.Contains(got, "s3cret") {
 			t.Errorf("redactArgs(%q) = %q, want %q", tc.args, got, want)
 		}
+	}
+}
+
+// TestCreateDatabaseURL: chatd's URL names the run's database, whatever parameter the admin URL had.
+func TestCreateDatabaseURL(t *testing.T) {
+	u, err := url.Parse("postgres://postgres@127.0.0.1:5432/postgres?dbname=postgres&database=postgres&sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runDatabaseURL(u, "chatbench_1")
+	if want := "postgres://postgres@127.0.0.1:5432/chatbench_1?sslmode=disable"; got != want {
+		t.Errorf("runDatabaseURL = %s, want %s", got, want)
 	}
 }
