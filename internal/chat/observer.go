@@ -491,6 +491,10 @@ func (o *observer) finish(res agent.Result) {
 	if !o.ready() {
 		// The run was never stored: the sender reports the failure, and nothing of the run is kept —
 		// nor counted or logged as a run that ended (it was not counted as started). Its span ends.
+		// The token estimates it took of an existing session go back, for the send's next attempt.
+		if o.conv != nil && o.p.session != nil {
+			o.conv.release()
+		}
 		o.retire(o.run)
 		tracing.EndRun(o.span, store.RunFailed, "internal")
 		return
