@@ -434,8 +434,7 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 	}
 	s.recheckKey(ctx, run, r)
 	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
-		records, err := s.opts.Store.Records(ctx, user, run.SessionID)
-		return store.Current(records), err
+		return s.opts.Store.Records(ctx, user, run.SessionID)
 	})
 	return nil
 }

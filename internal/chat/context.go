@@ -53,6 +53,10 @@ type conversation struct {
 	// stuck is the size (tokens) at which compaction last failed or could not help: it is not tried
 	// again before the conversation has grown by a tenth, unless the provider refuses it.
 	stuck int
+	// ready waits until the run is stored (it may start early: gate.go) and reports whether it is: a
+	// summary is stored only then. keep hands a stored summary to the records the run keeps.
+	ready func() bool
+	keep  func(...store.Record)
 }
 
 var _ agent.Context = (*conversation)(nil)
@@ -67,7 +71,7 @@ type recordStore interface {
 func (s *Service) newConversation(p *plan, run *Run, records []store.Record, system string, obs *observer) *conversation {
 	a, d := p.agent, s.opts.Context
 	c := &conversation{est: s.est, store: s.opts.Store, p: p, run: run, records: records, model: p.model,
-		logged: map[string]bool{}, log: obs.log}
+		logged: map[string]bool{}, log: obs.log, ready: obs.ready, keep: obs.keep}
 	c.opts = prompt.Options{
 		ToolHistoryRounds: cmp.Or(a.ToolHistoryRounds, d.ToolHistoryRounds),
 		ResultMaxBytes:    d.ResultMaxBytes,
@@ -160,6 +164,9 @@ func (c *conversation) compact(ctx context.Context, b *prompt.Built, tokens int,
 	}
 	rec := &store.Record{SessionID: c.run.SessionID, RunID: c.run.ID, Role: store.RoleSystem, Content: text,
 		SummaryThrough: c.records[cut-1].ID}
+	if !c.ready() {
+		return nil // the run was not stored: it stops, and its summary with it
+	}
 	if err := c.store.AppendRecord(context.WithoutCancel(ctx), c.p.user, rec); err != nil {
 		c.stuck = tokens
 		c.log.Error("store the summary", "err", err)
@@ -167,6 +174,7 @@ func (c *conversation) compact(ctx context.Context, b *prompt.Built, tokens int,
 	}
 	c.run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(rec)}))
 	c.add(rec)
+	c.keep(*rec)
 	nb := prompt.Build(c.records, c.opts)
 	c.log.Info("summarized the earlier conversation", "records", cut-b.From, "tokens_before", tokens,
 		"tokens_after", c.est.calibrated(c.model, c.fixed+nb.Tokens), "limit", c.limit, "forced", forced)

@@ -2,8 +2,10 @@ package chat
 
 import (
 	"slices"
+	"time"
 
 	"chatd/internal/runevent"
+	"chatd/internal/store"
 )
 
 // LiveRun returns the id of a run of the user's session that is live in this process (running or
@@ -40,3 +42,12 @@ func (s *Service) HeldText(user string) bool {
 	}
 	return false
 }
+
+// Kept returns the records the service keeps of the user's session created at created, nil when it
+// keeps none: the tests compare them with the store's.
+func (s *Service) Kept(user, sessionID string, created time.Time) []store.Record {
+	return s.hist.get(user, sessionID, created)
+}
+
+// ErrAbandoned is the cause a run whose commit failed stops its model call with.
+var ErrAbandoned = errAbandoned

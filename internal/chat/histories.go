@@ -13,7 +13,10 @@ const DefaultHistoryBytes = 256 << 20
 
 // histories keeps the records of the sessions that ran last, so that a session's next run reads from
 // the store only what was stored since (store.RecordsAfter) instead of its whole history: records are
-// never changed once stored. It holds at most max bytes of records, forgetting the sessions that ran
+// never changed once stored. A run puts them when it starts (with its user message last) and again
+// when it ends (with all it stored): when those are still the session's newest, the next run reads
+// nothing, and starts before it is stored (gate.go). Whatever is kept is every record of the session
+// up to the last kept. It holds at most max bytes of records, forgetting the sessions that ran
 // longest ago first. A kept slice is never written: readers get it with its capacity clipped, so an
 // append copies it. It is safe for concurrent use.
 type histories struct {

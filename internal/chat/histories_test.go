@@ -42,9 +42,10 @@ func (r *readsAfter) reads() []int64 {
 }
 
 // TestHistoryReadsOnlyNewRecords: a session's next run reads from the store only the records stored
-// since its last run, and the model still gets the whole conversation (the strict fake checks it is
-// valid; echo answers the last message). A session deleted and created again under its id starts
-// afresh, with none of the records of the one before.
+// since its last run here — none when that run's records are the session's last (it starts early on
+// them) — and the model still gets the whole conversation (the strict fake checks it is valid; echo
+// answers the last message). A session deleted and created again under its id starts afresh, with none
+// of the records of the one before.
 func TestHistoryReadsOnlyNewRecords(t *testing.T) {
 	up := llmtest.NewServer(t)
 	up.Strict = true
@@ -82,14 +83,20 @@ func TestHistoryReadsOnlyNewRecords(t *testing.T) {
 		return st
 	}
 	send("s1", "one") // a new session: the run reads its one record
-	send("s1", "two")
+	send("s1", "two") // the records the first run kept are the session's: nothing is read
+	// Another writer adds two records, which the next run reads, after those kept.
+	for _, r := range []store.Record{{SessionID: "s1", Role: store.RoleUser, Content: "aside"},
+		{SessionID: "s1", Role: store.RoleAssistant, Content: "noted"}} {
+		if err := db.Store.AppendRecord(t.Context(), user, &r); err != nil {
+			t.Fatal(err)
+		}
+	}
 	send("s1", "three")
-	// Each later run reads only what the one before stored, and its own message.
-	if got, want := db.reads(), []int64{0, 1, 3}; !slices.Equal(got, want) {
+	if got, want := db.reads(), []int64{0, 4}; !slices.Equal(got, want) {
 		t.Errorf("the runs read the records after %v, want %v", got, want)
 	}
 	mu.Lock()
-	if want := []int{2, 4, 6}; !slices.Equal(sizes, want) { // the system prompt and the conversation
+	if want := []int{2, 4, 8}; !slices.Equal(sizes, want) { // the system prompt and the conversation
 		t.Errorf("the model got %v messages, want %v", sizes, want)
 	}
 	mu.Unlock()
@@ -100,14 +107,14 @@ func TestHistoryReadsOnlyNewRecords(t *testing.T) {
 	}
 	send("s1", "again")
 	send("s1", "and again")
-	if got, want := db.reads(), []int64{0, 1, 3, 0, 1}; !slices.Equal(got, want) {
+	if got, want := db.reads(), []int64{0, 4, 0}; !slices.Equal(got, want) {
 		t.Errorf("the runs read the records after %v, want %v", got, want)
 	}
 	if db.full != 0 {
 		t.Errorf("%d runs read the history with Records", db.full)
 	}
 	mu.Lock()
-	if want := []int{2, 4, 6, 2, 4}; !slices.Equal(sizes, want) {
+	if want := []int{2, 4, 8, 2, 4}; !slices.Equal(sizes, want) {
 		t.Errorf("the model got %v messages, want %v", sizes, want)
 	}
 	mu.Unlock()

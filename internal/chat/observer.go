@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"chatd/internal/agent"
@@ -48,6 +49,12 @@ type observer struct {
 	// its commit (see gate.go); abandoned says the commit failed and the run is dropped.
 	gate      *gate
 	abandoned bool
+	// kept are the session's records as the run knows them: all it started with, then each it stored
+	// (keep); nil once one is missing. created is the session's CreatedAt, which names them. The run's
+	// end hands them to remember, for the session's next run here, which may then start early.
+	kept     []store.Record
+	created  time.Time
+	remember func(user, session string, created time.Time, records []store.Record)
 	// open counts the calls of stored turns without a stored result: none, and the run's end need not
 	// look for calls to close.
 	open int
@@ -113,7 +120,7 @@ func (s *Service) newObserver(p *plan, run *Run) *observer {
 		closing: s.base.Done(), p: p, run: run, ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{},
 		parser: parser, split: parser.splitter(), keepRequests: s.opts.Limits.DiagnosticsRuns,
 		tracing: s.opts.Tracing, meter: s.opts.Metrics, span: trace.SpanFromContext(context.Background()), started: time.Now(),
-		approvalTimeout: s.opts.ApprovalTimeout, now: s.opts.Now, awaited: s.awaited}
+		approvalTimeout: s.opts.ApprovalTimeout, now: s.opts.Now, awaited: s.awaited, remember: s.hist.put}
 }
 
 // ready waits, for a run started early, until its commit is known, and reports whether the run may
@@ -132,6 +139,10 @@ func (o *observer) ready() bool {
 	if o.conv != nil {
 		o.conv.stored(&g.first)
 	}
+	if n := len(o.kept); n > 0 && o.kept[n-1].ID == g.first.ID {
+		o.kept[n-1] = g.first
+	}
+	o.created = g.created
 	if o.ttftHeld {
 		// The first token was held unseen until the commit: a client had it no sooner than the gate
 		// opened.
@@ -442,10 +453,33 @@ func (o *observer) recordResult(ctx context.Context, parentID string, call llm.T
 	return nil
 }
 
-// added hands a stored record to the run's context.
+// added hands a stored record to the run's context, and keeps it.
 func (o *observer) added(rec *store.Record) {
+	o.keep(*rec)
 	if o.conv != nil {
 		o.conv.add(rec)
+	}
+}
+
+// rememberKept hands the session's records, as the run leaves them, to the session's next run here,
+// unless the run lost track of them: before the readers learn of the end, since a client's next message
+// may start early on them.
+func (o *observer) rememberKept() {
+	if o.kept != nil && !o.created.IsZero() {
+		o.remember(o.p.user, o.run.SessionID, o.created, slices.Clip(o.kept))
+	}
+}
+
+// keep adds records the run stored to the session's records as it knows them. A record whose Seq is
+// not the next one (another was stored that the run did not see, or none are known) leaves the run
+// knowing them no longer, and keeping nothing.
+func (o *observer) keep(recs ...store.Record) {
+	for _, r := range recs {
+		if n := len(o.kept); n == 0 || r.Seq != o.kept[n-1].Seq+1 {
+			o.kept = nil
+			return
+		}
+		o.kept = append(o.kept, r)
 	}
 }
 
@@ -457,6 +491,10 @@ func (o *observer) finish(res agent.Result) {
 	if !o.ready() {
 		// The run was never stored: the sender reports the failure, and nothing of the run is kept —
 		// nor counted or logged as a run that ended (it was not counted as started). Its span ends.
+		// The token estimates it took of an existing session go back, for the send's next attempt.
+		if o.conv != nil && o.p.session != nil {
+			o.conv.release()
+		}
 		o.retire(o.run)
 		tracing.EndRun(o.span, store.RunFailed, "internal")
 		return
@@ -496,6 +534,7 @@ func (o *observer) finish(res agent.Result) {
 		if err != nil {
 			o.log.Error("close open calls", "err", err)
 		}
+		o.keep(closed...)
 		for i := range closed {
 			run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(&closed[i])}))
 		}
@@ -510,7 +549,11 @@ func (o *observer) finish(res agent.Result) {
 		}
 	}
 	stored := true
-	_, err := o.store.FinishRun(o.ctx, o.p.user, run.ID, end)
+	closed, err := o.store.FinishRun(o.ctx, o.p.user, run.ID, end)
+	if err == nil {
+		o.keep(closed...)
+		o.rememberKept()
+	}
 	if err != nil && len(end.Calls) > 0 && !o.endStored() {
 		// Diagnostics never cost a run its end: stored without its calls, the run ends.
 		o.log.Error("finish run with its model calls' diagnostics; finishing it without them", "calls", len(end.Calls), "err", err)

@@ -370,6 +370,13 @@ func (r *Run) watch(seen int64) (chan struct{}, func()) {
 	}
 }
 
+// hasEnded reports whether the run has ended: it stores nothing more.
+func (r *Run) hasEnded() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ended
+}
+
 // Done is closed when the run has ended.
 func (r *Run) Done() <-chan struct{} { return r.done }
 

@@ -146,8 +146,12 @@ type send struct {
 // run, as the send asks.
 func (s *Service) place(ctx context.Context, p *plan, sd send) (*Started, error) {
 	for attempt := 0; ; attempt++ {
-		st, err := s.begin(ctx, p, sd.key, sd.hash)
+		st, err := s.begin(ctx, p, sd.key, sd.hash, attempt)
 		switch {
+		case errors.Is(err, store.ErrStale):
+			// The run started early on the records kept here, and another writer added one since: it
+			// was abandoned, and the send goes on as any other, its history read from the store.
+			continue
 		case errors.Is(err, store.ErrDuplicate):
 			// The same key, sent twice at once: the other send won.
 			return s.replay(ctx, p.user, sd.key, sd.hash)
@@ -453,11 +457,14 @@ func providerName(model string) string {
 }
 
 // begin stores a running run with the user's message — and its session, when new — and starts it. The
-// store refuses it with store.ErrBusy while the session has a running run.
-func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Started, error) {
-	early := p.startsEarly(key)
+// store refuses it with store.ErrBusy while the session has a running run, and with store.ErrStale when
+// the run started early on a history a record stored since has made stale. attempt counts the sends
+// of this request before it: a retry never starts early.
+func (s *Service) begin(ctx context.Context, p *plan, key, hash string, attempt int) (*Started, error) {
+	first := p.first(p.sessionID())
+	history, after := s.earlyHistory(p, key, attempt, first)
 	rp := p
-	if early {
+	if history != nil {
 		// The run reads its plan on its own goroutine while this one may go on with p (joinSession
 		// rewrites it when the commit finds the session's id taken): the run gets a copy.
 		cp := *p
@@ -467,10 +474,9 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	if err := s.admit(run); err != nil {
 		return nil, err
 	}
-	first := p.first(run.SessionID)
 	sr := &store.Run{ID: run.ID, SessionID: run.SessionID, Agent: run.Agent, Model: run.Model,
-		IdempotencyKey: key, RequestHash: hash, NewSession: p.newSession, Title: p.title(),
-		KeyID: p.account.KeyID, Quota: p.account.Quota}
+		IdempotencyKey: key, RequestHash: hash, Title: p.title(),
+		KeyID: p.account.KeyID, Quota: p.account.Quota, AfterSeq: after}
 	if s.events != nil {
 		sr.ReservedSeq = reserveAhead
 	}
@@ -480,30 +486,16 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 	}
 	var g *gate
 	var obs *observer
-	if early {
-		first.ID = newID() // the run's copy of its history names the message as the store will
+	if history != nil {
 		g = newGate()
 		run.hold()
-		history := []store.Record{*first}
 		obs = s.start(run, g, func(context.Context) ([]store.Record, error) { return history, nil })
 	}
 	t0 := time.Now()
 	err := s.opts.Store.CreateRun(ctx, p.user, sr, first)
 	s.opts.Metrics.StoreOp("create_run", time.Since(t0))
 	if err != nil {
-		if g != nil {
-			g.fail(err) // the run's goroutine forgets it, and is counted until it has
-			run.stop(errAbandoned)
-		} else {
-			s.retire(run)
-			s.wg.Done()
-		}
-		if p.req.Regenerate && errors.Is(err, store.ErrConflict) {
-			// A message came in since the plan (a queued run started, another client sent): the marker
-			// would name a user record that is no longer the last.
-			return nil, conversationChanged(run.SessionID)
-		}
-		return nil, err
+		return nil, s.notStored(p, run, g, err)
 	}
 	if sr.NewSession != nil {
 		p.session, p.newSession = sr.NewSession, nil
@@ -515,13 +507,31 @@ func (s *Service) begin(ctx context.Context, p *plan, key, hash string) (*Starte
 		// The run's first events go before what its loop emitted while the commit ran (the model's
 		// first tokens, often), and readers see them all at once.
 		run.open(runStart, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}), sr.ReservedSeq)
-		g.open(first)
+		g.open(first, p.session.CreatedAt)
 	} else {
 		run.granted(sr.ReservedSeq)
 		run.emit(runevent.TypeRunStart, runStart)
 		s.launch(run, first)
 	}
 	return &Started{RunID: run.ID, SessionID: run.SessionID, Status: store.RunRunning}, nil
+}
+
+// notStored drops a run whose CreateRun failed with err — one started early is abandoned, its model
+// call cancelled — and returns the error the send gets.
+func (s *Service) notStored(p *plan, run *Run, g *gate, err error) error {
+	if g != nil {
+		g.fail(err) // the run's goroutine forgets it, and is counted until it has
+		run.stop(errAbandoned)
+	} else {
+		s.retire(run)
+		s.wg.Done()
+	}
+	if p.req.Regenerate && errors.Is(err, store.ErrConflict) {
+		// A message came in since the plan (a queued run started, another client sent): the marker
+		// would name a user record that is no longer the last.
+		return conversationChanged(run.SessionID)
+	}
+	return err
 }
 
 // newRun makes a run of the service: its events go to the service's event log, within its limit.
@@ -551,8 +561,7 @@ func (s *Service) admit(run *Run) error {
 func (s *Service) launch(run *Run, first *store.Record) {
 	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
 		run.emit(runevent.TypeRecord, runevent.Encode(runevent.RecordEvent{Message: runevent.RecordOf(first)}))
-		records, err := s.history(ctx, run, first.ID)
-		return store.Current(records), err
+		return s.history(ctx, run, first.ID)
 	})
 }
 
@@ -589,9 +598,10 @@ func (s *Service) history(ctx context.Context, run *Run, last string) ([]store.R
 	return records, nil
 }
 
-// start executes the agent loop of run on its own goroutine on the records history returns, then starts
-// the session's next queued run. A run started early (g not nil) waits at g before anything of it is
-// seen or stored. The caller counted the run in s.wg.
+// start executes the agent loop of run on its own goroutine on the records history returns (all the
+// session's, oldest first: the run keeps them, with those it adds, for the session's next run here),
+// then starts the session's next queued run. A run started early (g not nil) waits at g before anything
+// of it is seen or stored. The caller counted the run in s.wg.
 func (s *Service) start(run *Run, g *gate, history func(context.Context) ([]store.Record, error)) *observer {
 	runCtx, cancel := context.WithCancelCause(s.base)
 	lim := s.opts.Limits.RunTime
@@ -600,6 +610,9 @@ func (s *Service) start(run *Run, g *gate, history func(context.Context) ([]stor
 	run.setRunning(runCtx, cancel)
 	obs := s.newObserver(run.plan, run)
 	obs.gate = g
+	if sess := run.plan.session; sess != nil {
+		obs.created = sess.CreatedAt // a new session's is known once stored (ready)
+	}
 	// The run's span continues the trace of the request that sent it, and the run's log lines carry
 	// its ids and the trace's.
 	runCtx = logging.WithRun(runCtx, logging.RunIdentity{RunID: run.ID, SessionID: run.SessionID, User: run.user})
@@ -631,7 +644,9 @@ func (s *Service) start(run *Run, g *gate, history func(context.Context) ([]stor
 			obs.finish(agent.Result{Status: agent.StatusFailed, Err: fmt.Errorf("load history: %w", err)})
 			return
 		}
-		s.execute(runCtx, run.plan, run, records, obs)
+		// Clipped, the records the run keeps and its context's are one array until either appends.
+		obs.kept = slices.Clip(records)
+		s.execute(runCtx, run.plan, run, store.Current(obs.kept), obs)
 	}()
 	return obs
 }
@@ -643,6 +658,19 @@ func (s *Service) retire(run *Run) {
 		delete(s.runs, run.ID)
 	}
 	s.mu.Unlock()
+}
+
+// busyHere reports whether a run of the user's session is live here and has not ended: the session is
+// busy, or about to be, and may get records no history kept here holds.
+func (s *Service) busyHere(user, sessionID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.runs {
+		if r.SessionID == sessionID && r.user == user && !r.hasEnded() {
+			return true
+		}
+	}
+	return false
 }
 
 // live returns the user's live run with this id, or nil.

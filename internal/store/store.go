@@ -33,6 +33,9 @@ var (
 	ErrBusy = errors.New("session has a running run")
 	// ErrDuplicate: the user already has a run with this idempotency key (CreateRun).
 	ErrDuplicate = errors.New("idempotency key already used")
+	// ErrStale: a record was appended to the session since the Seq the write was given as its last
+	// (CreateRun with Run.AfterSeq), and nothing was stored.
+	ErrStale = errors.New("the session has records the write did not expect")
 	// ErrKeyRevoked: the API key that started the run was revoked or has expired (ResumeRun).
 	ErrKeyRevoked = errors.New("the run's API key was revoked or has expired")
 )
@@ -78,6 +81,10 @@ type Session struct {
 	Metadata  json.RawMessage
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// LastSeq is the Seq of the session's newest record as read (0: none). It is the store's own, not
+	// part of what a client sees: a run that knows the records up to it may start before it is stored
+	// (Run.AfterSeq).
+	LastSeq int64
 }
 
 // Transcript is a session as one moment saw it: its records, oldest first, and its running run's
@@ -301,6 +308,10 @@ type Run struct {
 	// Quota, given to CreateRun, are limits checked in its transaction: a run that would pass one is
 	// refused with a *LimitError, and nothing is stored.
 	Quota []Limit
+	// AfterSeq, given to CreateRun with a first record in an existing session, is the Seq the session's
+	// last record must still have: the caller built the run's history from the records up to it. When
+	// another record came since, nothing is stored and CreateRun fails with ErrStale. Nil: no check.
+	AfterSeq *int64
 }
 
 // RunEnd is how a run ended.
@@ -450,7 +461,9 @@ type Store interface {
 	// AppendRecord (with RunID set), so that a run and its user message exist together or not at all.
 	// A taken r.IdempotencyKey is ErrDuplicate. With r.NewSession the session is created in the same
 	// transaction (its id taken, by this user or another, is ErrConflict, and r.SessionID is set to it);
-	// with r.Title an untitled session gets that title. r.ReservedSeq is stored as given.
+	// with r.Title an untitled session gets that title. r.ReservedSeq is stored as given. With
+	// r.AfterSeq, first is appended only while the session's last record still has that Seq; otherwise
+	// nothing is stored and the error is ErrStale.
 	CreateRun(ctx context.Context, user string, r *Run, first *Record) error
 	// StartRun makes a queued run running, appending first (when not nil) and raising its ReservedSeq to
 	// reserve in the same transaction. ErrBusy while the session has another running run; ErrConflict

@@ -32,6 +32,11 @@ const (
 	bumpSeqSQL = `UPDATE sessions SET last_seq = last_seq + 1, updated_at = $3
 WHERE id = $1 AND user_id = $2
 RETURNING last_seq`
+	// bumpSeqAfterSQL is bumpSeqSQL for a writer that built on the session's records up to Seq $4: it
+	// assigns nothing once another record came since.
+	bumpSeqAfterSQL = `UPDATE sessions SET last_seq = last_seq + 1, updated_at = $3
+WHERE id = $1 AND user_id = $2 AND last_seq = $4
+RETURNING last_seq`
 
 	// noOpenCall is the condition every record but a tool record is inserted under.
 	noOpenCall = `NOT EXISTS (SELECT 1 FROM tool_calls WHERE session_id = $2 AND answer_id IS NULL)`
@@ -114,11 +119,13 @@ func (db *DB) AppendTurn(ctx context.Context, user string, r *store.Record, usag
 // takes the session's lock first (bumpSeqSQL), so the pairing checks that follow see every record the
 // session has, whoever wrote it.
 func appendRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Record, now time.Time) error {
-	var seq int64
-	err := tx.QueryRowContext(ctx, bumpSeqSQL, rec.SessionID, user, now).Scan(&seq)
-	if errors.Is(err, sql.ErrNoRows) {
-		return notFound("session", rec.SessionID)
-	}
+	return appendRecordAfter(ctx, tx, user, rec, now, nil)
+}
+
+// appendRecordAfter is appendRecord for a writer that built on the session's records up to Seq *after
+// (nil: whatever they are): store.ErrStale once another record came since.
+func appendRecordAfter(ctx context.Context, tx *sql.Tx, user string, rec *store.Record, now time.Time, after *int64) error {
+	seq, err := nextSeq(ctx, tx, user, rec.SessionID, now, after)
 	if err != nil {
 		return err
 	}
@@ -134,6 +141,27 @@ func appendRecord(ctx context.Context, tx *sql.Tx, user string, rec *store.Recor
 	}
 	rec.Seq, rec.CreatedAt = seq, now
 	return insertRecord(ctx, tx, user, rec)
+}
+
+// nextSeq takes the session's next Seq, when its last is still *after (nil: any).
+func nextSeq(ctx context.Context, tx *sql.Tx, user, sessionID string, now time.Time, after *int64) (int64, error) {
+	var row *sql.Row
+	if after == nil {
+		row = tx.QueryRowContext(ctx, bumpSeqSQL, sessionID, user, now)
+	} else {
+		row = tx.QueryRowContext(ctx, bumpSeqAfterSQL, sessionID, user, now, *after)
+	}
+	var seq int64
+	err := row.Scan(&seq)
+	switch {
+	case errors.Is(err, sql.ErrNoRows) && after != nil:
+		// The only caller, CreateRun, locked the session and inserted its run in it first: the session
+		// is there, and its last Seq is another.
+		return 0, fmt.Errorf("%w: session %q has records after %d", store.ErrStale, sessionID, *after)
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, notFound("session", sessionID)
+	}
+	return seq, err
 }
 
 // insertRecord inserts a record, with its tool calls, under the pairing invariant: a tool record answers

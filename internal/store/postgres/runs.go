@@ -162,7 +162,7 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 		}
 		if first != nil {
 			r := rec // a retried transaction starts from the record as it was
-			if err := appendRecord(ctx, tx, user, &r, run.CreatedAt); err != nil {
+			if err := appendRecordAfter(ctx, tx, user, &r, run.CreatedAt, run.AfterSeq); err != nil {
 				return err
 			}
 			rec = r
@@ -174,6 +174,7 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 	}
 	if first != nil {
 		*first = rec
+		sess.LastSeq = rec.Seq // a new session's: its one record
 	}
 	if run.NewSession != nil {
 		*run.NewSession = sess
@@ -223,6 +224,7 @@ func (db *DB) createInNewSession(ctx context.Context, user string, sess *store.S
 	}
 	r := *rec
 	r.Seq, r.CreatedAt = 1, run.CreatedAt
+	sess.LastSeq = r.Seq
 	recArgs, err := recordArgs(user, &r)
 	if err != nil {
 		return fmt.Errorf("postgres: create run: %w", err)

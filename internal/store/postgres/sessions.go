@@ -22,7 +22,7 @@ const (
 	insertSessionSQL = `INSERT INTO sessions (id, user_id, title, agent, metadata, created_at, updated_at, title_set)
 VALUES ($1, $2, $3, $4, $5, $6, $6, $7)`
 
-	sessionColumns = `id, title, agent, metadata, created_at, updated_at`
+	sessionColumns = `id, title, agent, metadata, created_at, updated_at, last_seq`
 
 	selectSessionSQL = `SELECT ` + sessionColumns + ` FROM sessions WHERE id = $1 AND user_id = $2`
 
@@ -183,7 +183,7 @@ func lockSession(ctx context.Context, tx *sql.Tx, user, id string) error {
 func scanSession(row scanner) (*store.Session, error) {
 	var s store.Session
 	var meta []byte
-	if err := row.Scan(&s.ID, &s.Title, &s.Agent, &meta, &s.CreatedAt, &s.UpdatedAt); err != nil {
+	if err := row.Scan(&s.ID, &s.Title, &s.Agent, &meta, &s.CreatedAt, &s.UpdatedAt, &s.LastSeq); err != nil {
 		return nil, err
 	}
 	s.Metadata = json.RawMessage(meta)

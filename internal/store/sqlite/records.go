@@ -20,6 +20,11 @@ const (
 	bumpSeqSQL = `UPDATE sessions SET last_seq = last_seq + 1, updated_at = $3
 WHERE id = $1 AND user_id = $2
 RETURNING last_seq`
+	// bumpSeqAfterSQL is bumpSeqSQL for a writer that built on the session's records up to Seq $4: it
+	// assigns nothing once another record came since.
+	bumpSeqAfterSQL = `UPDATE sessions SET last_seq = last_seq + 1, updated_at = $3
+WHERE id = $1 AND user_id = $2 AND last_seq = $4
+RETURNING last_seq`
 
 	// claimCallSQL marks a call answered. It matches only a call that the parent record holds, in this
 	// session, and that is still open, so no rows means the tool record answers nothing it may answer.
@@ -89,11 +94,13 @@ func (db *DB) AppendTurn(ctx context.Context, user string, r *store.Record, usag
 
 // appendRecord is AppendRecord inside a transaction; FinishRun uses it too.
 func appendRecord(ctx context.Context, tx txn, user string, rec *store.Record, now time.Time) error {
-	var seq int64
-	err := tx.QueryRowContext(ctx, bumpSeqSQL, rec.SessionID, user, now.UnixMicro()).Scan(&seq)
-	if errors.Is(err, sql.ErrNoRows) {
-		return notFound("session", rec.SessionID)
-	}
+	return appendRecordAfter(ctx, tx, user, rec, now, nil)
+}
+
+// appendRecordAfter is appendRecord for a writer that built on the session's records up to Seq *after
+// (nil: whatever they are): store.ErrStale once another record came since.
+func appendRecordAfter(ctx context.Context, tx txn, user string, rec *store.Record, now time.Time, after *int64) error {
+	seq, err := nextSeq(ctx, tx, user, rec.SessionID, now, after)
 	if err != nil {
 		return err
 	}
@@ -122,6 +129,27 @@ func appendRecord(ctx context.Context, tx txn, user string, rec *store.Record, n
 		}
 	}
 	return nil
+}
+
+// nextSeq takes the session's next Seq, when its last is still *after (nil: any).
+func nextSeq(ctx context.Context, tx txn, user, sessionID string, now time.Time, after *int64) (int64, error) {
+	var row *sql.Row
+	if after == nil {
+		row = tx.QueryRowContext(ctx, bumpSeqSQL, sessionID, user, now.UnixMicro())
+	} else {
+		row = tx.QueryRowContext(ctx, bumpSeqAfterSQL, sessionID, user, now.UnixMicro(), *after)
+	}
+	var seq int64
+	err := row.Scan(&seq)
+	switch {
+	case errors.Is(err, sql.ErrNoRows) && after != nil:
+		// The only caller, CreateRun, inserted its run in the session first: the session is there, and
+		// its last Seq is another.
+		return 0, fmt.Errorf("%w: session %q has records after %d", store.ErrStale, sessionID, *after)
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, notFound("session", sessionID)
+	}
+	return seq, err
 }
 
 // pair enforces the invariant: a tool record answers an open call of its parent; any other record waits

@@ -147,7 +147,7 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 			}
 		}
 		if first != nil {
-			return appendRecord(ctx, tx, user, &rec, run.CreatedAt)
+			return appendRecordAfter(ctx, tx, user, &rec, run.CreatedAt, run.AfterSeq)
 		}
 		return nil
 	})
@@ -156,6 +156,7 @@ func (db *DB) CreateRun(ctx context.Context, user string, r *store.Run, first *s
 	}
 	if first != nil {
 		*first = rec
+		sess.LastSeq = rec.Seq // a new session's: its one record
 	}
 	if run.NewSession != nil {
 		*run.NewSession = sess

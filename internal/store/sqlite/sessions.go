@@ -25,7 +25,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $6, $7)`
 	insertNewSessionSQL = `INSERT INTO sessions (id, user_id, title, agent, metadata, created_at, updated_at, last_seq)
 VALUES ($1, $2, $3, $4, $5, $6, $6, $7)`
 
-	sessionColumns = `id, title, agent, metadata, created_at, updated_at`
+	sessionColumns = `id, title, agent, metadata, created_at, updated_at, last_seq`
 
 	selectSessionSQL = `SELECT ` + sessionColumns + ` FROM sessions WHERE id = $1 AND user_id = $2`
 
@@ -186,7 +186,7 @@ func scanSession(row scanner) (*store.Session, error) {
 	var s store.Session
 	var meta string
 	var created, updated int64
-	if err := row.Scan(&s.ID, &s.Title, &s.Agent, &meta, &created, &updated); err != nil {
+	if err := row.Scan(&s.ID, &s.Title, &s.Agent, &meta, &created, &updated, &s.LastSeq); err != nil {
 		return nil, err
 	}
 	s.Metadata = json.RawMessage(meta)

@@ -23,7 +23,7 @@ func testCreateRunNewSession(t *testing.T, s store.Store) {
 		t.Fatalf("the new session %q: %v", run.SessionID, err)
 	}
 	want := store.Session{ID: run.SessionID, Title: "Hello there", Agent: "support", Metadata: []byte("{}"),
-		CreatedAt: sess.CreatedAt, UpdatedAt: sess.UpdatedAt}
+		CreatedAt: sess.CreatedAt, UpdatedAt: sess.UpdatedAt, LastSeq: 1}
 	if diff := cmp.Diff(&want, sess); diff != "" || sess.CreatedAt.IsZero() {
 		t.Errorf("the new session (-want +got):\n%s", diff)
 	}

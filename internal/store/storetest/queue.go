@@ -87,6 +87,48 @@ func testCreateRunRefused(t *testing.T, s store.Store) {
 	}
 }
 
+// testCreateRunAfterSeq: a CreateRun given the Seq the session's last record has (Run.AfterSeq) stores the
+// run and its message, the session's LastSeq read after it; once a record came since, it stores nothing
+// and fails with ErrStale.
+func testCreateRunAfterSeq(t *testing.T, s store.Store) {
+	ctx, alice := t.Context(), newUser("alice")
+	sess := createSession(t, s, alice)
+	earlier := mustAppend(t, s, alice, userRecord(sess.ID, "earlier"))
+	if got := getSession(t, s, alice, sess.ID).LastSeq; got != earlier.Seq {
+		t.Fatalf("Session.LastSeq = %d, want the last record's Seq %d", got, earlier.Seq)
+	}
+	after := earlier.Seq
+	run := &store.Run{SessionID: sess.ID, Agent: "default", Model: "m", AfterSeq: &after}
+	first := userRecord(sess.ID, "in time")
+	if err := s.CreateRun(ctx, alice, run, &first); err != nil {
+		t.Fatalf("CreateRun after the last Seq: %v", err)
+	}
+	if first.Seq != after+1 {
+		t.Errorf("CreateRun stored its message at Seq %d, want %d", first.Seq, after+1)
+	}
+	mustFinish(t, s, alice, run.ID, store.RunEnd{Status: store.RunCompleted})
+
+	after = getSession(t, s, alice, sess.ID).LastSeq
+	meanwhile := mustAppend(t, s, alice, userRecord(sess.ID, "meanwhile"))
+	stale := &store.Run{ID: "stale-" + alice, SessionID: sess.ID, Agent: "default", Model: "m", AfterSeq: &after}
+	late := userRecord(sess.ID, "too late")
+	wantErr(t, "CreateRun after a Seq no longer last", s.CreateRun(ctx, alice, stale, &late), store.ErrStale)
+	wantNoRun(t, s, alice, stale.ID)
+	if late.ID != "" || late.Seq != 0 {
+		t.Errorf("a stale CreateRun changed the caller's record to %+v", late)
+	}
+	recs := records(t, s, alice, sess.ID)
+	if last := recs[len(recs)-1]; last.ID != meanwhile.ID {
+		t.Errorf("after a stale CreateRun the last record is %+v, want the one appended meanwhile", last)
+	}
+	if got := getSession(t, s, alice, sess.ID).LastSeq; got != meanwhile.Seq {
+		t.Errorf("after a stale CreateRun Session.LastSeq = %d, want %d", got, meanwhile.Seq)
+	}
+	if _, err := s.ActiveRun(ctx, alice, sess.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("after a stale CreateRun ActiveRun: %v, want ErrNotFound", err)
+	}
+}
+
 // testOneRunningPerSession: a session has at most one running run; runs queue behind it in any number,
 // and other sessions are not affected.
 func testOneRunningPerSession(t *testing.T, s store.Store) {

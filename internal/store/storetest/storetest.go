@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"UnfinishedRuns", testUnfinishedRuns},
 		{"CreateRunWithFirstRecord", testCreateRunFirstRecord},
 		{"CreateRunRefused", testCreateRunRefused},
+		{"CreateRunAfterSeq", testCreateRunAfterSeq},
 		{"CreateRunNewSession", testCreateRunNewSession},
 		{"CreateRunTitle", testCreateRunTitle},
 		{"ReservedSeq", testReservedSeq},
@@ -230,6 +231,15 @@ func closedCalls(parent store.Record, reason string, seq int64, ids ...string) [
 			DurationMS: ptr(int64(0)), ParentID: parent.ID, Seq: seq + int64(i)})
 	}
 	return want
+}
+
+func getSession(t *testing.T, s store.Store, user, id string) *store.Session {
+	t.Helper()
+	sess, err := s.Session(t.Context(), user, id)
+	if err != nil {
+		t.Fatalf("Session(%s): %v", id, err)
+	}
+	return sess
 }
 
 func records(t *testing.T, s store.Store, user, sessionID string) []store.Record {
