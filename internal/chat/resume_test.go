@@ -211,6 +211,10 @@ func TestCancelKeyEndsWaitingRuns(t *testing.T) {
 	f := newFixture(t, everySession(approvalSetup(counts)))
 	paused := func(keyID string) string {
 		t.Helper()
+		// A run whose key is not in the store (or is revoked) is cancelled once it is stored.
+		if err := f.db.CreateKey(t.Context(), &store.APIKey{ID: keyID, User: user, Hash: []byte(keyID)}); err != nil {
+			t.Fatal(err)
+		}
 		st := f.send(t, chat.Request{Message: "mail bob"}, chat.StartOptions{Account: chat.Account{KeyID: keyID}})
 		if o := f.wait(t, st.RunID); o.Status != store.RunAwaiting {
 			t.Fatalf("run: %+v %+v", o, o.Error)
