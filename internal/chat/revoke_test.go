@@ -66,8 +66,8 @@ func TestRevokeAcrossInstances(t *testing.T) {
 	if _, err := a.db.RevokeKey(t.Context(), user, revoked); err != nil {
 		t.Fatal(err)
 	}
-	if n := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 4 {
-		t.Fatalf("CancelKey on a cancelled %d runs, want 4: the running one on a, the running one and the two queued ones on b", n)
+	if n, err := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 4 || err != nil {
+		t.Fatalf("CancelKey on a cancelled %d runs (%v), want 4: the running one on a, the running one and the two queued ones on b", n, err)
 	}
 	// What the notification asks of b, done now rather than waited for: b's renewal finds the cancels.
 	b.svc.RenewLeases(t.Context())
@@ -118,8 +118,8 @@ func TestRevokedQueuedRunNeverStarts(t *testing.T) {
 	if _, err := a.db.RevokeKey(t.Context(), user, revoked); err != nil {
 		t.Fatal(err)
 	}
-	if n := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 1 {
-		t.Fatalf("CancelKey on a cancelled %d runs, want 1", n)
+	if n, err := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 1 || err != nil {
+		t.Fatalf("CancelKey on a cancelled %d runs (%v), want 1", n, err)
 	}
 	// The session frees on b before b hears of the cancel: its queue tries to start the revoked run.
 	if _, err := b.svc.Cancel(t.Context(), user, first.RunID, ""); err != nil {
@@ -160,8 +160,8 @@ func TestRevokedRunsOfADeadInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Asked of an instance that no longer answers: recorded, never waited for.
-	if n := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 2 {
-		t.Fatalf("CancelKey cancelled %d runs, want 2", n)
+	if n, err := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 2 || err != nil {
+		t.Fatalf("CancelKey cancelled %d runs (%v), want 2", n, err)
 	}
 	clk.step(leaseTTL + time.Second) // "dead" stopped renewing
 	if err := a.svc.Sweep(t.Context()); err != nil {
@@ -218,8 +218,8 @@ func TestSendRacingRevoke(t *testing.T) {
 			if _, err := authA.RevokeKey(t.Context(), user, k.ID); err != nil {
 				t.Fatal(err)
 			}
-			if n := a.svc.CancelKey(t.Context(), user, k.ID, revokedReason); n != 0 {
-				t.Fatalf("CancelKey cancelled %d runs before the send, want 0", n)
+			if n, err := a.svc.CancelKey(t.Context(), user, k.ID, revokedReason); n != 0 || err != nil {
+				t.Fatalf("CancelKey cancelled %d runs before the send (%v), want 0", n, err)
 			}
 			p, err := authB.Verify(t.Context(), secret)
 			if err != nil {
