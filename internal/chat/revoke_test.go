@@ -261,3 +261,41 @@ func cancelledEvent(t *testing.T, events []chat.Event) runevent.Cancelled {
 	t.Fatalf("no cancelled event among %d events", len(events))
 	return runevent.Cancelled{}
 }
+
+// TestQueuedRacingRevoke: a run of a revoked key queued after the revoke listed the key's runs (b's
+// cache still trusted the key) never reaches the model: it reads its key again as it starts, once
+// stored as running, and ends cancelled before its first model call.
+func TestQueuedRacingRevoke(t *testing.T) {
+	dsn := pgtest.NewSchema(t)
+	clk := newClock()
+	a := newInstance(t, dsn, "a", clk, true)
+	b := newInstance(t, dsn, "b", clk, true, llmtest.Turn{Text: "another key's answer", Block: true},
+		llmtest.Turn{Text: "an answer the revoked key must not get"})
+	revoked, kept := newKey(t, a.db, "revoked"), newKey(t, a.db, "kept")
+	first, err := b.svc.Start(t.Context(), user, chat.Request{Message: "hello"}, chat.StartOptions{Account: chat.Account{KeyID: kept}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, b.svc, first.RunID, 0, isType(runevent.TypeTextDelta))
+	if _, err := a.db.RevokeKey(t.Context(), user, revoked); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 0 || err != nil {
+		t.Fatalf("CancelKey cancelled %d runs before the send (%v), want 0", n, err)
+	}
+	queued, err := b.svc.Start(t.Context(), user, chat.Request{SessionID: first.SessionID, Message: "next"},
+		chat.StartOptions{Account: chat.Account{KeyID: revoked}, OnActiveRun: chat.OnActiveEnqueue})
+	if err != nil || queued.Status != store.RunQueued {
+		t.Fatalf("enqueue on b: %+v, %v", queued, err)
+	}
+	if _, err := b.svc.Cancel(t.Context(), user, first.RunID, ""); err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.svc.Wait(t.Context(), user, queued.RunID)
+	if err != nil || out.Status != store.RunCancelled {
+		t.Fatalf("the revoked key's queued run: %+v, %v; want cancelled", out, err)
+	}
+	if got := b.up.Requests(); len(got) != 1 {
+		t.Errorf("b's model got %d requests, want 1: the revoked key's queued run called it", len(got))
+	}
+}
