@@ -432,7 +432,7 @@ func (s *Service) resume(ctx context.Context, user string, r *store.Run, aw *awa
 		s.unresume(ctx, user, r, aw.ExpiresAt)
 		return errClosingDecision()
 	}
-	s.recheckKey(ctx, run, r)
+	s.recheckKey(ctx, run)
 	s.start(run, nil, func(ctx context.Context) ([]store.Record, error) {
 		return s.opts.Store.Records(ctx, user, run.SessionID)
 	})
@@ -454,16 +454,20 @@ func (s *Service) cannotResume(ctx context.Context, user string, r *store.Run, c
 	return nil
 }
 
-// recheckKey cancels a resumed run, live but not started, whose key was revoked since ResumeRun read it.
-// A revoke cancels the key's live runs, then its awaiting ones (CancelKey): a run whose resume committed
-// before the revoke but that was not yet live was in neither set. Read once the run is live, either the
-// key is seen revoked here, or the revoke came after this read and its cancel finds the run live. The
-// cancel, asked before the run starts, ends it before the approved calls run. A failed read lets the run
-// go on: its key was checked moments ago, in ResumeRun's transaction.
-func (s *Service) recheckKey(ctx context.Context, run *Run, r *store.Run) {
+// recheckKey cancels a live run whose API key was revoked, or has expired, since it was last checked:
+// it reads the key from the store, not from a cache of verified keys. A revoke cancels the key's live
+// runs, then those the store lists (CancelKey): a run made live or stored after those reads is in
+// neither set. Read once the run is live and stored, either the key is seen revoked here, or the revoke
+// came after this read and its cancel finds the run. The run ends cancelled, for the reason a revoke
+// gives. A failed read lets the run go on: its key was checked moments ago, as its request came in.
+//
+// A resumed run is read again before it starts (resume): the cancel, asked then, ends it before the
+// approved calls run. Any other run reads it on its own goroutine, once stored (observer.keyChecked).
+func (s *Service) recheckKey(ctx context.Context, run *Run) {
+	r := &store.Run{ID: run.ID, SessionID: run.SessionID, UserID: run.user, KeyID: run.plan.account.KeyID}
 	refused, err := s.keyRefused(ctx, r)
 	if err != nil {
-		s.log.Error("check again the key of a resumed run", append(storedRunAttrs(r), "err", err)...)
+		s.log.Error("check again the key of a run", append(storedRunAttrs(r), "err", err)...)
 		return
 	}
 	if refused != nil {

@@ -55,6 +55,10 @@ type observer struct {
 	kept     []store.Record
 	created  time.Time
 	remember func(user, session string, created time.Time, records []store.Record)
+	// checkKey, until the loop first passes ready, reads the run's API key again from the store and
+	// cancels the run if it was revoked (Service.recheckKey); nil for a run without a key, or one
+	// whose key was read again already.
+	checkKey func()
 	// open counts the calls of stored turns without a stored result: none, and the run's end need not
 	// look for calls to close.
 	open int
@@ -116,18 +120,25 @@ func (s *Service) newObserver(p *plan, run *Run) *observer {
 	}
 	// The run's lines carry its ids; start adds its trace's.
 	log := s.log.With(logging.RunAttrs(logging.WithRun(context.Background(), logging.RunIdentity{RunID: run.ID, SessionID: run.SessionID, User: run.user}))...)
-	return &observer{store: timedStore{runStore: s.opts.Store, m: s.opts.Metrics}, log: log, prices: s.opts.Prices, retire: s.retire,
+	o := &observer{store: timedStore{runStore: s.opts.Store, m: s.opts.Metrics}, log: log, prices: s.opts.Prices, retire: s.retire,
 		closing: s.base.Done(), p: p, run: run, ctx: context.WithoutCancel(s.base), parents: map[*agent.Turn]*store.Record{},
 		parser: parser, split: parser.splitter(), keepRequests: s.opts.Limits.DiagnosticsRuns,
 		tracing: s.opts.Tracing, meter: s.opts.Metrics, span: trace.SpanFromContext(context.Background()), started: time.Now(),
 		approvalTimeout: s.opts.ApprovalTimeout, now: s.opts.Now, awaited: s.awaited, remember: s.hist.put}
+	if p.account.KeyID != "" && p.decided == nil { // a resumed run's key was read again as it resumed
+		o.checkKey = func() { s.recheckKey(o.ctx, run) }
+	}
+	return o
 }
 
 // ready waits, for a run started early, until its commit is known, and reports whether the run may
 // go on. The loop's goroutine calls it before anything it sends or stores; a run whose commit failed is
-// stopped and reports false ever after.
+// stopped and reports false ever after. The first time, the run stored, it reads the run's key again.
 func (o *observer) ready() bool {
 	if o.gate == nil {
+		if o.checkKey != nil {
+			o.keyChecked()
+		}
 		return !o.abandoned
 	}
 	g := o.gate
@@ -135,6 +146,9 @@ func (o *observer) ready() bool {
 	if !g.committed() {
 		o.abandon()
 		return false
+	}
+	if o.checkKey != nil {
+		defer o.keyChecked() // after the held first tokens' time is counted
 	}
 	if o.conv != nil {
 		o.conv.stored(&g.first)
@@ -153,6 +167,22 @@ func (o *observer) ready() bool {
 	return true
 }
 
+// keyChecked reads the run's key again, once, unless the run is ending anyway.
+//
+// The sender's key was checked when its request was authenticated, which may be long before the run is
+// stored (a slow request body; an instance's cache of verified keys): a revoke can commit in between,
+// and list the key's runs (CancelKey) before this one is stored. Read once the run is stored, either the
+// key is seen revoked here, or the revoke came after this read and its listing finds the run. For a run
+// started early the model is called already, its first tokens shown as the commit ended: the read
+// delays neither; a stored run reads it before its first model call (the loop's first event).
+func (o *observer) keyChecked() {
+	check := o.checkKey
+	o.checkKey = nil
+	if !o.finished {
+		check()
+	}
+}
+
 // abandon ends a run whose first commit failed, before any of its events is seen.
 func (o *observer) abandon() {
 	o.abandoned = true
@@ -165,7 +195,7 @@ func (o *observer) abandon() {
 
 // Emit sends an event of the loop to the run's readers.
 func (o *observer) Emit(e agent.Event) {
-	if (o.gate != nil || o.abandoned) && !o.pass(e) {
+	if (o.gate != nil || o.abandoned || o.checkKey != nil) && !o.pass(e) {
 		return
 	}
 	switch e := e.(type) {

@@ -98,13 +98,19 @@ func (s *Service) Cancel(ctx context.Context, user, id, reason string) (*CancelR
 
 // CancelKey cancels every run the user started with an API key that is queued, running or awaiting
 // approval, on every instance: the key was revoked, and what it started must not go on spending. The
-// runs live here are cancelled as Cancel does; those another instance holds are asked of it (its owner
-// carries the cancel out when woken, or at its next lease renewal; a dead owner's run is interrupted,
-// or its queued run refused for its key, by the instance that takes it over); those awaiting approval
-// end here. It returns how many it cancelled or asked to cancel, and never waits for another instance.
-func (s *Service) CancelKey(ctx context.Context, user, keyID, reason string) int {
+// runs live here are asked to cancel, as Cancel asks them, never waited for; those another instance
+// holds are asked of it (its owner carries the cancel out when woken, or at its next lease renewal; a
+// dead owner's run is interrupted, or its queued run refused for its key, by the instance that takes it
+// over); those awaiting approval end here. It returns how many it cancelled or asked to cancel, and
+// never waits for another instance. Its error says that some runs may go on: the store could not list
+// them, or a cancel could not be recorded; the caller may call it again, which asks again what is
+// still active.
+//
+// A run stored after the store listed the key's runs reads its key again itself, and stops
+// (recheckKey).
+func (s *Service) CancelKey(ctx context.Context, user, keyID, reason string) (int, error) {
 	if keyID == "" {
-		return 0
+		return 0, nil
 	}
 	// The queued ones are cancelled first: a running run's end starts the next run queued behind it,
 	// which would be the key's own if it were still queued, and would call the model before its cancel.
@@ -126,18 +132,16 @@ func (s *Service) CancelKey(ctx context.Context, user, keyID, reason string) int
 			here[r.ID] = true
 		}
 	}
-	n := 0
 	cancel := func(runs []*Run) {
 		for _, r := range runs {
-			if _, err := s.Cancel(ctx, r.user, r.ID, reason); err == nil {
-				n++
-			}
+			s.cancelLive(r, reason)
 		}
 	}
 	cancel(queued)
-	n += s.cancelKeyElsewhere(ctx, user, keyID, reason, here)
+	n, errElsewhere := s.cancelKeyElsewhere(ctx, user, keyID, reason, here)
 	cancel(others)
-	return n + s.cancelKeyAwaiting(ctx, keyID, reason)
+	m, errAwaiting := s.cancelKeyAwaiting(ctx, keyID, reason)
+	return len(queued) + len(others) + n + m, errors.Join(errElsewhere, errAwaiting)
 }
 
 // keyRunsPage is how many of a revoked key's active runs one store read returns.
@@ -148,17 +152,18 @@ const keyRunsPage = 100
 // reads them by pages, so a key with many runs costs more reads, not a larger one. A run that became
 // live here since CancelKey looked is cancelled here. Alone on its store, the service runs every active
 // run itself: those not live here are runs whose end could not be stored, ended at the next start.
-func (s *Service) cancelKeyElsewhere(ctx context.Context, user, keyID, reason string, here map[string]bool) int {
+func (s *Service) cancelKeyElsewhere(ctx context.Context, user, keyID, reason string, here map[string]bool) (int, error) {
 	if s.leases == nil {
-		return 0
+		return 0, nil
 	}
-	n := 0
+	n, failed := 0, 0
+	var firstErr error
 	var after *store.Run
 	for {
 		runs, err := s.opts.Store.ActiveRunsOfKey(ctx, user, keyID, after, keyRunsPage)
 		if err != nil {
 			s.log.Error("read the active runs of a revoked key", "key_id", keyID, "err", err)
-			return n
+			return n, errors.Join(fmt.Errorf("read the key's queued and running runs: %w", err), notAsked(failed, firstErr))
 		}
 		for i := range runs {
 			r := &runs[i]
@@ -174,6 +179,10 @@ func (s *Service) cancelKeyElsewhere(ctx context.Context, user, keyID, reason st
 			asked, err := s.cancelElsewhere(ctx, r.UserID, r.ID, reason)
 			if err != nil {
 				s.log.Error("ask another instance to cancel a run of a revoked key", append(storedRunAttrs(r), "err", err)...)
+				failed++
+				if firstErr == nil {
+					firstErr = err
+				}
 				continue
 			}
 			if asked {
@@ -181,30 +190,44 @@ func (s *Service) cancelKeyElsewhere(ctx context.Context, user, keyID, reason st
 			}
 		}
 		if len(runs) < keyRunsPage {
-			return n
+			return n, notAsked(failed, firstErr)
 		}
 		after = &runs[len(runs)-1]
 	}
 }
 
+// notAsked is the error of the runs of a revoked key that could not be asked to cancel: failed of them,
+// the first for err.
+func notAsked(failed int, err error) error {
+	if failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("ask for the cancel of %d of the key's runs: %w", failed, err)
+}
+
 // cancelKeyAwaiting cancels the key's runs awaiting approval, which live in the store only (on any
 // instance): a decision could not resume them with a revoked key anyway.
-func (s *Service) cancelKeyAwaiting(ctx context.Context, keyID, reason string) int {
+func (s *Service) cancelKeyAwaiting(ctx context.Context, keyID, reason string) (int, error) {
 	runs, err := s.opts.Store.AwaitingRuns(ctx, keyID)
 	if err != nil {
 		s.log.Error("read the runs awaiting approval of a revoked key", "key_id", keyID, "err", err)
-		return 0
+		return 0, fmt.Errorf("read the key's runs awaiting approval: %w", err)
 	}
-	n := 0
+	n, failed := 0, 0
+	var firstErr error
 	for i := range runs {
 		r := &runs[i]
 		if _, err := s.cancelAwaiting(ctx, r.UserID, r, reason); err != nil {
 			s.log.Error("cancel a run awaiting approval of a revoked key", append(storedRunAttrs(r), "err", err)...)
+			failed++
+			if firstErr == nil {
+				firstErr = err
+			}
 			continue
 		}
 		n++
 	}
-	return n
+	return n, notAsked(failed, firstErr)
 }
 
 // Follower reads one run's events in order, from the live run or from the store: a run that is not

@@ -211,6 +211,10 @@ func TestCancelKeyEndsWaitingRuns(t *testing.T) {
 	f := newFixture(t, everySession(approvalSetup(counts)))
 	paused := func(keyID string) string {
 		t.Helper()
+		// A run whose key is not in the store (or is revoked) is cancelled once it is stored.
+		if err := f.db.CreateKey(t.Context(), &store.APIKey{ID: keyID, User: user, Hash: []byte(keyID)}); err != nil {
+			t.Fatal(err)
+		}
 		st := f.send(t, chat.Request{Message: "mail bob"}, chat.StartOptions{Account: chat.Account{KeyID: keyID}})
 		if o := f.wait(t, st.RunID); o.Status != store.RunAwaiting {
 			t.Fatalf("run: %+v %+v", o, o.Error)
@@ -218,8 +222,8 @@ func TestCancelKeyEndsWaitingRuns(t *testing.T) {
 		return st.RunID
 	}
 	revoked, kept := paused("key-1"), paused("key-2")
-	if n := f.svc.CancelKey(t.Context(), user, "key-1", "the API key that started the run was revoked"); n != 1 {
-		t.Errorf("CancelKey cancelled %d runs, want 1", n)
+	if n, err := f.svc.CancelKey(t.Context(), user, "key-1", "the API key that started the run was revoked"); n != 1 || err != nil {
+		t.Errorf("CancelKey cancelled %d runs (%v), want 1", n, err)
 	}
 	if r := storedRun(t, f.db, revoked); r.Status != store.RunCancelled {
 		t.Errorf("the revoked key's waiting run is %s, want cancelled", r.Status)
@@ -264,7 +268,11 @@ func (c *revokingStore) ResumeRun(ctx context.Context, user, runID string, befor
 		// The resume reads the key next; the revoke's cancel, not yet run, would find the run waiting.
 		return c.Store.ResumeRun(ctx, user, runID, before, reserve, quota)
 	}
-	c.cancelled.Store(int32(c.svc.Load().CancelKey(ctx, user, "key-1", "the API key that started the run was revoked")))
+	n, err := c.svc.Load().CancelKey(ctx, user, "key-1", "the API key that started the run was revoked")
+	if err != nil {
+		n = -1 // the resume is written: its caller must not see the cancel's failure; the test reports it
+	}
+	c.cancelled.Store(int32(n))
 	return nil
 }
 
@@ -322,7 +330,7 @@ func TestRevokeAroundResume(t *testing.T) {
 				t.Errorf("the approved call of a revoked key's run ran %d times", n)
 			}
 			if n := rs.cancelled.Load(); n != 0 {
-				t.Errorf("the revoke's CancelKey cancelled %d runs: the run was not between its resume and its start", n)
+				t.Errorf("the revoke's CancelKey cancelled %d runs (-1: it failed): the run was not between its resume and its start", n)
 			}
 			if rec := toolRecord(t, f.db, st.SessionID, "call_2"); rec.Success == nil || *rec.Success {
 				t.Errorf("call_2's record: %+v, want a failed one", rec)

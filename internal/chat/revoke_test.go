@@ -2,9 +2,11 @@ package chat_test
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"testing"
 	"time"
 
+	"chatd/internal/auth"
 	"chatd/internal/chat"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/runevent"
@@ -64,8 +66,8 @@ func TestRevokeAcrossInstances(t *testing.T) {
 	if _, err := a.db.RevokeKey(t.Context(), user, revoked); err != nil {
 		t.Fatal(err)
 	}
-	if n := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 4 {
-		t.Fatalf("CancelKey on a cancelled %d runs, want 4: the running one on a, the running one and the two queued ones on b", n)
+	if n, err := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 4 || err != nil {
+		t.Fatalf("CancelKey on a cancelled %d runs (%v), want 4: the running one on a, the running one and the two queued ones on b", n, err)
 	}
 	// What the notification asks of b, done now rather than waited for: b's renewal finds the cancels.
 	b.svc.RenewLeases(t.Context())
@@ -116,8 +118,8 @@ func TestRevokedQueuedRunNeverStarts(t *testing.T) {
 	if _, err := a.db.RevokeKey(t.Context(), user, revoked); err != nil {
 		t.Fatal(err)
 	}
-	if n := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 1 {
-		t.Fatalf("CancelKey on a cancelled %d runs, want 1", n)
+	if n, err := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 1 || err != nil {
+		t.Fatalf("CancelKey on a cancelled %d runs (%v), want 1", n, err)
 	}
 	// The session frees on b before b hears of the cancel: its queue tries to start the revoked run.
 	if _, err := b.svc.Cancel(t.Context(), user, first.RunID, ""); err != nil {
@@ -158,8 +160,8 @@ func TestRevokedRunsOfADeadInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Asked of an instance that no longer answers: recorded, never waited for.
-	if n := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 2 {
-		t.Fatalf("CancelKey cancelled %d runs, want 2", n)
+	if n, err := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 2 || err != nil {
+		t.Fatalf("CancelKey cancelled %d runs (%v), want 2", n, err)
 	}
 	clk.step(leaseTTL + time.Second) // "dead" stopped renewing
 	if err := a.svc.Sweep(t.Context()); err != nil {
@@ -176,5 +178,124 @@ func TestRevokedRunsOfADeadInstance(t *testing.T) {
 	}
 	if got := a.up.Requests(); len(got) != 0 {
 		t.Errorf("the instance that took the runs over called its model %d times, want 0", len(got))
+	}
+}
+
+// TestSendRacingRevoke: a send whose key was verified before a revoke on another instance (b's cache
+// of verified keys still trusts it, or its request body was still coming in) but whose run is stored
+// only once the revoke's CancelKey has listed the key's runs, stops all the same: the run reads its key
+// again once stored, and ends cancelled. A run started early has called its model once by then; one
+// stored first never calls it.
+func TestSendRacingRevoke(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		opt       chat.StartOptions
+		wantCalls int
+	}{
+		{name: "started early", wantCalls: 1},
+		{name: "stored first", opt: chat.StartOptions{IdempotencyKey: "send-1"}, wantCalls: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := pgtest.NewSchema(t)
+			clk := newClock()
+			a := newInstance(t, dsn, "a", clk, true)
+			b := newInstance(t, dsn, "b", clk, true, llmtest.Turn{Text: "an answer the revoked key must not get"})
+			authA, err := auth.New(t.Context(), auth.Options{Store: a.db})
+			if err != nil {
+				t.Fatal(err)
+			}
+			authB, err := auth.New(t.Context(), auth.Options{Store: b.db})
+			if err != nil {
+				t.Fatal(err)
+			}
+			secret, k, err := authA.CreateKey(t.Context(), auth.KeySpec{User: user, Name: "racing"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := authB.Verify(t.Context(), secret); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := authA.RevokeKey(t.Context(), user, k.ID); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := a.svc.CancelKey(t.Context(), user, k.ID, revokedReason); n != 0 || err != nil {
+				t.Fatalf("CancelKey cancelled %d runs before the send (%v), want 0", n, err)
+			}
+			p, err := authB.Verify(t.Context(), secret)
+			if err != nil {
+				t.Fatalf("b's cache no longer trusts the revoked key (%v): the race this test is about cannot happen", err)
+			}
+			opt := tc.opt
+			opt.Account = chat.Account{KeyID: p.KeyID}
+			st, err := b.svc.Start(t.Context(), user, chat.Request{Message: "hello"}, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := b.svc.Wait(t.Context(), user, st.RunID)
+			if err != nil || out.Status != store.RunCancelled {
+				t.Fatalf("the run sent with the revoked key: %+v, %v; want cancelled", out, err)
+			}
+			events := readUntil(t, a.svc, st.RunID, 0, isType(runevent.TypeDone))
+			if c := cancelledEvent(t, events); c.Reason != revokedReason {
+				t.Errorf("cancelled for %q, want %q", c.Reason, revokedReason)
+			}
+			if got := b.up.Requests(); len(got) != tc.wantCalls {
+				t.Errorf("b's model got %d requests, want %d", len(got), tc.wantCalls)
+			}
+		})
+	}
+}
+
+// cancelledEvent returns the cancelled event among a run's events.
+func cancelledEvent(t *testing.T, events []chat.Event) runevent.Cancelled {
+	t.Helper()
+	for _, e := range events {
+		if e.Type == runevent.TypeCancelled {
+			var c runevent.Cancelled
+			if err := json.Unmarshal(e.Data, &c); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+	}
+	t.Fatalf("no cancelled event among %d events", len(events))
+	return runevent.Cancelled{}
+}
+
+// TestQueuedRacingRevoke: a run of a revoked key queued after the revoke listed the key's runs (b's
+// cache still trusted the key) never reaches the model: it reads its key again as it starts, once
+// stored as running, and ends cancelled before its first model call.
+func TestQueuedRacingRevoke(t *testing.T) {
+	dsn := pgtest.NewSchema(t)
+	clk := newClock()
+	a := newInstance(t, dsn, "a", clk, true)
+	b := newInstance(t, dsn, "b", clk, true, llmtest.Turn{Text: "another key's answer", Block: true},
+		llmtest.Turn{Text: "an answer the revoked key must not get"})
+	revoked, kept := newKey(t, a.db, "revoked"), newKey(t, a.db, "kept")
+	first, err := b.svc.Start(t.Context(), user, chat.Request{Message: "hello"}, chat.StartOptions{Account: chat.Account{KeyID: kept}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, b.svc, first.RunID, 0, isType(runevent.TypeTextDelta))
+	if _, err := a.db.RevokeKey(t.Context(), user, revoked); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 0 || err != nil {
+		t.Fatalf("CancelKey cancelled %d runs before the send (%v), want 0", n, err)
+	}
+	queued, err := b.svc.Start(t.Context(), user, chat.Request{SessionID: first.SessionID, Message: "next"},
+		chat.StartOptions{Account: chat.Account{KeyID: revoked}, OnActiveRun: chat.OnActiveEnqueue})
+	if err != nil || queued.Status != store.RunQueued {
+		t.Fatalf("enqueue on b: %+v, %v", queued, err)
+	}
+	if _, err := b.svc.Cancel(t.Context(), user, first.RunID, ""); err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.svc.Wait(t.Context(), user, queued.RunID)
+	if err != nil || out.Status != store.RunCancelled {
+		t.Fatalf("the revoked key's queued run: %+v, %v; want cancelled", out, err)
+	}
+	if got := b.up.Requests(); len(got) != 1 {
+		t.Errorf("b's model got %d requests, want 1: the revoked key's queued run called it", len(got))
 	}
 }

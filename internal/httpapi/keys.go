@@ -107,8 +107,21 @@ func (s *server) listKeys(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]any{"keys": out})
 }
 
+// revokedKeyJSON is the answer to a revoke: the key, and what became of the runs it started.
+type revokedKeyJSON struct {
+	keyJSON
+	// RunsCancelled counts the key's queued, running and waiting runs cancelled or asked to cancel.
+	RunsCancelled int `json:"runs_cancelled"`
+	// RunsNotStopped, when set, says that some of the key's runs may go on, and why.
+	RunsNotStopped string `json:"runs_not_stopped,omitempty"`
+}
+
+// revokeWait bounds the work of a revoke on the key's runs: a key may have started many.
+const revokeWait = 30 * time.Second
+
 // revokeKey answers DELETE /v1/keys/{id} (admins): the key stops working at once, with its sign-ins and
-// the runs it started.
+// the runs it started. The key is revoked once the answer is 200, even when some of its runs could not
+// be asked to stop (runs_not_stopped): revoking it again asks them again.
 func (s *server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 	if err := s.adminOnly(r); err != nil {
 		return err
@@ -126,8 +139,14 @@ func (s *server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 	// What the key started stops spending with it, on every instance: its running runs are cancelled
 	// (their answers so far kept) and its queued ones never start. The revoke is committed: a client
 	// that goes away now must not leave them running.
-	s.Chat.CancelKey(context.WithoutCancel(r.Context()), k.User, k.ID, "the API key that started the run was revoked")
-	return writeJSON(w, http.StatusOK, keyOf(k))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), revokeWait)
+	defer cancel()
+	out := revokedKeyJSON{keyJSON: keyOf(k)}
+	out.RunsCancelled, err = s.Chat.CancelKey(ctx, k.User, k.ID, "the API key that started the run was revoked")
+	if err != nil { // logged by CancelKey, each run's failure with its run
+		out.RunsNotStopped = "the key is revoked, but some of the runs it started could not be asked to stop and may go on; revoke the key again to retry"
+	}
+	return writeJSON(w, http.StatusOK, out)
 }
 
 func (s *server) adminOnly(r *http.Request) error {

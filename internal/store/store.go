@@ -499,8 +499,9 @@ type Store interface {
 	// API key: to cancel them when it is revoked.
 	AwaitingRuns(ctx context.Context, keyID string) ([]Run, error)
 	// ActiveRunsOfKey returns up to limit of the user's queued and running runs started with the API key
-	// keyID, with UserID and Request, on whichever instance they run: to cancel them when the key is
-	// revoked. The queued ones come first, then the running ones, each by id; after, the last run of the
+	// keyID, on whichever instance they run: to cancel them when the key is revoked. Each has only its
+	// ID, SessionID, UserID, KeyID and Status (no request, no usage), and a page costs about its own
+	// runs, not every active run of the key. The queued ones come first, then the running ones, each by id; after, the last run of the
 	// previous page (nil for the first), is where the page starts, so that a caller reads them all by
 	// pages of a bounded size. A run that starts between two pages may be listed twice (queued, then
 	// running), never missed.

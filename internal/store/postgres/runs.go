@@ -53,11 +53,12 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 		`WHERE r.status IN ('queued', 'running') ORDER BY r.created_at, r.id`
 	awaitingSQL = `SELECT ` + runColumns + `, r.user_id, r.request` + runJoins +
 		`WHERE r.status = 'awaiting_approval' AND ($1 = '' OR r.key_id = $1) ORDER BY r.created_at, r.id`
-	// keyRunsSQL pages through a key's active runs (runs_active_by_key): 'queued' sorts before
-	// 'running', so the queued ones come first.
-	keyRunsSQL = `SELECT ` + runColumns + `, r.user_id, r.request` + runJoins +
-		`WHERE r.key_id = $2 AND r.user_id = $1 AND r.status IN ('running', 'queued') AND (r.status, r.id) > ($3, $4)
-ORDER BY r.status, r.id LIMIT $5`
+	// keyRunsSQL pages through a key's active runs, only what a cancel needs: runs_active_by_key
+	// (key_id, status, id) hands them in order from where the page starts, so that a page costs its own
+	// rows, not every active run of the key. 'queued' sorts before 'running': the queued ones come first.
+	keyRunsSQL = `SELECT id, session_id, user_id, key_id, status FROM runs
+WHERE key_id = $2 AND status IN ('running', 'queued') AND (status, id) > ($3, $4) AND user_id = $1
+ORDER BY status, id LIMIT $5`
 	runningInSQL = `SELECT id FROM runs WHERE session_id = $1 AND user_id = $2 AND status IN ('running', 'awaiting_approval')`
 	keyTakenSQL  = `SELECT EXISTS (SELECT 1 FROM runs WHERE user_id = $1 AND idempotency_key = $2)`
 
@@ -406,13 +407,29 @@ func (db *DB) AwaitingRuns(ctx context.Context, keyID string) ([]store.Run, erro
 }
 
 // ActiveRunsOfKey returns a page of the user's queued and running runs started with keyID, the queued
-// ones first.
+// ones first: their ids, sessions, users, keys and statuses.
 func (db *DB) ActiveRunsOfKey(ctx context.Context, user, keyID string, after *store.Run, limit int) ([]store.Run, error) {
 	var status, id string
 	if after != nil {
 		status, id = after.Status, after.ID
 	}
-	return db.runsAcrossUsers(ctx, "active runs of key", keyRunsSQL, user, keyID, status, id, limit)
+	rows, err := db.pool.QueryContext(ctx, keyRunsSQL, user, keyID, status, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: active runs of key: %w", err)
+	}
+	defer rows.Close()
+	var runs []store.Run
+	for rows.Next() {
+		var r store.Run
+		if err := rows.Scan(&r.ID, &r.SessionID, &r.UserID, &r.KeyID, &r.Status); err != nil {
+			return nil, fmt.Errorf("postgres: active runs of key: %w", err)
+		}
+		runs = append(runs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: active runs of key: %w", err)
+	}
+	return runs, nil
 }
 
 // runsAcrossUsers reads the runs of query, of every user, with their user ids and requests.

@@ -44,8 +44,10 @@ FROM sessions WHERE id = $2 AND user_id = $3`
 	lastEventSeqSQL = `SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = $1`
 
 	// keyRunsSQL pages through a key's active runs among its user's (runs_active_by_user, whose
-	// condition it repeats): 'queued' sorts before 'running', so the queued ones come first.
-	keyRunsSQL = `SELECT ` + runColumns + `, user_id, request FROM runs
+	// condition it repeats), only what a cancel needs: 'queued' sorts before 'running', so the queued
+	// ones come first. A page reads the user's active runs, the few one user has; on SQLite only the
+	// contract and chatd keys revoke read it (one process runs every run, and cancels them as live).
+	keyRunsSQL = `SELECT id, session_id, user_id, key_id, status FROM runs
 WHERE user_id = $1 AND status IN ('running', 'queued') AND key_id = $2 AND (status, id) > ($3, $4)
 ORDER BY status, id LIMIT $5`
 
@@ -316,13 +318,29 @@ func (db *DB) AwaitingRuns(ctx context.Context, keyID string) ([]store.Run, erro
 }
 
 // ActiveRunsOfKey returns a page of the user's queued and running runs started with keyID, the queued
-// ones first.
+// ones first: their ids, sessions, users, keys and statuses.
 func (db *DB) ActiveRunsOfKey(ctx context.Context, user, keyID string, after *store.Run, limit int) ([]store.Run, error) {
 	var status, id string
 	if after != nil {
 		status, id = after.Status, after.ID
 	}
-	return db.runsAcrossUsers(ctx, "active runs of key", keyRunsSQL, user, keyID, status, id, limit)
+	var runs []store.Run
+	err := db.read(ctx, "active runs of key", func(tx txn) error {
+		rows, err := tx.QueryContext(ctx, keyRunsSQL, user, keyID, status, id, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r store.Run
+			if err := rows.Scan(&r.ID, &r.SessionID, &r.UserID, &r.KeyID, &r.Status); err != nil {
+				return err
+			}
+			runs = append(runs, r)
+		}
+		return rows.Err()
+	})
+	return runs, err
 }
 
 // runsAcrossUsers reads the runs of query, of every user, with their user ids and requests.

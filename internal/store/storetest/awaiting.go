@@ -328,6 +328,12 @@ func testActiveRunsOfKey(t *testing.T, s store.Store) {
 				if r.KeyID != key || r.UserID != user {
 					t.Errorf("ActiveRunsOfKey(%q) lists run %s of user %q, key %q", key, r.ID, r.UserID, r.KeyID)
 				}
+				if want := slices.Contains(runningOnes, r.ID) || r.ID == other; (r.Status == store.RunRunning) != want || r.SessionID == "" {
+					t.Errorf("ActiveRunsOfKey(%q) lists run %s as %q of session %q", key, r.ID, r.Status, r.SessionID)
+				}
+				if r.Request != nil {
+					t.Errorf("ActiveRunsOfKey(%q) read run %s's request: what a cancel does not need", key, r.ID)
+				}
 				got = append(got, r.ID)
 			}
 			if len(runs) < limit {
