@@ -49,10 +49,13 @@ type observer struct {
 	// its commit (see gate.go); abandoned says the commit failed and the run is dropped.
 	gate      *gate
 	abandoned bool
-	// kept are the session's records as the run knows them: all it started with, then each it stored
-	// (keep); nil once one is missing. created is the session's CreatedAt, which names them. The run's
-	// end hands them to remember, for the session's next run here, which may then start early.
+	// kept and stored are the session's records as the run knows them: kept, all it started with (its
+	// history's array, shared and never appended to, so that a run of a long session holds no second
+	// copy of it), then stored, each it stored (keep); both nil once one is missing. created is the
+	// session's CreatedAt, which names them. The run's end joins them for remember, for the session's
+	// next run here, which may then start early.
 	kept     []store.Record
+	stored   []store.Record
 	created  time.Time
 	remember func(user, session string, created time.Time, records []store.Record)
 	// checkKey, until the loop first passes ready, reads the run's API key again from the store and
@@ -495,9 +498,15 @@ func (o *observer) added(rec *store.Record) {
 // unless the run lost track of them: before the readers learn of the end, since a client's next message
 // may start early on them.
 func (o *observer) rememberKept() {
-	if o.kept != nil && !o.created.IsZero() {
-		o.remember(o.p.user, o.run.SessionID, o.created, slices.Clip(o.kept))
+	if o.kept == nil || o.created.IsZero() {
+		return
 	}
+	all := o.kept
+	if len(o.stored) > 0 {
+		all = make([]store.Record, 0, len(o.kept)+len(o.stored))
+		all = append(append(all, o.kept...), o.stored...)
+	}
+	o.remember(o.p.user, o.run.SessionID, o.created, slices.Clip(all))
 }
 
 // keep adds records the run stored to the session's records as it knows them. A record whose Seq is
@@ -505,11 +514,15 @@ func (o *observer) rememberKept() {
 // knowing them no longer, and keeping nothing.
 func (o *observer) keep(recs ...store.Record) {
 	for _, r := range recs {
-		if n := len(o.kept); n == 0 || r.Seq != o.kept[n-1].Seq+1 {
-			o.kept = nil
+		last := o.kept
+		if len(o.stored) > 0 {
+			last = o.stored
+		}
+		if n := len(last); n == 0 || r.Seq != last[n-1].Seq+1 {
+			o.kept, o.stored = nil, nil
 			return
 		}
-		o.kept = append(o.kept, r)
+		o.stored = append(o.stored, r)
 	}
 }
 

@@ -197,8 +197,16 @@ func EncodeParsed(r *Record) ([]byte, error) {
 	if r.SuggestedValues == nil && r.SuggestedActions == nil && r.Payloads == nil && r.RawContent == "" {
 		return nil, nil
 	}
-	return json.Marshal(Parsed{SuggestedValues: r.SuggestedValues, SuggestedActions: r.SuggestedActions,
-		Payloads: r.Payloads, RawContent: r.RawContent})
+	// Without HTML escaping: the bytes stored are the bytes the run that stored them keeps (a payload's
+	// Data goes to a model as it is; its next run here and a run reading the store must send the same).
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(Parsed{SuggestedValues: r.SuggestedValues, SuggestedActions: r.SuggestedActions,
+		Payloads: r.Payloads, RawContent: r.RawContent}); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // DecodeParsed sets r's fields from its parsed column (nil: none).

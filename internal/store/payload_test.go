@@ -46,3 +46,22 @@ func BenchmarkDescribeJSON(b *testing.B) {
 		store.DescribeJSON(data)
 	}
 }
+
+// TestParsedKeepsBytes: a record's parsed fields come back from the store byte for byte — HTML
+// characters included — as the run that stored them keeps them.
+func TestParsedKeepsBytes(t *testing.T) {
+	data := json.RawMessage(`{"table":"a<b>&c","n":1}`)
+	r := &store.Record{Payloads: []store.Payload{{ID: "p1", Type: "t", Data: data, Source: "marker"}},
+		SuggestedValues: json.RawMessage(`{"x":"<y>"}`)}
+	b, err := store.EncodeParsed(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got store.Record
+	if err := store.DecodeParsed(&got, b); err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Payloads[0].Data) != string(data) || string(got.SuggestedValues) != `{"x":"<y>"}` {
+		t.Errorf("stored %s; read back data %s, suggested values %s", b, got.Payloads[0].Data, got.SuggestedValues)
+	}
+}
