@@ -67,9 +67,7 @@ func (g *gate) committed() bool {
 var errAbandoned = errors.New("the run was not stored")
 
 // startsEarly reports whether the planned run may call its model before it is stored: a new session's
-// first message (its whole history is that message) in a session chatd names, sent without an idempotency key (retries of one
-// key sent at once must not reach the model more than once) by a sender whose limits need no count in
-// the store's transaction (those are checked with the run, and a refused run must not reach the model).
+// first message (its whole history is that message) in a session chatd names, a plain send (plain).
 func (p *plan) startsEarly(key string) bool {
 	// Only a session whose id chatd made: one the client names may be taken (by its other send, or by
 	// another user), and every send that lost would have cost a model call.
