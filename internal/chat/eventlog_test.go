@@ -76,19 +76,7 @@ func BenchmarkEventLog(b *testing.B) {
 // TestEventLogWritesEveryEventOnce: events emitted while batches are written are all stored, once, in
 // order.
 func TestEventLogWritesEveryEventOnce(t *testing.T) {
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	sess := &store.Session{Agent: "default"}
-	if err := db.CreateSession(t.Context(), "u", sess); err != nil {
-		t.Fatal(err)
-	}
-	sr := &store.Run{SessionID: sess.ID}
-	if err := db.CreateRun(t.Context(), "u", sr, nil); err != nil {
-		t.Fatal(err)
-	}
+	db, sess, sr := storedRun(t, 0)
 	l := newEventLog(db, time.Millisecond, slog.New(slog.DiscardHandler))
 	m := metrics.New()
 	l.metrics = m
@@ -135,19 +123,7 @@ func TestEventLogWritesEveryEventOnce(t *testing.T) {
 // that starts before the events the run keeps — from the start, or from a Last-Event-ID in the middle —
 // reads the dropped ones from the store, then the kept ones from the run, every event once and in order.
 func TestFollowerReadsDroppedEventsFromStore(t *testing.T) {
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	sess := &store.Session{Agent: "default"}
-	if err := db.CreateSession(t.Context(), "u", sess); err != nil {
-		t.Fatal(err)
-	}
-	sr := &store.Run{SessionID: sess.ID, ReservedSeq: 10000}
-	if err := db.CreateRun(t.Context(), "u", sr, nil); err != nil {
-		t.Fatal(err)
-	}
+	db, sess, sr := storedRun(t, 10000)
 	// The log writes when hurried only: what is emitted after the hurry stays in memory.
 	l := newEventLog(db, time.Hour, slog.New(slog.DiscardHandler))
 	defer l.close()
@@ -205,19 +181,7 @@ func TestFollowerReadsDroppedEventsFromStore(t *testing.T) {
 // TestStoredEventsStayForReadersBehind: a stored event leaves the run's memory only once every reader
 // following the run was given it.
 func TestStoredEventsStayForReadersBehind(t *testing.T) {
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chatd.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	sess := &store.Session{Agent: "default"}
-	if err := db.CreateSession(t.Context(), "u", sess); err != nil {
-		t.Fatal(err)
-	}
-	sr := &store.Run{SessionID: sess.ID, ReservedSeq: 1000}
-	if err := db.CreateRun(t.Context(), "u", sr, nil); err != nil {
-		t.Fatal(err)
-	}
+	db, sess, sr := storedRun(t, 1000)
 	l := newEventLog(db, time.Hour, slog.New(slog.DiscardHandler)) // it writes when hurried
 	defer l.close()
 	r := newRun(sr.ID, "u", &plan{agentNm: "default", model: "m", session: sess}, l)
@@ -265,19 +229,7 @@ func BenchmarkEmitToReader(b *testing.B) {
 			name = "log=on"
 		}
 		b.Run(name, func(b *testing.B) {
-			db, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "chatd.db"), sqlite.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
-			sess := &store.Session{Agent: "default"}
-			if err := db.CreateSession(b.Context(), "u", sess); err != nil {
-				b.Fatal(err)
-			}
-			sr := &store.Run{SessionID: sess.ID, ReservedSeq: reserveAhead}
-			if err := db.CreateRun(b.Context(), "u", sr, nil); err != nil {
-				b.Fatal(err)
-			}
+			db, sess, sr := storedRun(b, reserveAhead)
 			var l *eventLog
 			if on {
 				l = newEventLog(db, DefaultFlushInterval, slog.New(slog.DiscardHandler))
@@ -336,4 +288,24 @@ func waitPersisted(tb testing.TB, r *Run, n int64) {
 			tb.Fatalf("the event log did not write %d events within a minute", n)
 		}
 	}
+}
+
+// storedRun opens a SQLite file closed with tb, and stores a session of user "u" with a run in it
+// holding reserved event numbers.
+func storedRun(tb testing.TB, reserved int64) (*sqlite.DB, *store.Session, *store.Run) {
+	tb.Helper()
+	db, err := sqlite.Open(tb.Context(), filepath.Join(tb.TempDir(), "chatd.db"), sqlite.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	sess := &store.Session{Agent: "default"}
+	if err := db.CreateSession(tb.Context(), "u", sess); err != nil {
+		tb.Fatal(err)
+	}
+	sr := &store.Run{SessionID: sess.ID, ReservedSeq: reserved}
+	if err := db.CreateRun(tb.Context(), "u", sr, nil); err != nil {
+		tb.Fatal(err)
+	}
+	return db, sess, sr
 }
