@@ -220,7 +220,7 @@ func TestBrowserApproval(t *testing.T) {
 	tb.open("/c/" + id)
 	tb.wait("the waiting calls after a reload", `document.querySelectorAll('[data-testid="approval"] [data-testid="approve"]').length === 2`)
 	tb.do("deny the Tokyo call", chromedp.Click(chromedp.CSS(`[data-tool-call-id$="_tokyo"] [data-testid="deny"]`)))
-	tb.do("say why", chromedp.SendKeys(chromedp.CSS(`[data-tool-call-id$="_tokyo"] [data-testid="approval-deny-reason"]`), "Tokyo can wait."))
+	tb.typeIn("say why", `[data-tool-call-id$="_tokyo"] [data-testid="approval-deny-reason"]`, "Tokyo can wait.")
 	tb.do("confirm the denial", chromedp.Click(chromedp.CSS(`[data-tool-call-id$="_tokyo"] [data-testid="deny-confirm"]`)))
 	tb.do("approve the Paris call", chromedp.Click(chromedp.CSS(`[data-tool-call-id$="_paris"] [data-testid="approve"]`)))
 	tb.waitAnswer("That is the end of the answer.")

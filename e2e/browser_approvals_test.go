@@ -83,10 +83,7 @@ func TestBrowserAskUser(t *testing.T) {
 	}
 	tb.screenshot("22-ask-user")
 	setControlled(tb, `[data-testid="question-form"] select`, "Tokyo")
-	// Focused by the page and typed as key events: chromedp's SendKeys races with the DOM events of a
-	// form that re-renders (see TestBrowserElicitation).
-	tb.do("answer the second question", chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-testid="question-form"] input').focus()`),
-		chromedp.KeyEvent("3"))
+	tb.typeIn("answer the second question", `[data-testid="question-form"] input`, "3")
 	tb.wait("Answer enabled", `!document.querySelector('[data-testid="answer"]').disabled`)
 	clickJS(tb, "send the answers", `[data-testid="answer"]`)
 	tb.waitAnswer("Booked, as you answered")

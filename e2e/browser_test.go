@@ -192,15 +192,21 @@ func (tb *tab) open(path string) {
 	tb.wait("the composer", `!!document.querySelector('[data-testid="composer-input"]')`)
 }
 
+// typeIn waits for the element sel, has the page focus it, and types text into it as key events
+// ("\r" is Enter). Not chromedp's SendKeys: it reads the node's attributes without their lock while
+// the page's DOM events change them, a data race in chromedp that the race build reports whenever the
+// page re-renders the field (CI saw it in the elicitation form and in the session list's rename).
+func (tb *tab) typeIn(what, sel, text string) {
+	tb.t.Helper()
+	tb.wait(what+": focus "+sel, fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.focus(); return document.activeElement === e; })()`, sel))
+	tb.do(what, chromedp.KeyEvent(text))
+}
+
 // send types a message and sends it with Enter.
 func (tb *tab) send(text string) {
 	tb.t.Helper()
 	tb.wait("an idle composer", `!document.querySelector('[data-testid="stop"]')`)
-	tb.do("type "+text,
-		chromedp.Click(chromedp.CSS(`[data-testid="composer-input"]`)),
-		chromedp.SendKeys(chromedp.CSS(`[data-testid="composer-input"]`), text),
-		chromedp.KeyEvent("\r"),
-	)
+	tb.typeIn("type "+text, `[data-testid="composer-input"]`, text+"\r")
 	tb.wait("the message "+text, fmt.Sprintf(`[...document.querySelectorAll('[data-testid="message"][data-role="user"]')].some(m => m.innerText.includes(%q))`, text))
 }
 
@@ -436,8 +442,8 @@ func TestBrowserUI(t *testing.T) {
 		item := fmt.Sprintf(`[data-testid="session-item"][data-session-id=%q]`, second)
 		tb.do("rename", chromedp.Click(chromedp.CSS(item+` [data-testid="session-rename"]`)))
 		tb.wait("the rename field", `!!document.querySelector('[data-testid="session-rename-input"]')`)
-		tb.do("type the new title", chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-testid="session-rename-input"]').select()`),
-			chromedp.SendKeys(chromedp.CSS(`[data-testid="session-rename-input"]`), "Renamed by the browser test\r"))
+		tb.do("select the old title", chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-testid="session-rename-input"]').select()`))
+		tb.typeIn("type the new title", `[data-testid="session-rename-input"]`, "Renamed by the browser test\r")
 		tb.wait("the new title", fmt.Sprintf(`document.querySelector('%s [data-testid="session-title"]')?.innerText === "Renamed by the browser test"`, item))
 		// The list shows the title while its PATCH may still be on its way.
 		var sess struct{ Title string }
@@ -621,11 +627,8 @@ func createKey(t *testing.T, bin, db, user string) string {
 func (tb *tab) signIn(key string) {
 	tb.t.Helper()
 	tb.wait("the sign-in form", `!!document.querySelector('[data-testid="signin-form"]') && !document.querySelector('[data-testid="signin-key"]').disabled`)
-	tb.do("enter the key",
-		chromedp.Click(chromedp.CSS(`[data-testid="signin-key"]`)),
-		chromedp.SendKeys(chromedp.CSS(`[data-testid="signin-key"]`), key),
-		chromedp.Click(chromedp.CSS(`[data-testid="signin-submit"]`)),
-	)
+	tb.typeIn("enter the key", `[data-testid="signin-key"]`, key)
+	tb.do("submit the key", chromedp.Click(chromedp.CSS(`[data-testid="signin-submit"]`)))
 }
 
 // TestBrowserSignIn signs in to a chatd that has an API key, as its web UI's users do: the key is
@@ -698,11 +701,7 @@ func signInFlow(t *testing.T, base, key string) {
 	}
 	tb.do("new chat", chromedp.Click(chromedp.CSS(`[data-testid="new-chat"]`)))
 	tb.wait("an empty chat", `!document.querySelector('[data-testid="message"]')`)
-	tb.do("send after the sign-in ended",
-		chromedp.Click(chromedp.CSS(`[data-testid="composer-input"]`)),
-		chromedp.SendKeys(chromedp.CSS(`[data-testid="composer-input"]`), "browser-second: the second chat"),
-		chromedp.KeyEvent("\r"),
-	)
+	tb.typeIn("send after the sign-in ended", `[data-testid="composer-input"]`, "browser-second: the second chat\r")
 	tb.wait("the sign-in form after a 401", signInForm)
 	tb.screenshot("signin-04-lapsed")
 	tb.signIn(key)

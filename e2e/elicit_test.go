@@ -165,10 +165,7 @@ func TestBrowserElicitation(t *testing.T) {
 	id := tb.sessionID()
 	tb.open("/c/" + id)
 	tb.wait("the question's form after a reload", form+` && !!document.querySelector("`+name+`")`)
-	// Typed as key events into the field focused by the page itself: chromedp's SendKeys reads the
-	// node's attributes while its DOM events change them (a data race in chromedp, seen here as the form
-	// re-renders).
-	tb.do("type a name", chromedp.Evaluate[chromedp.Void](`document.querySelector("`+name+`").focus()`), chromedp.KeyEvent("Ada Lovelace"))
+	tb.typeIn("type a name", name, "Ada Lovelace")
 	tb.do("submit", chromedp.Click(chromedp.CSS(`[data-testid="elicitation-submit"]`)))
 	tb.waitAnswer("Thanks: the server has your details.")
 	tb.wait("the form decided", `[...document.querySelectorAll('[data-testid="elicitation"]')].some(e => e.dataset.state === "decided" && e.textContent.includes("You answered."))`)
