@@ -333,13 +333,17 @@ func selectRecords(ctx context.Context, tx *sql.Tx, user, sessionID string, afte
 	}
 	defer rows.Close()
 	recs := make([]store.Record, 0, min(size, 100_000))
+	var sc recordScanner // one set of scan destinations for every row
+	dest := sc.dest()
 	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		r.SessionID = sessionID
-		recs = append(recs, r)
+		recs = append(recs, store.Record{})
+		if err := sc.record(&recs[len(recs)-1]); err != nil {
+			return nil, err
+		}
+		recs[len(recs)-1].SessionID = sessionID
 	}
 	return recs, rows.Err()
 }
@@ -368,52 +372,64 @@ func addToolCalls(ctx context.Context, tx *sql.Tx, user, sessionID string, after
 	return rows.Err()
 }
 
-// scanRecord reads one row of selectRecordsSQL; NULL columns become nil or "".
-func scanRecord(rows *sql.Rows) (store.Record, error) {
-	var r store.Record
-	var runID, parentID, toolCallID, through, retracts sql.NullString
-	var attachments, payload, usage, replay, parsed []byte
-	var success sql.NullBool
-	var duration sql.NullInt64
-	err := rows.Scan(&r.ID, &r.Seq, &runID, &r.Role, &r.Content, &attachments, &r.Reasoning, &parentID,
-		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &r.CreatedAt,
-		&replay, &through, &retracts, &parsed)
-	if err != nil {
-		return r, err
+// recordScanner holds the columns of one row of selectRecordsSQL, so that one set of scan
+// destinations serves every row of a query.
+type recordScanner struct {
+	id, role, content, reasoning, name, model, finish string
+	seq                                               int64
+	created                                           time.Time
+	runID, parentID, toolCallID, through, retracts    sql.NullString
+	usage                                             sql.NullString
+	attachments, payload, replay, parsed              []byte
+	success                                           sql.NullBool
+	duration                                          sql.NullInt64
+}
+
+// dest is what rows.Scan reads a row of selectRecordsSQL into. database/sql gives each []byte
+// column a copy of its own, so a record may keep it.
+func (sc *recordScanner) dest() []any {
+	return []any{&sc.id, &sc.seq, &sc.runID, &sc.role, &sc.content, &sc.attachments, &sc.reasoning, &sc.parentID,
+		&sc.toolCallID, &sc.name, &sc.success, &sc.duration, &sc.payload, &sc.model, &sc.finish, &sc.usage, &sc.created,
+		&sc.replay, &sc.through, &sc.retracts, &sc.parsed}
+}
+
+// record fills in r (a zero Record) from the row last scanned; NULL columns become nil or "".
+func (sc *recordScanner) record(r *store.Record) error {
+	r.ID, r.Seq, r.Role, r.Content, r.Reasoning, r.Name = sc.id, sc.seq, sc.role, sc.content, sc.reasoning, sc.name
+	r.Model, r.FinishReason = sc.model, sc.finish
+	r.RunID, r.ParentID, r.ToolCallID = sc.runID.String, sc.parentID.String, sc.toolCallID.String
+	r.SummaryThrough, r.Retracts = sc.through.String, sc.retracts.String
+	r.CreatedAt = sc.created.UTC()
+	if sc.success.Valid {
+		r.Success = new(sc.success.Bool)
 	}
-	r.RunID, r.ParentID, r.ToolCallID = runID.String, parentID.String, toolCallID.String
-	r.SummaryThrough, r.Retracts = through.String, retracts.String
-	r.CreatedAt = r.CreatedAt.UTC()
-	if success.Valid {
-		r.Success = &success.Bool
+	if sc.duration.Valid {
+		r.DurationMS = new(sc.duration.Int64)
 	}
-	if duration.Valid {
-		r.DurationMS = &duration.Int64
+	if sc.payload != nil {
+		r.Payload = json.RawMessage(sc.payload)
 	}
-	if payload != nil {
-		r.Payload = json.RawMessage(payload)
-	}
-	if attachments != nil {
-		if err := json.Unmarshal(attachments, &r.Attachments); err != nil {
-			return r, fmt.Errorf("record %s: attachments: %w", r.ID, err)
+	if sc.attachments != nil {
+		if err := json.Unmarshal(sc.attachments, &r.Attachments); err != nil {
+			return fmt.Errorf("record %s: attachments: %w", r.ID, err)
 		}
 	}
-	if err := store.DecodeParsed(&r, parsed); err != nil {
-		return r, fmt.Errorf("record %s: parsed: %w", r.ID, err)
+	if err := store.DecodeParsed(r, sc.parsed); err != nil {
+		return fmt.Errorf("record %s: parsed: %w", r.ID, err)
 	}
-	if replay != nil {
+	if sc.replay != nil {
 		r.Replay = new(store.Replay)
-		if err := json.Unmarshal(replay, r.Replay); err != nil {
-			return r, fmt.Errorf("record %s: replay: %w", r.ID, err)
+		if err := json.Unmarshal(sc.replay, r.Replay); err != nil {
+			return fmt.Errorf("record %s: replay: %w", r.ID, err)
 		}
 	}
-	if usage != nil {
+	if sc.usage.Valid {
 		r.Usage = new(store.Usage)
-		if err := json.Unmarshal(usage, r.Usage); err != nil {
-			return r, fmt.Errorf("record %s: usage: %w", r.ID, err)
+		if err := store.DecodeUsage(sc.usage.String, r.Usage); err != nil {
+			return fmt.Errorf("record %s: usage: %w", r.ID, err)
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // newID is a new record's id: a UUIDv7, ordered by time.

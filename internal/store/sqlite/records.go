@@ -46,7 +46,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`
 	lastUserRecordSQL = `SELECT EXISTS (SELECT 1 FROM records r WHERE r.id = $1 AND r.session_id = $2 AND r.role = 'user'
 AND NOT EXISTS (SELECT 1 FROM records n WHERE n.session_id = r.session_id AND n.role = 'user' AND n.seq > r.seq))`
 
-	sessionExistsSQL = `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND user_id = $2)`
+	sessionSizeSQL = `SELECT last_seq FROM sessions WHERE id = $1 AND user_id = $2`
 
 	selectRecordsSQL = `SELECT id, seq, run_id, role, content, attachments, reasoning, parent_id, tool_call_id,
 name, success, duration_ms, payload, model, finish_reason, usage, created_at, replay, summary_through, retracts, parsed
@@ -253,7 +253,7 @@ func (db *DB) Transcript(ctx context.Context, user, sessionID string) (*store.Tr
 			return err
 		}
 		t.Session = *s
-		if t.Records, err = loadRecords(ctx, tx, user, sessionID, 0); err != nil {
+		if t.Records, err = loadRecords(ctx, tx, user, sessionID, 0, s.LastSeq); err != nil {
 			return err
 		}
 		err = tx.QueryRowContext(ctx, runningInSQL, sessionID, user).Scan(&t.RunningRunID)
@@ -277,15 +277,15 @@ func (db *DB) Records(ctx context.Context, user, sessionID string) ([]store.Reco
 func (db *DB) RecordsAfter(ctx context.Context, user, sessionID string, after int64) ([]store.Record, error) {
 	var recs []store.Record
 	err := db.read(ctx, "records", func(tx txn) error {
-		var ok bool
-		if err := tx.QueryRowContext(ctx, sessionExistsSQL, sessionID, user).Scan(&ok); err != nil {
-			return err
-		}
-		if !ok {
+		var n int64
+		err := tx.QueryRowContext(ctx, sessionSizeSQL, sessionID, user).Scan(&n)
+		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("session", sessionID)
 		}
-		var err error
-		recs, err = loadRecords(ctx, tx, user, sessionID, after)
+		if err != nil {
+			return err
+		}
+		recs, err = loadRecords(ctx, tx, user, sessionID, after, max(n-after, 0))
 		return err
 	})
 	if err != nil {
@@ -294,29 +294,37 @@ func (db *DB) RecordsAfter(ctx context.Context, user, sessionID string, after in
 	return recs, nil
 }
 
-// loadRecords reads the session's records with Seq > after, oldest first, with their tool calls.
-func loadRecords(ctx context.Context, tx txn, user, sessionID string, after int64) ([]store.Record, error) {
-	recs, err := selectRecords(ctx, tx, user, sessionID, after)
+// loadRecords reads the session's records with Seq > after, oldest first, with their tool calls. size
+// is how many there are at most (the session's last Seq − after, read in the same transaction).
+func loadRecords(ctx context.Context, tx txn, user, sessionID string, after, size int64) ([]store.Record, error) {
+	recs, err := selectRecords(ctx, tx, user, sessionID, after, size)
 	if err != nil {
 		return nil, err
 	}
 	return recs, addToolCalls(ctx, tx, user, sessionID, after, recs)
 }
 
-func selectRecords(ctx context.Context, tx txn, user, sessionID string, after int64) ([]store.Record, error) {
+func selectRecords(ctx context.Context, tx txn, user, sessionID string, after, size int64) ([]store.Record, error) {
 	rows, err := tx.QueryContext(ctx, selectRecordsSQL, sessionID, user, after)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	recs := []store.Record{}
+	// One slice of the right size (a larger session grows it as usual) and one set of scan
+	// destinations for every row: a slice grown by doubling and the destinations of each row were more
+	// than half of what reading a history allocated (BenchmarkRecords).
+	recs := make([]store.Record, 0, min(size, 100_000))
+	var sc recordScanner
+	dest := sc.dest()
 	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		r.SessionID = sessionID
-		recs = append(recs, r)
+		recs = append(recs, store.Record{})
+		if err := sc.record(&recs[len(recs)-1]); err != nil {
+			return nil, err
+		}
+		recs[len(recs)-1].SessionID = sessionID
 	}
 	return recs, rows.Err()
 }
@@ -346,53 +354,62 @@ func addToolCalls(ctx context.Context, tx txn, user, sessionID string, after int
 	return rows.Err()
 }
 
-// scanRecord reads one row of selectRecordsSQL; NULL columns become nil or "".
-func scanRecord(rows *sql.Rows) (store.Record, error) {
-	var r store.Record
-	var runID, attachments, parentID, toolCallID, payload, usage, replay, through, retracts, parsed sql.NullString
-	var success sql.NullBool
-	var duration sql.NullInt64
-	var created int64
-	err := rows.Scan(&r.ID, &r.Seq, &runID, &r.Role, &r.Content, &attachments, &r.Reasoning, &parentID,
-		&toolCallID, &r.Name, &success, &duration, &payload, &r.Model, &r.FinishReason, &usage, &created, &replay, &through, &retracts, &parsed)
-	if err != nil {
-		return r, err
+// recordScanner holds the columns of one row of selectRecordsSQL, so that one set of scan
+// destinations serves every row of a query.
+type recordScanner struct {
+	id, role, content, reasoning, name, model, finish                                           string
+	runID, attachments, parentID, toolCallID, payload, usage, replay, through, retracts, parsed sql.NullString
+	seq, created                                                                                int64
+	success                                                                                     sql.NullBool
+	duration                                                                                    sql.NullInt64
+}
+
+// dest is what rows.Scan reads a row of selectRecordsSQL into.
+func (sc *recordScanner) dest() []any {
+	return []any{&sc.id, &sc.seq, &sc.runID, &sc.role, &sc.content, &sc.attachments, &sc.reasoning, &sc.parentID,
+		&sc.toolCallID, &sc.name, &sc.success, &sc.duration, &sc.payload, &sc.model, &sc.finish, &sc.usage, &sc.created,
+		&sc.replay, &sc.through, &sc.retracts, &sc.parsed}
+}
+
+// record fills in r (a zero Record) from the row last scanned; NULL columns become nil or "".
+func (sc *recordScanner) record(r *store.Record) error {
+	r.ID, r.Seq, r.Role, r.Content, r.Reasoning, r.Name = sc.id, sc.seq, sc.role, sc.content, sc.reasoning, sc.name
+	r.Model, r.FinishReason = sc.model, sc.finish
+	r.RunID, r.ParentID, r.ToolCallID = sc.runID.String, sc.parentID.String, sc.toolCallID.String
+	r.SummaryThrough, r.Retracts = sc.through.String, sc.retracts.String
+	r.CreatedAt = fromMicros(sc.created)
+	if sc.success.Valid {
+		r.Success = new(sc.success.Bool)
 	}
-	r.RunID, r.ParentID, r.ToolCallID = runID.String, parentID.String, toolCallID.String
-	r.SummaryThrough, r.Retracts = through.String, retracts.String
-	r.CreatedAt = fromMicros(created)
-	if success.Valid {
-		r.Success = &success.Bool
+	if sc.duration.Valid {
+		r.DurationMS = new(sc.duration.Int64)
 	}
-	if duration.Valid {
-		r.DurationMS = &duration.Int64
+	if sc.payload.Valid {
+		r.Payload = json.RawMessage(sc.payload.String)
 	}
-	if payload.Valid {
-		r.Payload = json.RawMessage(payload.String)
-	}
-	if attachments.Valid {
-		if err := json.Unmarshal([]byte(attachments.String), &r.Attachments); err != nil {
-			return r, fmt.Errorf("record %s: attachments: %w", r.ID, err)
+	if sc.attachments.Valid {
+		if err := json.Unmarshal([]byte(sc.attachments.String), &r.Attachments); err != nil {
+			return fmt.Errorf("record %s: attachments: %w", r.ID, err)
 		}
 	}
-	if parsed.Valid {
-		if err := store.DecodeParsed(&r, []byte(parsed.String)); err != nil {
-			return r, fmt.Errorf("record %s: parsed: %w", r.ID, err)
+	if sc.parsed.Valid {
+		if err := store.DecodeParsed(r, []byte(sc.parsed.String)); err != nil {
+			return fmt.Errorf("record %s: parsed: %w", r.ID, err)
 		}
 	}
-	if replay.Valid {
+	if sc.replay.Valid {
 		r.Replay = new(store.Replay)
-		if err := json.Unmarshal([]byte(replay.String), r.Replay); err != nil {
-			return r, fmt.Errorf("record %s: replay: %w", r.ID, err)
+		if err := json.Unmarshal([]byte(sc.replay.String), r.Replay); err != nil {
+			return fmt.Errorf("record %s: replay: %w", r.ID, err)
 		}
 	}
-	if usage.Valid {
+	if sc.usage.Valid {
 		r.Usage = new(store.Usage)
-		if err := json.Unmarshal([]byte(usage.String), r.Usage); err != nil {
-			return r, fmt.Errorf("record %s: usage: %w", r.ID, err)
+		if err := store.DecodeUsage(sc.usage.String, r.Usage); err != nil {
+			return fmt.Errorf("record %s: usage: %w", r.ID, err)
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // newID is a new record's id: a UUIDv7, ordered by time.
