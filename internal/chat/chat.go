@@ -251,9 +251,12 @@ type Service struct {
 	titleCtx   context.Context
 	stopTitles context.CancelFunc
 
-	mu      sync.Mutex
-	runs    map[string]*Run // live runs (queued or running) by id
-	closing bool
+	mu   sync.Mutex
+	runs map[string]*Run // live runs (queued or running) by id
+	// inSession are the live runs of each session (runs by session id): a send asks whether its
+	// session is busy here, or how many runs it has queued, without reading every live run.
+	inSession map[string][]*Run
+	closing   bool
 
 	queues *sessionQueues // the runs waiting for their session's running run
 	est    *estimator     // token estimates, kept between runs
@@ -307,7 +310,7 @@ func New(opts Options) *Service {
 		}
 	}
 	opts.Agents = agents
-	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{},
+	s := &Service{opts: opts, log: opts.Logger, runs: map[string]*Run{}, inSession: map[string][]*Run{},
 		est: newEstimator(), hist: newHistories(int64(max(opts.Limits.HistoryBytes, 0))), payloadTypes: payloadTypes,
 		approvals: approvals, expiries: map[string]*time.Timer{}}
 	s.queues = newSessionQueues(s.startQueued, s.finishQueued, opts.Logger)

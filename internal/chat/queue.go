@@ -194,8 +194,8 @@ func (s *Service) admitQueued(run *Run, limit int) error {
 	}
 	if limit > 0 {
 		n := 0
-		for _, r := range s.runs {
-			if r.SessionID == run.SessionID && r.Status() == store.RunQueued {
+		for _, r := range s.inSession[run.SessionID] {
+			if r.Status() == store.RunQueued {
 				n++
 			}
 		}
@@ -204,7 +204,7 @@ func (s *Service) admitQueued(run *Run, limit int) error {
 				Message: fmt.Sprintf("session %s already has %d messages waiting behind its active run, the limit; wait for them, or cancel some", run.SessionID, n)}
 		}
 	}
-	s.runs[run.ID] = run
+	s.track(run)
 	return nil
 }
 

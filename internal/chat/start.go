@@ -550,9 +550,28 @@ func (s *Service) admit(run *Run) error {
 	if s.closing {
 		return errClosing()
 	}
-	s.runs[run.ID] = run
+	s.track(run)
 	s.wg.Add(1)
 	return nil
+}
+
+// track makes run live: s.runs and s.inSession hold it until retire. The caller holds s.mu.
+func (s *Service) track(run *Run) {
+	if old := s.runs[run.ID]; old != nil && old != run {
+		s.untrack(old)
+	}
+	s.runs[run.ID] = run
+	s.inSession[run.SessionID] = append(s.inSession[run.SessionID], run)
+}
+
+// untrack takes run out of s.inSession. The caller holds s.mu.
+func (s *Service) untrack(run *Run) {
+	runs := slices.DeleteFunc(s.inSession[run.SessionID], func(r *Run) bool { return r == run })
+	if len(runs) == 0 {
+		delete(s.inSession, run.SessionID)
+	} else {
+		s.inSession[run.SessionID] = runs
+	}
 }
 
 // launch runs a stored run whose user message (first) is stored: it loads the history and executes the
@@ -656,6 +675,7 @@ func (s *Service) retire(run *Run) {
 	s.mu.Lock()
 	if s.runs[run.ID] == run {
 		delete(s.runs, run.ID)
+		s.untrack(run)
 	}
 	s.mu.Unlock()
 }
@@ -665,8 +685,8 @@ func (s *Service) retire(run *Run) {
 func (s *Service) busyHere(user, sessionID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, r := range s.runs {
-		if r.SessionID == sessionID && r.user == user && !r.hasEnded() {
+	for _, r := range s.inSession[sessionID] {
+		if r.user == user && !r.hasEnded() {
 			return true
 		}
 	}
