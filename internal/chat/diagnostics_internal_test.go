@@ -196,3 +196,28 @@ func TestCallLogCountsEverything(t *testing.T) {
 		t.Errorf("the run stores %d bytes; limits.diagnostics_bytes is %d", total, limit)
 	}
 }
+
+// BenchmarkCallLogStore1000 measures what storing one call's request costs a run for a conversation
+// of 1,000 messages (about 540 KB sent), the provider's own encoding of it not counted.
+func BenchmarkCallLogStore1000(b *testing.B) {
+	prov, err := openai.New(openai.Options{Name: "openai", BaseURL: "http://127.0.0.1:1/v1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &llm.Request{Model: "gpt-4o-mini", System: strings.Repeat("You are a helpful assistant. ", 40)}
+	for i := range 500 {
+		req.Messages = append(req.Messages, llm.TextMessage(llm.RoleUser, "Question "+strings.Repeat("about the weather ", 25)),
+			llm.TextMessage(llm.RoleAssistant, "Answer "+strings.Repeat("it is sunny and warm ", 25)+string(rune('a'+i%26))))
+	}
+	l := &callLog{runID: "r", sessionID: "s", limit: 8 << 20, log: slog.New(slog.DiscardHandler)}
+	m := agent.Model{Provider: prov, Name: "gpt-4o-mini", ProviderName: "openai"}
+	body, _ := prov.Encode(req)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		l.sending(m, req)
+		l.take(&callOutput{Text: "It is sunny."})
+		l.stored()
+		l.used = 0
+	}
+}
