@@ -140,7 +140,9 @@ type Config struct {
 	Logger  *slog.Logger
 	// Sending, when set, is told of every model call before it is sent — each retry and fallback too,
 	// so that its calls are those the upstream received: the model and the request. It must not change
-	// req; it may keep it (the loop never changes a request it has sent).
+	// req but for setting req.Encoded, to be handed the body the provider sends; it may keep req (the
+	// loop never changes a request it has sent). Every attempt of a call is sent with the same req, so
+	// an Encoded it set for one attempt stays for the next unless it sets it again.
 	Sending func(m Model, req *llm.Request)
 	// Calls, when set, is told of every model call attempt as it starts and ends: metrics, traces.
 	Calls Calls

@@ -142,14 +142,23 @@ type callLog struct {
 	contextStored bool   // a call stored the context (or why not)
 }
 
-// sentCall is a model call sent: its request, kept as the loop sent it (the loop never changes it), and
-// the request's body compressed, made once for the write and every reader.
+// sentCall is a model call sent: its request, kept as the loop sent it (the loop never changes it), the
+// body its provider sent (handed over by the provider's Stream, on the run's goroutine, while a reader
+// of the running run may be compressing the call), and that body compressed, made once for the write
+// and every reader.
 type sentCall struct {
-	n     int
-	model string // provider/model
-	prov  llm.Provider
-	req   llm.Request
-	at    time.Time
+	n        int
+	model    string // provider/model
+	prov     llm.Provider
+	req      llm.Request // without its Encoded hook
+	attached int         // bytes of attachments in req
+	at       time.Time
+
+	mu     sync.Mutex
+	sent   []byte // the body the provider sent, until compressed; nil when over the limit
+	size   int    // its length
+	handed bool   // the provider handed its body over
+	sealed bool   // the call is compressed: a body handed over now is not kept
 
 	once    sync.Once
 	body    []byte // compressed; nil when not kept
@@ -164,16 +173,47 @@ func newCallLog(run *Run, p *plan, limit int, log *slog.Logger) *callLog {
 		maxIterations: cmp.Or(p.req.MaxIterations, p.agent.MaxIterations, agent.DefaultMaxIterations)}
 }
 
-// sending is the agent loop's Config.Sending: it keeps the call until it is stored.
+// sending is the agent loop's Config.Sending: it keeps the call until it is stored, and sets the
+// request's Encoded hook so that the body stored is the one the provider sends, not encoded again. A
+// request whose attachments alone pass the limit is not kept, so it gets no hook; nor does a request to
+// a provider that cannot show its body. The loop sends every attempt of a call with the same request,
+// so the hook is set (or cleared) for each.
 func (l *callLog) sending(m agent.Model, req *llm.Request) {
 	if l == nil {
 		return
 	}
+	c := &sentCall{model: llm.Origin(m.ProviderName, m.Name), prov: m.Provider, req: *req, at: time.Now()}
+	c.req.Encoded = nil
+	for _, msg := range req.Messages {
+		for _, p := range msg.Parts {
+			c.attached += len(p.Data)
+		}
+	}
+	req.Encoded = nil
+	if _, ok := m.Provider.(llm.Encoder); ok && c.attached <= l.limit {
+		limit := l.limit
+		req.Encoded = func(body []byte) { c.keep(body, limit) }
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sent++
-	l.open = append(l.open, &sentCall{n: l.sent, model: llm.Origin(m.ProviderName, m.Name), prov: m.Provider, req: *req,
-		at: time.Now()})
+	c.n = l.sent
+	l.open = append(l.open, c)
+}
+
+// keep is the request's Encoded hook: it holds the body the provider sends until the call is
+// compressed — only its size when it is over limit, which is all its diagnostics will say of it. A body
+// handed over after a reader has compressed the call (encoding it itself) is not kept.
+func (c *sentCall) keep(body []byte, limit int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sealed {
+		return
+	}
+	c.sent, c.size, c.handed = nil, len(body), true
+	if len(body) <= limit {
+		c.sent = body
+	}
 }
 
 // take returns the calls sent and not stored yet, in their stored form, out (when not nil) as the
@@ -277,36 +317,40 @@ func (l *callLog) fit(system string) string {
 	return system[:n] + note
 }
 
-// compressed is the call's request body as its provider encodes it, gzip-compressed, or why it is not
-// kept: made once, however many readers and writes ask. A request larger than limit, or whose
-// attachments alone are, is neither encoded nor compressed; one whose compressed body passes a quarter of
-// limit stops being compressed there.
+// compressed is the call's request body as its provider sent it, gzip-compressed, or why it is not
+// kept: made once, however many readers and writes ask. The body is the one the provider handed over
+// (keep); only when it handed none over — its call failed before, or a reader asks before the provider
+// has encoded it — is the request encoded again. A request larger than limit, or whose attachments alone
+// are, is not compressed (nor encoded); one whose compressed body passes a quarter of limit stops being
+// compressed there.
 func (c *sentCall) compressed(limit int, log *slog.Logger, runID string) ([]byte, string) {
 	c.once.Do(func() { c.body, c.omitted = compress(c, limit, log, runID) })
 	return c.body, c.omitted
 }
 
 func compress(c *sentCall, limit int, log *slog.Logger, runID string) ([]byte, string) {
+	// The body sent is let go of here, whatever becomes of it: the compressed form is all that is kept.
+	c.mu.Lock()
+	body, size, handed := c.sent, c.size, c.handed
+	c.sent, c.sealed = nil, true
+	c.mu.Unlock()
 	enc, ok := c.prov.(llm.Encoder)
 	if !ok {
 		return nil, "this provider cannot show the body of its requests"
 	}
-	data := 0
-	for _, m := range c.req.Messages {
-		for _, p := range m.Parts {
-			data += len(p.Data)
+	if c.attached > limit {
+		return nil, fmt.Sprintf("the request carried %d bytes of attachments, more than a run's diagnostics may hold (limits.diagnostics_bytes, %d)", c.attached, limit)
+	}
+	if !handed {
+		var err error
+		if body, err = enc.Encode(&c.req); err != nil {
+			log.Warn("encode a model call's request for its diagnostics", "call", c.n, "err", err)
+			return nil, "the request could not be encoded again: " + err.Error()
 		}
+		size = len(body)
 	}
-	if data > limit {
-		return nil, fmt.Sprintf("the request carried %d bytes of attachments, more than a run's diagnostics may hold (limits.diagnostics_bytes, %d)", data, limit)
-	}
-	body, err := enc.Encode(&c.req)
-	if err != nil {
-		log.Warn("encode a model call's request for its diagnostics", "call", c.n, "err", err)
-		return nil, "the request could not be encoded again: " + err.Error()
-	}
-	if len(body) > limit {
-		return nil, fmt.Sprintf("the request was %d bytes, more than a run's diagnostics may hold (limits.diagnostics_bytes, %d)", len(body), limit)
+	if size > limit {
+		return nil, fmt.Sprintf("the request was %d bytes, more than a run's diagnostics may hold (limits.diagnostics_bytes, %d)", size, limit)
 	}
 	bound := limit / 4
 	var buf bytes.Buffer

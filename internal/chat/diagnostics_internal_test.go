@@ -14,6 +14,7 @@ import (
 	"chatd/internal/agent"
 	"chatd/internal/llm"
 	"chatd/internal/llm/openai"
+	"chatd/internal/store"
 )
 
 // bodyProvider shows a request's body as its system prompt and the text of its messages: a body of a
@@ -102,8 +103,9 @@ func TestCallLogBounds(t *testing.T) {
 	}
 }
 
-// BenchmarkCallLogTake measures what a run pays per model call for its durable diagnostics: the
-// request encoded again by the OpenAI adapter and compressed, for a conversation of about 100 KB.
+// BenchmarkCallLogTake measures what a run pays per model call for its durable diagnostics when the
+// provider handed over no body (its call failed before it had one): the request encoded again by the
+// OpenAI adapter and compressed, for a conversation of about 100 KB.
 func BenchmarkCallLogTake(b *testing.B) {
 	prov, err := openai.New(openai.Options{Name: "openai", BaseURL: "http://127.0.0.1:1/v1"})
 	if err != nil {
@@ -194,5 +196,137 @@ func TestCallLogCountsEverything(t *testing.T) {
 	}
 	if total > limit {
 		t.Errorf("the run stores %d bytes; limits.diagnostics_bytes is %d", total, limit)
+	}
+}
+
+// BenchmarkCallLogStore1000 measures what storing one call's request costs a run for a conversation
+// of 1,000 messages (about 540 KB sent), the provider's own encoding of it not counted: the body the
+// provider hands over, compressed.
+func BenchmarkCallLogStore1000(b *testing.B) {
+	prov, err := openai.New(openai.Options{Name: "openai", BaseURL: "http://127.0.0.1:1/v1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &llm.Request{Model: "gpt-4o-mini", System: strings.Repeat("You are a helpful assistant. ", 40)}
+	for i := range 500 {
+		req.Messages = append(req.Messages, llm.TextMessage(llm.RoleUser, "Question "+strings.Repeat("about the weather ", 25)),
+			llm.TextMessage(llm.RoleAssistant, "Answer "+strings.Repeat("it is sunny and warm ", 25)+string(rune('a'+i%26))))
+	}
+	l := &callLog{runID: "r", sessionID: "s", limit: 8 << 20, log: slog.New(slog.DiscardHandler)}
+	m := agent.Model{Provider: prov, Name: "gpt-4o-mini", ProviderName: "openai"}
+	body, _ := prov.Encode(req)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		l.sending(m, req)
+		req.Encoded(body) // what the provider's Stream does with the body it sends
+		l.take(&callOutput{Text: "It is sunny."})
+		l.stored()
+		l.used = 0
+	}
+}
+
+// TestCallLogKeepsTheBodySent: a call stores the body its provider handed over (Request.Encoded), not
+// the request encoded again, and lets go of it once compressed. Each attempt is a call of its own, sent
+// with the same request: the hook is the latest attempt's. Only a call whose provider handed nothing
+// over — it failed before, or a reader compressed the call first — is encoded again; a body over the
+// limit is not kept, and a request whose attachments pass it gets no hook.
+func TestCallLogKeepsTheBodySent(t *testing.T) {
+	const limit = 1 << 10
+	p := &countingProvider{}
+	l := &callLog{runID: "r", sessionID: "s", limit: limit, log: slog.New(slog.DiscardHandler)}
+	m := agent.Model{Provider: p, Name: "m", ProviderName: "p"}
+	req := &llm.Request{System: "s", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}}
+	sent := []byte(`{"sent":"as the provider wrote it"}`)
+	again, _ := bodyProvider{}.Encode(req)
+	stored := func(c store.ModelCall) string {
+		t.Helper()
+		body, err := gunzip(c.Request, limit)
+		if err != nil {
+			t.Fatalf("call %d: %v (omitted %q)", c.N, err, c.RequestOmitted)
+		}
+		return string(body)
+	}
+
+	l.sending(m, req) // an attempt that failed before its provider had a body
+	l.sending(m, req) // its retry
+	req.Encoded(sent)
+	calls := l.take(nil)
+	if got := stored(calls[0]); got != string(again) {
+		t.Errorf("call 1, handed nothing: stored %s, want the request encoded again", got)
+	}
+	if got := stored(calls[1]); got != string(sent) {
+		t.Errorf("call 2: stored %s, want what the provider handed over", got)
+	}
+	if p.encoded != 1 {
+		t.Errorf("encoded %d times, want once (call 1)", p.encoded)
+	}
+	for _, c := range l.taken {
+		if c.sent != nil || c.req.Encoded != nil {
+			t.Errorf("call %d still holds the body sent (%d bytes) or its hook after it was compressed", c.n, len(c.sent))
+		}
+	}
+	l.stored()
+
+	l.sending(m, req)
+	if got := l.pending(); len(got) != 1 || stored(got[0]) != string(again) {
+		t.Fatalf("a reader before the provider encoded: %+v", got)
+	}
+	req.Encoded(sent)
+	if c := l.take(nil)[0]; stored(c) != string(again) || l.taken[0].sent != nil {
+		t.Errorf("a body handed over after a reader compressed the call: stored %s, %d bytes held", stored(c), len(l.taken[0].sent))
+	}
+	l.stored()
+
+	p.encoded = 0
+	l.sending(m, req)
+	req.Encoded(make([]byte, limit+1))
+	if l.open[0].sent != nil {
+		t.Error("a body over the limit is held until the call is stored")
+	}
+	if c := l.take(nil)[0]; c.Request != nil || !strings.Contains(c.RequestOmitted, "the request was 1025 bytes") || p.encoded != 0 {
+		t.Errorf("a body over the limit: %d bytes stored, omitted %q, encoded %d times", len(c.Request), c.RequestOmitted, p.encoded)
+	}
+	l.stored()
+
+	img := llm.Message{Role: llm.RoleUser, Parts: []llm.Part{{Kind: llm.PartImage, MediaType: "image/png", Data: make([]byte, limit+1)}}}
+	withImage := &llm.Request{Messages: []llm.Message{img}, Encoded: func([]byte) { t.Error("a stale hook") }}
+	l.sending(m, withImage)
+	if withImage.Encoded != nil {
+		t.Error("a request whose attachments pass the limit keeps a hook")
+	}
+	l.sending(agent.Model{Provider: streamOnly{}, Name: "m", ProviderName: "p"}, req)
+	if req.Encoded != nil {
+		t.Error("a request to a provider that cannot show its body gets a hook")
+	}
+}
+
+// streamOnly is a provider that cannot show its requests' bodies.
+type streamOnly struct{}
+
+func (streamOnly) Stream(context.Context, *llm.Request) iter.Seq2[llm.Event, error] {
+	return func(func(llm.Event, error) bool) {}
+}
+
+// TestCallLogReaderWhileSending: a reader of the running run may compress a call while its provider
+// hands the body over; either body is stored, and the race detector finds nothing.
+func TestCallLogReaderWhileSending(t *testing.T) {
+	p := &countingProvider{}
+	l := &callLog{runID: "r", sessionID: "s", limit: 1 << 20, log: slog.New(slog.DiscardHandler)}
+	m := agent.Model{Provider: p, Name: "m", ProviderName: "p"}
+	req := &llm.Request{System: "s", Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}}
+	sent := []byte(`{"sent":"as the provider wrote it"}`)
+	again, _ := bodyProvider{}.Encode(req)
+	for range 50 {
+		l.sending(m, req)
+		var wg sync.WaitGroup
+		wg.Go(func() { l.pending() })
+		req.Encoded(sent)
+		wg.Wait()
+		c := l.take(nil)[0]
+		if body, err := gunzip(c.Request, l.limit); err != nil || (string(body) != string(sent) && string(body) != string(again)) {
+			t.Fatalf("stored %s, %v", body, err)
+		}
+		l.stored()
 	}
 }

@@ -1,15 +1,20 @@
 package chat_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"chatd/internal/chat"
+	"chatd/internal/llm"
 	"chatd/internal/llm/llmtest"
 	"chatd/internal/store"
 	"chatd/internal/tool"
@@ -80,6 +85,64 @@ func TestDiagnosticsStored(t *testing.T) {
 	}
 	_, err = fresh.Diagnostics(t.Context(), user, st.RunID, 0)
 	notFound("a deleted session's run", err)
+}
+
+// encodeCounter is a provider that counts the requests encoded through it; its calls stream through the
+// adapter it wraps, which encodes their bodies itself.
+type encodeCounter struct {
+	llm.Provider
+	encoded atomic.Int32
+}
+
+func (p *encodeCounter) Encode(req *llm.Request) ([]byte, error) {
+	p.encoded.Add(1)
+	return p.Provider.(llm.Encoder).Encode(req)
+}
+
+// TestDiagnosticsStoreTheBodySent: each call stores, compressed, the very bytes its adapter sent —
+// a refused attempt's too — without encoding the request again, whatever the API.
+func TestDiagnosticsStoreTheBodySent(t *testing.T) {
+	for _, protocol := range []string{llmtest.ProtocolOpenAI, llmtest.ProtocolAnthropic, llmtest.ProtocolGemini, llmtest.ProtocolResponses} {
+		t.Run(protocol, func(t *testing.T) {
+			var counter *encodeCounter
+			f := newFixture(t, setup{Protocol: protocol, Tools: []tool.Tool{tool.CurrentTime(nil)}, Turns: []llmtest.Turn{
+				{Status: 429, RetryAfter: "0"},
+				{Text: "Let me look.", ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "current_time", Arguments: `{}`}}},
+				{Text: "It is noon."},
+			}, WrapModel: func(p llm.Provider) llm.Provider {
+				counter = &encodeCounter{Provider: p}
+				return counter
+			}})
+			st := f.send(t, chat.Request{Message: "What time is it?"}, chat.StartOptions{})
+			if o := f.wait(t, st.RunID); o.Status != store.RunCompleted {
+				t.Fatalf("run %s", o.Status)
+			}
+			upstream := f.up.Requests()
+			calls, err := f.db.ModelCalls(t.Context(), user, st.RunID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(upstream) != 3 || len(calls) != 3 {
+				t.Fatalf("%d upstream requests, %d calls stored; want 3 of each", len(upstream), len(calls))
+			}
+			for i, c := range calls {
+				zr, err := gzip.NewReader(bytes.NewReader(c.Request))
+				if err != nil {
+					t.Fatalf("call %d: %v (request omitted: %q)", c.N, err, c.RequestOmitted)
+				}
+				body, err := io.ReadAll(zr)
+				if err != nil {
+					t.Fatalf("call %d: %v", c.N, err)
+				}
+				if !bytes.Equal(body, upstream[i].Raw) {
+					t.Errorf("call %d: the stored request differs from what the upstream received:\n%s\n%s", c.N, body, upstream[i].Raw)
+				}
+			}
+			if n := counter.encoded.Load(); n != 0 {
+				t.Errorf("the requests were encoded again %d times for the diagnostics; want none", n)
+			}
+		})
+	}
 }
 
 // TestDiagnosticsOfARunningRun: a run's call is shown while the model still answers it, before the

@@ -70,6 +70,8 @@ type setup struct {
 	ApprovalTimeout time.Duration
 	// Wrap, when set, is the store the service uses, wrapping the fixture's.
 	Wrap func(store.Store) store.Store
+	// WrapModel, when set, is the provider the service uses, wrapping the fixture's adapter.
+	WrapModel func(llm.Provider) llm.Provider
 	// Quota is the service's Options.Quota.
 	Quota func(ctx context.Context, user, keyID string) ([]store.Limit, error)
 }
@@ -89,6 +91,9 @@ func newFixture(t *testing.T, s setup) *fixture {
 	client, err := newClient(up, s.Protocol)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.WrapModel != nil {
+		client = s.WrapModel(client)
 	}
 	db := openStore(t, s.Path)
 	reg := tool.NewRegistry(tool.Options{})

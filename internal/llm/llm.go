@@ -35,7 +35,8 @@ type ModelLister interface {
 }
 
 // Encoder is the optional capability of a provider that can show the body it would send for a request:
-// the diagnostics view, and the tests that hold a request to a provider's rules.
+// the diagnostics view, and the tests that hold a request to a provider's rules. Its Stream hands the
+// body it sends to the request's Encoded hook, when one is set.
 type Encoder interface {
 	Encode(req *Request) ([]byte, error)
 }
@@ -172,6 +173,12 @@ type Request struct {
 	// declarations; Message.Cache places one after a message. See Message.Cache.
 	CacheSystem bool
 	CacheTools  bool
+	// Encoded, when set, is handed the body a provider that is an Encoder encodes for this request,
+	// once per Stream call, before it sends it: what the upstream receives, byte for byte, without
+	// encoding the request a second time. The bytes are the provider's; neither it nor the hook may
+	// change them afterwards (the hook may keep them). A provider whose Stream fails before it has a
+	// body does not call it. The hook is not part of what is sent (nor of any JSON of a Request).
+	Encoded func(body []byte) `json:"-"`
 }
 
 // Reasoning configures a model's thinking. Each adapter maps what its API has: Effort for OpenAI

@@ -68,6 +68,9 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Eve
 			yield(llm.Event{}, err)
 			return
 		}
+		if req.Encoded != nil {
+			req.Encoded(payload)
+		}
 		u := c.base + "/v1beta/models/" + url.PathEscape(modelID(req.Model)) + ":streamGenerateContent?alt=sse"
 		body, err := c.ep.Post(ctx, u, payload)
 		if err != nil {

@@ -124,6 +124,41 @@ func Conformance(t *testing.T, a Adapter) {
 	t.Run("transport_error", func(t *testing.T) { transportError(t, a) })
 	t.Run("cancel", func(t *testing.T) { cancelMidStream(t, a) })
 	t.Run("idle", func(t *testing.T) { idleUpstream(t, a) })
+	t.Run("encoded", func(t *testing.T) { encodedHook(t, a) })
+}
+
+// encodedHook: an Encoder's Stream hands Request.Encoded the body it sends, once per call, before the
+// server has it — byte for byte what the server receives, a call refused (429) included.
+func encodedHook(t *testing.T, a Adapter) {
+	srv := newReplayServer(t, a, false)
+	p := a.New(t, srv.URL(), 0)
+	if _, ok := p.(llm.Encoder); !ok {
+		t.Skip("the adapter is not an llm.Encoder")
+	}
+	var handed [][]byte
+	req := conformanceRequest(ScenarioToolCall)
+	req.Encoded = func(body []byte) {
+		if n := srv.received(); n != len(handed) {
+			t.Errorf("hook %d ran after the server had received %d requests: it must run before the request is sent", len(handed)+1, n)
+		}
+		handed = append(handed, body)
+	}
+	srv.queue(ScenarioRateLimit, ScenarioText)
+	Collect(t.Context(), p, req)
+	if out := Collect(t.Context(), p, req); out.Err != nil {
+		t.Fatalf("second call: %v", out.Err)
+	}
+	srv.mu.Lock()
+	sent := srv.bodies
+	srv.mu.Unlock()
+	if len(handed) != 2 || len(sent) != 2 {
+		t.Fatalf("two calls: the hook was handed %d bodies, the server received %d", len(handed), len(sent))
+	}
+	for i := range sent {
+		if !bytes.Equal(handed[i], sent[i]) {
+			t.Errorf("call %d: the hook was handed\n%s\nthe server received\n%s", i+1, handed[i], sent[i])
+		}
+	}
 }
 
 // consumerStops: breaking out of the stream closes the connection.
@@ -422,6 +457,13 @@ func (s *replayServer) queue(names ...string) {
 	s.mu.Lock()
 	s.next = append(s.next, names...)
 	s.mu.Unlock()
+}
+
+// received is how many requests the server has read.
+func (s *replayServer) received() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.bodies)
 }
 
 func (s *replayServer) lastBody() []byte {

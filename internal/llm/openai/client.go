@@ -64,6 +64,9 @@ func (c *Client) Stream(ctx context.Context, req *llm.Request) iter.Seq2[llm.Eve
 			yield(llm.Event{}, err)
 			return
 		}
+		if req.Encoded != nil {
+			req.Encoded(body)
+		}
 		resp, err := c.endpoint.Post(ctx, c.base+"/chat/completions", body)
 		if err != nil {
 			yield(llm.Event{}, err)
