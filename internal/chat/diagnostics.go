@@ -194,6 +194,15 @@ func (l *callLog) sending(m agent.Model, req *llm.Request) {
 		limit := l.limit
 		req.Encoded = func(body []byte) { c.keep(body, limit) }
 	}
+	// The calls sent before this one have ended (the loop sends one at a time): a turn of many attempts
+	// (retries, fallbacks, continuations) compresses each as the next goes out, so that it holds one
+	// body sent at most, not one per attempt until the turn is stored. It is the work take would do.
+	l.mu.Lock()
+	earlier := slices.Clone(l.open)
+	l.mu.Unlock()
+	for _, o := range earlier {
+		o.compressed(l.limit, l.log, l.runID)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sent++

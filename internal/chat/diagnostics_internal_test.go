@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"iter"
 	"log/slog"
 	"strings"
@@ -328,5 +329,38 @@ func TestCallLogReaderWhileSending(t *testing.T) {
 			t.Fatalf("stored %s, %v", body, err)
 		}
 		l.stored()
+	}
+}
+
+// TestCallLogHoldsOneBodySent: a turn of several attempts (a 429 retried, a fallback) compresses each
+// attempt's body as the next one goes out, so that it holds one body sent at most until it is stored.
+func TestCallLogHoldsOneBodySent(t *testing.T) {
+	const limit = 1 << 20
+	l := &callLog{runID: "r", sessionID: "s", limit: limit, log: slog.New(slog.DiscardHandler)}
+	m := agent.Model{Provider: &countingProvider{}, Name: "m", ProviderName: "p"}
+	req := &llm.Request{Messages: []llm.Message{llm.TextMessage(llm.RoleUser, "hi")}}
+	var bodies []string
+	for i := range 4 {
+		l.sending(m, req)
+		body := fmt.Sprintf(`{"attempt":%d,"pad":%q}`, i, strings.Repeat("x", 64<<10))
+		bodies = append(bodies, body)
+		req.Encoded([]byte(body))
+		held := 0
+		for _, c := range l.open {
+			c.mu.Lock()
+			if c.sent != nil {
+				held++
+			}
+			c.mu.Unlock()
+		}
+		if held != 1 {
+			t.Fatalf("after attempt %d, %d calls hold the body they sent, want 1", i+1, held)
+		}
+	}
+	for i, c := range l.take(nil) {
+		body, err := gunzip(c.Request, limit)
+		if err != nil || string(body) != bodies[i] {
+			t.Errorf("call %d stored %.40q (%v), want the body of attempt %d", c.N, body, err, i+1)
+		}
 	}
 }

@@ -31,6 +31,12 @@ func TestInSession(t *testing.T) {
 	if n := len(s.inSession["s-0"]); n != 3 {
 		t.Fatalf("session s-0 has %d live runs after the takeover, want 3", n)
 	}
+	s.mu.Lock()
+	s.track(again) // the same run again: counted once
+	s.mu.Unlock()
+	if n := len(s.inSession["s-0"]); n != 3 {
+		t.Fatalf("session s-0 has %d live runs after tracking a run twice, want 3", n)
+	}
 	s.retire(runs[0]) // no longer the live run of its id: nothing changes
 	if n := len(s.inSession["s-0"]); n != 3 {
 		t.Fatalf("session s-0 has %d live runs after retiring a replaced run, want 3", n)

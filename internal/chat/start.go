@@ -557,7 +557,9 @@ func (s *Service) admit(run *Run) error {
 
 // track makes run live: s.runs and s.inSession hold it until retire. The caller holds s.mu.
 func (s *Service) track(run *Run) {
-	if old := s.runs[run.ID]; old != nil && old != run {
+	if old := s.runs[run.ID]; old == run {
+		return
+	} else if old != nil {
 		s.untrack(old)
 	}
 	s.runs[run.ID] = run

@@ -5,8 +5,8 @@ import (
 	"strconv"
 )
 
-// DecodeUsage sets u from s, a stored usage column. The column is what json.Marshal wrote of a Usage
-// (PostgreSQL's jsonb adds spaces): an object of integer fields. Those are read by hand, since a
+// DecodeUsage sets u from s, a stored usage column: what json.Marshal wrote of a Usage, an object of
+// integer fields (the fast path also takes JSON's spaces between them). Those are read by hand, since a
 // history read decodes one a turn; anything else (an unknown key, a float, an escape, a null) goes to
 // encoding/json, so the result is always json.Unmarshal's.
 func DecodeUsage(s string, u *Usage) error {

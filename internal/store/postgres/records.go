@@ -275,7 +275,7 @@ func (db *DB) Transcript(ctx context.Context, user, sessionID string) (*store.Tr
 			return err
 		}
 		t.Session = *s
-		if t.Records, err = loadRecords(ctx, tx, user, sessionID, 0, 0); err != nil {
+		if t.Records, err = loadRecords(ctx, tx, user, sessionID, 0, s.LastSeq); err != nil {
 			return err
 		}
 		err = tx.QueryRowContext(ctx, runningInSQL, sessionID, user).Scan(&t.RunningRunID)
@@ -307,7 +307,8 @@ func (db *DB) RecordsAfter(ctx context.Context, user, sessionID string, after in
 		if err != nil {
 			return err
 		}
-		recs, err = loadRecords(ctx, tx, user, sessionID, after, max(n-after, 0))
+		size := max(n-max(after, 0), 0) // at most n, whatever after is
+		recs, err = loadRecords(ctx, tx, user, sessionID, after, size)
 		return err
 	})
 	if err != nil {

@@ -285,7 +285,8 @@ func (db *DB) RecordsAfter(ctx context.Context, user, sessionID string, after in
 		if err != nil {
 			return err
 		}
-		recs, err = loadRecords(ctx, tx, user, sessionID, after, max(n-after, 0))
+		size := max(n-max(after, 0), 0) // at most n, whatever after is
+		recs, err = loadRecords(ctx, tx, user, sessionID, after, size)
 		return err
 	})
 	if err != nil {

@@ -285,14 +285,17 @@ func testRecordsAfter(t *testing.T, s store.Store) {
 	mustAppend(t, s, alice, toolResult(asst, "call_2"))
 	mustAppend(t, s, alice, userRecord(sess.ID, "two"))
 	all := records(t, s, alice, sess.ID)
-	for _, after := range []int64{0, 1, 2, 5, 9} {
+	for _, after := range []int64{-1 << 62, -1, 0, 1, 2, 5, 9} {
 		got, err := s.RecordsAfter(ctx, alice, sess.ID, after)
 		if err != nil {
 			t.Fatalf("RecordsAfter(%d): %v", after, err)
 		}
-		want := all[min(after, int64(len(all))):]
+		want := all[min(max(after, 0), int64(len(all))):]
 		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("RecordsAfter(%d) (-want +got):\n%s", after, diff)
+		}
+		if cap(got) > len(all) {
+			t.Errorf("RecordsAfter(%d) made room for %d records of a session of %d", after, cap(got), len(all))
 		}
 	}
 	_, err := s.RecordsAfter(ctx, bob, sess.ID, 0)
