@@ -2,8 +2,10 @@ package chat
 
 import (
 	"container/list"
+	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"chatd/internal/store"
 )
@@ -60,9 +62,11 @@ func (h *histories) get(user, session string, created time.Time) []store.Record 
 }
 
 // put keeps records (all the session's records, oldest first) as the session's, in place of what was
-// kept; records must not be written after.
+// kept; records must not be written after, nor their spare room (cap), which counts as kept memory: get
+// hands out records clipped.
 func (h *histories) put(user, session string, created time.Time, records []store.Record) {
-	n := recordsBytes(records)
+	n := recordsBytes(records) + int64(cap(records)-len(records))*recordSize
+	records = slices.Clip(records)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	key := histKey{user, session}
@@ -98,6 +102,9 @@ func (h *histories) remove(e *list.Element) {
 // recordOverhead is about what a record costs in memory beyond its texts: the struct and its strings'
 // headers, ids and times.
 const recordOverhead = 512
+
+// recordSize is what an array's spare room costs a record.
+const recordSize = int64(unsafe.Sizeof(store.Record{}))
 
 // recordsBytes is about the memory records hold.
 func recordsBytes(records []store.Record) int64 {

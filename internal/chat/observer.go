@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"chatd/internal/agent"
@@ -54,8 +53,12 @@ type observer struct {
 	// copy of it), then stored, each it stored (keep); both nil once one is missing. created is the
 	// session's CreatedAt, which names them. The run's end joins them for remember, for the session's
 	// next run here, which may then start early.
-	kept     []store.Record
-	stored   []store.Record
+	kept   []store.Record
+	stored []store.Record
+	// own is kept with its spare room when the run made its history's array itself (a run started
+	// early: earlyHistory appended the message to the kept records) and no one else writes it: the
+	// run's end appends stored there instead of copying the history once more.
+	own      []store.Record
 	created  time.Time
 	remember func(user, session string, created time.Time, records []store.Record)
 	// checkKey, until the loop first passes ready, reads the run's API key again from the store and
@@ -502,11 +505,17 @@ func (o *observer) rememberKept() {
 		return
 	}
 	all := o.kept
-	if len(o.stored) > 0 {
-		all = make([]store.Record, 0, len(o.kept)+len(o.stored))
-		all = append(append(all, o.kept...), o.stored...)
+	if n := len(o.kept); len(o.stored) > 0 {
+		if n > 0 && len(o.own) >= n && &o.own[0] == &o.kept[0] && cap(o.own)-n >= len(o.stored) {
+			// The run's own array, which only the run's history reads, and up to n only (clipped):
+			// what it stored goes in its spare room.
+			all = append(o.own[:n], o.stored...)
+		} else {
+			all = make([]store.Record, 0, n+len(o.stored))
+			all = append(append(all, o.kept...), o.stored...)
+		}
 	}
-	o.remember(o.p.user, o.run.SessionID, o.created, slices.Clip(all))
+	o.remember(o.p.user, o.run.SessionID, o.created, all)
 }
 
 // keep adds records the run stored to the session's records as it knows them. A record whose Seq is

@@ -614,9 +614,8 @@ func (s *Service) history(ctx context.Context, run *Run, last string) ([]store.R
 			return nil, err
 		}
 	}
-	records = slices.Clip(records)
 	s.hist.put(run.user, run.SessionID, sess.CreatedAt, records)
-	return records, nil
+	return slices.Clip(records), nil
 }
 
 // start executes the agent loop of run on its own goroutine on the records history returns (all the
@@ -667,6 +666,9 @@ func (s *Service) start(run *Run, g *gate, history func(context.Context) ([]stor
 		}
 		// Clipped, the records the run keeps and its context's are one array until either appends.
 		obs.kept = slices.Clip(records)
+		if g != nil {
+			obs.own = records // earlyHistory's own array: only this run has it
+		}
 		s.execute(runCtx, run.plan, run, store.Current(obs.kept), obs)
 	}()
 	return obs
