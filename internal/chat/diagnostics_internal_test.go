@@ -108,20 +108,7 @@ func TestCallLogBounds(t *testing.T) {
 // provider handed over no body (its call failed before it had one): the request encoded again by the
 // OpenAI adapter and compressed, for a conversation of about 100 KB.
 func BenchmarkCallLogTake(b *testing.B) {
-	prov, err := openai.New(openai.Options{Name: "openai", BaseURL: "http://127.0.0.1:1/v1"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	req := &llm.Request{Model: "gpt-4o-mini", System: strings.Repeat("You are a helpful assistant. ", 40)}
-	for i := range 100 {
-		req.Messages = append(req.Messages, llm.TextMessage(llm.RoleUser, "Question "+strings.Repeat("about the weather ", 25)),
-			llm.TextMessage(llm.RoleAssistant, "Answer "+strings.Repeat("it is sunny and warm ", 25)+string(rune('a'+i%26))))
-	}
-	l := &callLog{runID: "r", sessionID: "s", limit: 8 << 20, log: slog.New(slog.DiscardHandler)}
-	m := agent.Model{Provider: prov, Name: "gpt-4o-mini", ProviderName: "openai"}
-	body, _ := prov.Encode(req)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
+	l, m, req, _ := benchCallLog(b, 100)
 	for b.Loop() {
 		l.sending(m, req)
 		l.take(&callOutput{Text: "It is sunny."})
@@ -204,20 +191,7 @@ func TestCallLogCountsEverything(t *testing.T) {
 // of 1,000 messages (about 540 KB sent), the provider's own encoding of it not counted: the body the
 // provider hands over, compressed.
 func BenchmarkCallLogStore1000(b *testing.B) {
-	prov, err := openai.New(openai.Options{Name: "openai", BaseURL: "http://127.0.0.1:1/v1"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	req := &llm.Request{Model: "gpt-4o-mini", System: strings.Repeat("You are a helpful assistant. ", 40)}
-	for i := range 500 {
-		req.Messages = append(req.Messages, llm.TextMessage(llm.RoleUser, "Question "+strings.Repeat("about the weather ", 25)),
-			llm.TextMessage(llm.RoleAssistant, "Answer "+strings.Repeat("it is sunny and warm ", 25)+string(rune('a'+i%26))))
-	}
-	l := &callLog{runID: "r", sessionID: "s", limit: 8 << 20, log: slog.New(slog.DiscardHandler)}
-	m := agent.Model{Provider: prov, Name: "gpt-4o-mini", ProviderName: "openai"}
-	body, _ := prov.Encode(req)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
+	l, m, req, body := benchCallLog(b, 500)
 	for b.Loop() {
 		l.sending(m, req)
 		req.Encoded(body) // what the provider's Stream does with the body it sends
@@ -363,4 +337,25 @@ func TestCallLogHoldsOneBodySent(t *testing.T) {
 			t.Errorf("call %d stored %.40q (%v), want the body of attempt %d", c.N, body, err, i+1)
 		}
 	}
+}
+
+// benchCallLog is the call log of a run whose model is OpenAI's, and a request of turns question and
+// answer pairs with the body the adapter encodes for it; the benchmark's timer starts here.
+func benchCallLog(b *testing.B, turns int) (*callLog, agent.Model, *llm.Request, []byte) {
+	prov, err := openai.New(openai.Options{Name: "openai", BaseURL: "http://127.0.0.1:1/v1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &llm.Request{Model: "gpt-4o-mini", System: strings.Repeat("You are a helpful assistant. ", 40)}
+	for i := range turns {
+		req.Messages = append(req.Messages, llm.TextMessage(llm.RoleUser, "Question "+strings.Repeat("about the weather ", 25)),
+			llm.TextMessage(llm.RoleAssistant, "Answer "+strings.Repeat("it is sunny and warm ", 25)+string(rune('a'+i%26))))
+	}
+	l := &callLog{runID: "r", sessionID: "s", limit: 8 << 20, log: slog.New(slog.DiscardHandler)}
+	m := agent.Model{Provider: prov, Name: "gpt-4o-mini", ProviderName: "openai"}
+	body, _ := prov.Encode(req)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	return l, m, req, body
 }

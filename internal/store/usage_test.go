@@ -18,13 +18,7 @@ func TestDecodeUsage(t *testing.T) {
 		`{"input_tokens":1,"input_tokens":2}`, `{"Input_Tokens":5}`, `{"in\u0070ut_tokens":5}`, `{"other":1}`,
 		`{"input_tokens":1,}`, `{"input_tokens":1`, `{"input_tokens" 1}`, `{"input_tokens":1} x`, `null`, ``, `[]`,
 	} {
-		var want Usage
-		wantErr := json.Unmarshal([]byte(in), &want)
-		var got Usage
-		err := DecodeUsage(in, &got)
-		if (err != nil) != (wantErr != nil) || (err == nil && got != want) {
-			t.Errorf("DecodeUsage(%q) = %+v, %v; json.Unmarshal: %+v, %v", in, got, err, want, wantErr)
-		}
+		sameAsUnmarshal(t, in)
 	}
 	var u Usage
 	if !fastUsage(string(written), &u) || u.ReasoningTokens != 1<<40 {
@@ -36,13 +30,7 @@ func FuzzDecodeUsage(f *testing.F) {
 	f.Add(`{"input_tokens":100,"output_tokens":40,"cache_read_tokens":0,"cache_write_tokens":0,"reasoning_tokens":0}`)
 	f.Add(`{"input_tokens": -1}`)
 	f.Fuzz(func(t *testing.T, in string) {
-		var want Usage
-		wantErr := json.Unmarshal([]byte(in), &want)
-		var got Usage
-		err := DecodeUsage(in, &got)
-		if (err != nil) != (wantErr != nil) || (err == nil && got != want) {
-			t.Errorf("DecodeUsage(%q) = %+v, %v; json.Unmarshal: %+v, %v", in, got, err, want, wantErr)
-		}
+		sameAsUnmarshal(t, in)
 	})
 }
 
@@ -55,5 +43,17 @@ func BenchmarkDecodeUsage(b *testing.B) {
 		if err := DecodeUsage(in, &u); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// sameAsUnmarshal fails t when DecodeUsage's answer for in is not json.Unmarshal's.
+func sameAsUnmarshal(t *testing.T, in string) {
+	t.Helper()
+	var want Usage
+	wantErr := json.Unmarshal([]byte(in), &want)
+	var got Usage
+	err := DecodeUsage(in, &got)
+	if (err != nil) != (wantErr != nil) || (err == nil && got != want) {
+		t.Errorf("DecodeUsage(%q) = %+v, %v; json.Unmarshal: %+v, %v", in, got, err, want, wantErr)
 	}
 }
