@@ -55,7 +55,7 @@ type observer struct {
 	// next run here, which may then start early.
 	kept   []store.Record
 	stored []store.Record
-	// own is kept with its spare room when the run made its history's array itself (a run started
+	// own is kept's array with its spare room when the run made that array itself (a run started
 	// early: earlyHistory appended the message to the kept records) and no one else writes it: the
 	// run's end appends stored there instead of copying the history once more.
 	own      []store.Record
@@ -504,16 +504,16 @@ func (o *observer) rememberKept() {
 	if o.kept == nil || o.created.IsZero() {
 		return
 	}
-	all := o.kept
-	if n := len(o.kept); len(o.stored) > 0 {
-		if n > 0 && len(o.own) >= n && &o.own[0] == &o.kept[0] && cap(o.own)-n >= len(o.stored) {
-			// The run's own array, which only the run's history reads, and up to n only (clipped):
-			// what it stored goes in its spare room.
-			all = append(o.own[:n], o.stored...)
-		} else {
-			all = make([]store.Record, 0, n+len(o.stored))
-			all = append(append(all, o.kept...), o.stored...)
-		}
+	all, n := o.kept, len(o.kept)
+	switch {
+	case len(o.stored) == 0:
+	case cap(o.own)-n >= len(o.stored):
+		// The run's own array, which only the run's history reads, and up to n only (clipped): what
+		// it stored goes in its spare room.
+		all = append(o.own[:n], o.stored...)
+	default:
+		all = make([]store.Record, 0, n+len(o.stored))
+		all = append(append(all, o.kept...), o.stored...)
 	}
 	o.remember(o.p.user, o.run.SessionID, o.created, all)
 }

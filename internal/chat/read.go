@@ -156,14 +156,14 @@ func (s *Service) cancelKeyElsewhere(ctx context.Context, user, keyID, reason st
 	if s.leases == nil {
 		return 0, nil
 	}
-	n, failed := 0, 0
-	var firstErr error
+	n := 0
+	var failed notAsked
 	var after *store.Run
 	for {
 		runs, err := s.opts.Store.ActiveRunsOfKey(ctx, user, keyID, after, keyRunsPage)
 		if err != nil {
 			s.log.Error("read the active runs of a revoked key", "key_id", keyID, "err", err)
-			return n, errors.Join(fmt.Errorf("read the key's queued and running runs: %w", err), notAsked(failed, firstErr))
+			return n, errors.Join(fmt.Errorf("read the key's queued and running runs: %w", err), failed.err())
 		}
 		for i := range runs {
 			r := &runs[i]
@@ -179,10 +179,7 @@ func (s *Service) cancelKeyElsewhere(ctx context.Context, user, keyID, reason st
 			asked, err := s.cancelElsewhere(ctx, r.UserID, r.ID, reason)
 			if err != nil {
 				s.log.Error("ask another instance to cancel a run of a revoked key", append(storedRunAttrs(r), "err", err)...)
-				failed++
-				if firstErr == nil {
-					firstErr = err
-				}
+				failed.add(err)
 				continue
 			}
 			if asked {
@@ -190,19 +187,31 @@ func (s *Service) cancelKeyElsewhere(ctx context.Context, user, keyID, reason st
 			}
 		}
 		if len(runs) < keyRunsPage {
-			return n, notAsked(failed, firstErr)
+			return n, failed.err()
 		}
 		after = &runs[len(runs)-1]
 	}
 }
 
-// notAsked is the error of the runs of a revoked key that could not be asked to cancel: failed of them,
-// the first for err.
-func notAsked(failed int, err error) error {
-	if failed == 0 {
+// notAsked counts the runs of a revoked key that could not be asked to cancel, and keeps the first
+// failure.
+type notAsked struct {
+	n     int
+	first error
+}
+
+func (f *notAsked) add(err error) {
+	if f.n++; f.first == nil {
+		f.first = err
+	}
+}
+
+// err is nil when every run was asked.
+func (f *notAsked) err() error {
+	if f.n == 0 {
 		return nil
 	}
-	return fmt.Errorf("ask for the cancel of %d of the key's runs: %w", failed, err)
+	return fmt.Errorf("ask for the cancel of %d of the key's runs: %w", f.n, f.first)
 }
 
 // cancelKeyAwaiting cancels the key's runs awaiting approval, which live in the store only (on any
@@ -213,21 +222,18 @@ func (s *Service) cancelKeyAwaiting(ctx context.Context, keyID, reason string) (
 		s.log.Error("read the runs awaiting approval of a revoked key", "key_id", keyID, "err", err)
 		return 0, fmt.Errorf("read the key's runs awaiting approval: %w", err)
 	}
-	n, failed := 0, 0
-	var firstErr error
+	n := 0
+	var failed notAsked
 	for i := range runs {
 		r := &runs[i]
 		if _, err := s.cancelAwaiting(ctx, r.UserID, r, reason); err != nil {
 			s.log.Error("cancel a run awaiting approval of a revoked key", append(storedRunAttrs(r), "err", err)...)
-			failed++
-			if firstErr == nil {
-				firstErr = err
-			}
+			failed.add(err)
 			continue
 		}
 		n++
 	}
-	return n, notAsked(failed, firstErr)
+	return n, failed.err()
 }
 
 // Follower reads one run's events in order, from the live run or from the store: a run that is not

@@ -110,11 +110,7 @@ func TestRevokedQueuedRunNeverStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntil(t, b.svc, first.RunID, 0, isType(runevent.TypeTextDelta))
-	queued, err := b.svc.Start(t.Context(), user, chat.Request{SessionID: first.SessionID, Message: "next"},
-		chat.StartOptions{Account: chat.Account{KeyID: revoked}, OnActiveRun: chat.OnActiveEnqueue})
-	if err != nil || queued.Status != store.RunQueued {
-		t.Fatalf("enqueue on b: %+v, %v", queued, err)
-	}
+	queued := enqueueOn(t, b, first.SessionID, revoked)
 	if _, err := a.db.RevokeKey(t.Context(), user, revoked); err != nil {
 		t.Fatal(err)
 	}
@@ -122,16 +118,7 @@ func TestRevokedQueuedRunNeverStarts(t *testing.T) {
 		t.Fatalf("CancelKey on a cancelled %d runs (%v), want 1", n, err)
 	}
 	// The session frees on b before b hears of the cancel: its queue tries to start the revoked run.
-	if _, err := b.svc.Cancel(t.Context(), user, first.RunID, ""); err != nil {
-		t.Fatal(err)
-	}
-	out, err := b.svc.Wait(t.Context(), user, queued.RunID)
-	if err != nil || out.Status != store.RunCancelled {
-		t.Fatalf("the revoked key's queued run: %+v, %v; want cancelled", out, err)
-	}
-	if got := b.up.Requests(); len(got) != 1 {
-		t.Errorf("b's model got %d requests, want 1: the revoked key's queued run started", len(got))
-	}
+	wantQueuedCancelled(t, b, first.RunID, queued.RunID)
 }
 
 // TestRevokedRunsOfADeadInstance: the runs of a revoked key whose instance died are not started again
@@ -283,19 +270,33 @@ func TestQueuedRacingRevoke(t *testing.T) {
 	if n, err := a.svc.CancelKey(t.Context(), user, revoked, revokedReason); n != 0 || err != nil {
 		t.Fatalf("CancelKey cancelled %d runs before the send (%v), want 0", n, err)
 	}
-	queued, err := b.svc.Start(t.Context(), user, chat.Request{SessionID: first.SessionID, Message: "next"},
-		chat.StartOptions{Account: chat.Account{KeyID: revoked}, OnActiveRun: chat.OnActiveEnqueue})
+	queued := enqueueOn(t, b, first.SessionID, revoked)
+	wantQueuedCancelled(t, b, first.RunID, queued.RunID)
+}
+
+// enqueueOn queues on in the session a send of the key, behind the session's run.
+func enqueueOn(t *testing.T, on *instance, sessionID, keyID string) *chat.Started {
+	t.Helper()
+	queued, err := on.svc.Start(t.Context(), user, chat.Request{SessionID: sessionID, Message: "next"},
+		chat.StartOptions{Account: chat.Account{KeyID: keyID}, OnActiveRun: chat.OnActiveEnqueue})
 	if err != nil || queued.Status != store.RunQueued {
-		t.Fatalf("enqueue on b: %+v, %v", queued, err)
+		t.Fatalf("enqueue: %+v, %v", queued, err)
 	}
-	if _, err := b.svc.Cancel(t.Context(), user, first.RunID, ""); err != nil {
+	return queued
+}
+
+// wantQueuedCancelled cancels the run ahead (on on, whose model answered it) so that the session frees,
+// and fails t unless the revoked key's queued run then ends cancelled without calling the model.
+func wantQueuedCancelled(t *testing.T, on *instance, aheadID, queuedID string) {
+	t.Helper()
+	if _, err := on.svc.Cancel(t.Context(), user, aheadID, ""); err != nil {
 		t.Fatal(err)
 	}
-	out, err := b.svc.Wait(t.Context(), user, queued.RunID)
+	out, err := on.svc.Wait(t.Context(), user, queuedID)
 	if err != nil || out.Status != store.RunCancelled {
 		t.Fatalf("the revoked key's queued run: %+v, %v; want cancelled", out, err)
 	}
-	if got := b.up.Requests(); len(got) != 1 {
-		t.Errorf("b's model got %d requests, want 1: the revoked key's queued run called it", len(got))
+	if got := on.up.Requests(); len(got) != 1 {
+		t.Errorf("the model got %d requests, want 1: the revoked key's queued run called it", len(got))
 	}
 }
